@@ -1,0 +1,85 @@
+"""Configuration: which store, which database. Read only by the entry points."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gitmem.errors import ConfigError
+
+STORE_DIRNAME = "memory"
+STATE_DIRNAME = ".gitmem"
+DEFAULT_SCHEMA = "gitmem"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Where the store lives, where local state goes, and how to reach PostgreSQL.
+
+    `dsn=None` means the embedded server under `state_dir/pg`. `schema` is the
+    PostgreSQL schema that holds this store's index, so several stores (or test
+    runs) can share one database.
+    """
+
+    store: Path
+    dsn: str | None = None
+    schema: str = DEFAULT_SCHEMA
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the store (usually the git work tree)."""
+        return self.store.parent
+
+    @property
+    def state_dir(self) -> Path:
+        """Local, git-ignored state: socket, pid, logs, embedded PostgreSQL."""
+        return self.root / STATE_DIRNAME
+
+    @property
+    def socket_path(self) -> Path:
+        """The daemon's Unix socket."""
+        return self.state_dir / "gitmem.sock"
+
+    def with_store(self, store: Path) -> Config:
+        """The same settings for another store."""
+        return replace(self, store=store.resolve())
+
+
+def find_store(start: Path) -> Path | None:
+    """`memory/` in `start` or its nearest ancestor that has one."""
+    for directory in (start, *start.parents):
+        candidate = directory / STORE_DIRNAME
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    return None
+
+
+def load_config(store: str | Path | None = None, dsn: str | None = None,
+                schema: str | None = None, *, env: Mapping[str, str] | None = None,
+                cwd: Path | None = None, must_exist: bool = True) -> Config:
+    """Resolve flags, then `GITMEM_*` variables, then discovery, into a Config."""
+    env = os.environ if env is None else env
+    cwd = cwd or Path.cwd()
+    store_value = store or env.get("GITMEM_STORE")
+    if store_value:
+        store_path = (cwd / Path(store_value).expanduser()).resolve()
+        if must_exist and not (store_path / "manifest.json").is_file():
+            raise ConfigError(f"{store_path} is not a gitmem store (no manifest.json); "
+                              f"run `gitmem init {store_path.parent}` to create one")
+    else:
+        found = find_store(cwd.resolve())
+        if found is None:
+            if must_exist:
+                raise ConfigError(f"no memory/ store in {cwd} or any parent directory; "
+                                  "run `gitmem init` here or pass --store PATH")
+            found = cwd.resolve() / STORE_DIRNAME
+        store_path = found
+    schema_value = schema or env.get("GITMEM_SCHEMA") or DEFAULT_SCHEMA
+    if not _SCHEMA_NAME.match(schema_value):
+        raise ConfigError(f"schema name {schema_value!r} must match [a-z_][a-z0-9_]*")
+    return Config(store=store_path, dsn=dsn or env.get("GITMEM_DSN") or None,
+                  schema=schema_value)

@@ -1,0 +1,242 @@
+"""PostgreSQL access: the only module that runs SQL.
+
+SQL lives in `sql/*.sql` and is read once. `queries.sql` holds named
+statements (`-- name: foo`) that other modules run through `Database` by name;
+`schema.sql` and `indexes.sql` create the index in the store's own schema.
+Without a DSN an embedded server (pgserver) is started under `.gitmem/pg`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from gitmem.config import Config
+from gitmem.errors import DatabaseError
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = "1"
+Row = dict[str, Any]
+
+
+def sql_dir() -> Path:
+    """`sql/` of a source checkout, else the copy packaged into the wheel."""
+    source = Path(__file__).resolve().parent.parent / "sql"
+    if (source / "schema.sql").is_file():
+        return source
+    return Path(str(resources.files("gitmem") / "_data" / "sql"))
+
+
+@functools.cache
+def sql_text(name: str) -> str:
+    """The text of `sql/<name>`."""
+    return (sql_dir() / name).read_text(encoding="utf-8")
+
+
+@functools.cache
+def named_queries() -> dict[str, str]:
+    """`sql/queries.sql` split at its `-- name: <name>` markers."""
+    queries: dict[str, str] = {}
+    parts = re.split(r"^-- name: (\w+)\s*$", sql_text("queries.sql"), flags=re.MULTILINE)
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        queries[name] = body.strip().rstrip(";")
+    return queries
+
+
+_embedded_lock = threading.Lock()
+_embedded: dict[Path, Any] = {}
+
+
+def embedded_dsn(state_dir: Path) -> str:
+    """Start (or join) the embedded PostgreSQL under `state_dir/pg`; its DSN."""
+    pgdata = (state_dir / "pg").resolve()
+    with _embedded_lock:
+        server = _embedded.get(pgdata)
+        if server is None:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import pgserver  # deferred: only the embedded path needs it
+                try:
+                    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+                except Exception as exc:  # pgserver raises bare subprocess/OS errors
+                    log = pgdata / "log"
+                    raise DatabaseError(
+                        f"could not start the embedded PostgreSQL in {pgdata}: {exc}; "
+                        f"see {log}, or pass --dsn / GITMEM_DSN for an existing server"
+                    ) from exc
+            _embedded[pgdata] = server
+        return str(server.get_uri())
+
+
+def redact_dsn(dsn: str) -> str:
+    """A DSN fit for messages: the password removed."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+
+
+class Database:
+    """A connection pool onto one store's schema."""
+
+    def __init__(self, dsn: str, schema: str, *, max_size: int = 4,
+                 timeout: float = 30.0) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self._pool = ConnectionPool(
+            dsn, min_size=1, max_size=max_size, open=False, timeout=timeout,
+            kwargs={"autocommit": True, "row_factory": dict_row,
+                    "options": f"-c search_path={schema}"},
+            name=f"gitmem-{schema}")
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise DatabaseError(
+                f"cannot connect to PostgreSQL at {redact_dsn(dsn)} within {timeout:.0f}s; "
+                "check that the server runs and the DSN is right") from exc
+
+    @classmethod
+    def open(cls, config: Config, *, max_size: int = 4, timeout: float = 30.0) -> Database:
+        """Connect as configured (DSN, else the embedded server) and ensure the schema."""
+        dsn = config.dsn or embedded_dsn(config.state_dir)
+        db = cls(dsn, config.schema, max_size=max_size, timeout=timeout)
+        db.ensure_schema()
+        return db
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ connections
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Row]]:
+        """A pooled connection (autocommit; use `transaction()` for units of work)."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseError(f"no PostgreSQL connection available from "
+                                f"{redact_dsn(self.dsn)}: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise DatabaseError(f"PostgreSQL at {redact_dsn(self.dsn)} failed: {exc}") from exc
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Row]]:
+        """A connection inside one transaction: all of it commits, or none."""
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    # ------------------------------------------------------------------ schema
+
+    def schema_exists(self) -> bool:
+        """Whether this store's schema holds an index of the current version."""
+        with self.connection() as conn:
+            row = conn.execute(named_queries()["schema_version"],
+                               {"schema": self.schema}).fetchone()
+            if row is None or not row["has_meta"]:
+                return False
+            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                                   ).fetchone()
+            return version is not None and version["value"] == SCHEMA_VERSION
+
+    def ensure_schema(self) -> bool:
+        """Create the schema when missing or outdated; True if it was (re)created."""
+        if self.schema_exists():
+            return False
+        with self.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+            self._recreate(conn)
+        return True
+
+    def _recreate(self, conn: psycopg.Connection[Row], *, with_indexes: bool = True) -> None:
+        ident = sql.Identifier(self.schema)
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
+        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
+        conn.execute(sql_text("schema.sql").encode())
+        if with_indexes:
+            conn.execute(sql_text("indexes.sql").encode())
+        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s)",
+                     (SCHEMA_VERSION,))
+
+    def drop_schema(self) -> None:
+        """Drop the whole index of this store (the files stay the truth)."""
+        with self.transaction() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(self.schema)))
+
+    @contextmanager
+    def rebuild(self) -> Iterator[psycopg.Connection[Row]]:
+        """One transaction that recreates the schema bare; indexes come on exit.
+
+        Readers keep seeing the old index until the rebuild commits.
+        """
+        with self.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+            self._recreate(conn, with_indexes=False)
+            yield conn
+            conn.execute(sql_text("indexes.sql").encode())
+            conn.execute(sql.SQL("ANALYZE"))
+
+    # ------------------------------------------------------------------ statements
+
+    def fetchall(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
+                 conn: psycopg.Connection[Row] | None = None) -> list[Row]:
+        """Rows of the named query."""
+        if conn is not None:
+            return conn.execute(named_queries()[name], params).fetchall()
+        with self.connection() as own:
+            return own.execute(named_queries()[name], params).fetchall()
+
+    def fetchone(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
+                 conn: psycopg.Connection[Row] | None = None) -> Row | None:
+        """The first row of the named query, or None."""
+        rows = self.fetchall(name, params, conn)
+        return rows[0] if rows else None
+
+    def execute(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
+                conn: psycopg.Connection[Row] | None = None) -> int:
+        """Run a named statement; the number of rows it touched."""
+        if conn is not None:
+            return conn.execute(named_queries()[name], params).rowcount
+        with self.connection() as own:
+            return own.execute(named_queries()[name], params).rowcount
+
+    def executemany(self, name: str, params: Iterable[dict[str, Any]],
+                    conn: psycopg.Connection[Row]) -> None:
+        """Run a named statement once per parameter set (pipelined)."""
+        with conn.cursor() as cur:
+            cur.executemany(named_queries()[name], list(params))
+
+    @staticmethod
+    def copy_rows(conn: psycopg.Connection[Row], table: str, columns: Sequence[str],
+                  rows: Iterable[Sequence[Any]]) -> int:
+        """Bulk-load rows with COPY; returns how many."""
+        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
+        count = 0
+        with conn.cursor() as cur, cur.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+                count += 1
+        return count

@@ -1,0 +1,340 @@
+"""Keep the PostgreSQL index in step with the files: reindex, sync, status.
+
+Per source file the index records what it reflects (`source_files`): for
+Markdown/YAML the content hash, for JSONL the byte offset of the complete
+lines indexed plus hashes of the first and last 4 KiB of that prefix. A file
+whose stat is unchanged is unchanged; otherwise its content decides:
+
+- JSONL grown with the same prefix anchors: only the new complete lines are
+  indexed (a torn last line waits for its newline);
+- JSONL shrunk or with different anchors (checkout, rewrite): reindexed whole;
+- Markdown/YAML with a new content hash: re-parsed;
+- gone from disk: its rows are deleted.
+
+Each file's rows and its state commit in one transaction under a per-file
+advisory lock, so a crash or a concurrent sync never double-indexes or skips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from gitmem import gitops
+from gitmem.db import Database, Row
+from gitmem.errors import FormatError
+from gitmem.policies import Policies
+from gitmem.rows import TABLE_COLUMNS, FileRows, parse_file
+from gitmem.store import classify, iter_store_files
+
+logger = logging.getLogger(__name__)
+
+ANCHOR_BYTES = 4096
+COPY_BATCH_ROWS = 20000
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What sync would do to one file, and with which bytes."""
+
+    path: str
+    kind: str
+    action: str          # new | append | rewrite | changed | touched | deleted | unchanged
+    reason: str
+    data: bytes = b""    # complete content to index (JSONL: complete new lines)
+    start_line: int = 1
+    state: dict[str, Any] = field(default_factory=dict)   # the new source_files row
+    pending_bytes: int = 0  # JSONL bytes after the last newline (a torn or growing line)
+
+    @property
+    def stale(self) -> bool:
+        """True when the index does not yet reflect this file's content."""
+        return self.action not in ("unchanged", "touched")
+
+
+@dataclass
+class SyncReport:
+    """What one sync or reindex did."""
+
+    files: int = 0
+    changed: list[dict[str, str]] = field(default_factory=list)
+    rows: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    head: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {"files": self.files, "changed": self.changed, "rows": self.rows,
+                "errors": self.errors, "head": self.head}
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _stat_fields(st: os.stat_result) -> dict[str, int]:
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def _same_stat(state: Row, st: os.stat_result) -> bool:
+    return (state["size"], state["mtime_ns"], state["inode"]) == (
+        st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in errors]
+
+
+def assess(store: Path, rel: str, kind: str, state: Row | None,
+           policies: Policies | None = None) -> Assessment:
+    """Compare one file with its indexed state (reads only what it must)."""
+    path = store / rel
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        if state is None:
+            return Assessment(rel, kind, "unchanged", "not on disk, not indexed")
+        return Assessment(rel, kind, "deleted", "indexed but no longer on disk")
+    with handle:
+        st = os.fstat(handle.fileno())
+        if state is not None and _same_stat(state, st):
+            pending = st.st_size - state["byte_offset"] if kind == "events" else 0
+            return Assessment(rel, kind, "unchanged", "stat unchanged", pending_bytes=pending)
+        if kind == "events":
+            return _assess_jsonl(rel, handle, st, state)
+        data = handle.read()
+    digest = _sha(data)
+    new_state = {"path": rel, "kind": kind, "content_hash": digest, "byte_offset": len(data),
+                 "line_count": 0, "head_hash": "", **_stat_fields(st)}
+    if state is None:
+        return Assessment(rel, kind, "new", "not indexed yet", data, state=new_state)
+    if state["content_hash"] == digest:
+        new_state["errors"] = state["errors"]
+        return Assessment(rel, kind, "touched", "stat changed, content identical",
+                          state=new_state)
+    return Assessment(rel, kind, "changed", "content hash differs from the index", data,
+                      state=new_state)
+
+
+def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) -> Assessment:
+    offset = state["byte_offset"] if state else 0
+    appendable = state is not None and st.st_size >= offset
+    if appendable and state is not None:
+        head = handle.read(min(ANCHOR_BYTES, offset))
+        handle.seek(max(0, offset - ANCHOR_BYTES))
+        tail = handle.read(offset - max(0, offset - ANCHOR_BYTES))
+        appendable = (_sha(head) == state["head_hash"] and _sha(tail) == state["content_hash"])
+    if appendable and state is not None:
+        handle.seek(offset)
+        start_line = state["line_count"] + 1
+        action, reason = "append", "lines appended since the index"
+        prefix_errors = list(state["errors"])
+    else:
+        handle.seek(0)
+        offset, start_line = 0, 1
+        prefix_errors = []
+        if state is None:
+            action, reason = "new", "not indexed yet"
+        elif st.st_size < state["byte_offset"]:
+            action, reason = "rewrite", "shorter than the indexed prefix (checkout or rewrite)"
+        else:
+            action, reason = "rewrite", "indexed prefix changed (checkout or rewrite)"
+    rest = handle.read()
+    cut = rest.rfind(b"\n") + 1
+    complete = rest[:cut]
+    new_offset = offset + len(complete)
+    if action == "append" and not complete:
+        action, reason = "touched", "no complete new line"
+    handle.seek(0)
+    head = handle.read(min(ANCHOR_BYTES, new_offset))
+    handle.seek(max(0, new_offset - ANCHOR_BYTES))
+    tail = handle.read(new_offset - max(0, new_offset - ANCHOR_BYTES))
+    new_state = {"path": rel, "kind": "events", "content_hash": _sha(tail),
+                 "byte_offset": new_offset,
+                 "line_count": start_line - 1 + complete.count(b"\n"),
+                 "head_hash": _sha(head), "errors": prefix_errors, **_stat_fields(st)}
+    return Assessment(rel, "events", action, reason, complete, start_line, new_state,
+                      pending_bytes=len(rest) - cut)
+
+
+def disk_files(store: Path) -> dict[str, str]:
+    """Every indexed file of the store: relative path -> kind."""
+    return dict(iter_store_files(store))
+
+
+def candidates(store: Path, states: dict[str, Row]) -> list[tuple[str, str]]:
+    """Files whose stat differs from the index, new files and deleted files."""
+    out: list[tuple[str, str]] = []
+    on_disk = disk_files(store)
+    for rel, kind in on_disk.items():
+        state = states.get(rel)
+        if state is None:
+            out.append((rel, kind))
+            continue
+        try:
+            st = (store / rel).stat()
+        except FileNotFoundError:
+            out.append((rel, kind))
+            continue
+        if not _same_stat(state, st):
+            out.append((rel, kind))
+    out.extend((rel, str(state["kind"])) for rel, state in states.items() if rel not in on_disk)
+    return sorted(out)
+
+
+def load_states(db: Database) -> dict[str, Row]:
+    """The indexed state of every source file."""
+    return {row["path"]: row for row in db.fetchall("file_states")}
+
+
+def _insert(db: Database, conn: psycopg.Connection[Row], rows: FileRows) -> int:
+    for table, values in rows.tables.items():
+        if values:
+            db.executemany(f"insert_{table}", values, conn)
+    return rows.count()
+
+
+def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
+          policies: Policies) -> FileRows:
+    """Bring one file's rows and state in step (inside the caller's transaction)."""
+    if a.action == "deleted":
+        db.execute("delete_file_rows", {"path": a.path}, conn)
+        db.execute("delete_file_state", {"path": a.path}, conn)
+        return FileRows()
+    rows = FileRows()
+    if a.action in ("new", "rewrite", "changed", "append"):
+        if a.action != "append":
+            db.execute("delete_file_rows", {"path": a.path}, conn)
+        rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line)
+        _insert(db, conn, rows)
+    state = dict(a.state)
+    state["errors"] = json.dumps(list(state.get("errors", [])) + _errors_json(rows.errors))
+    db.execute("upsert_file_state", state, conn)
+    return rows
+
+
+def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies) -> Assessment:
+    """Sync one file in its own transaction; returns what was found."""
+    with db.transaction() as conn:
+        db.execute("lock_sync_shared", {"path": rel}, conn)
+        state = db.fetchone("file_state", {"path": rel}, conn)
+        found = assess(store, rel, kind, state, policies)
+        if found.action != "unchanged":
+            apply(db, conn, found, policies)
+    return found
+
+
+def sync(db: Database, store: Path, policies: Policies,
+         paths: Iterable[str] | None = None) -> SyncReport:
+    """Catch the index up with the files (all of them, or just `paths`)."""
+    if paths is None:
+        todo = candidates(store, load_states(db))
+    else:
+        todo = sorted({(p, classify(p) or "") for p in paths})
+        todo = [(p, k) for p, k in todo if k in ("events", "decision", "task", "summary",
+                                                  "handoff", "view")]
+    report = SyncReport(files=len(todo))
+    for rel, kind in todo:
+        found = sync_file(db, store, rel, kind, policies)
+        if found.stale:
+            report.changed.append({"path": rel, "action": found.action, "reason": found.reason})
+    report.head = gitops.head(store)
+    if paths is None:
+        db.execute("meta_set", {"key": "git_head", "value": report.head or ""})
+    return report
+
+
+def reindex(db: Database, store: Path, policies: Policies,
+            progress: Progress | None = None) -> SyncReport:
+    """Drop the index and rebuild it from the files with COPY, in one transaction."""
+    files = list(iter_store_files(store))
+    report = SyncReport(files=len(files))
+    seen_events: set[str] = set()
+    with db.rebuild() as conn:
+        batch = FileRows()
+        states: list[tuple[Any, ...]] = []
+        for rel, kind in files:
+            found = assess(store, rel, kind, None, policies)
+            if found.action == "unchanged":  # vanished between listing and reading
+                continue
+            rows = parse_file(rel, kind, found.data, policies)
+            _drop_seen(rows, seen_events)
+            batch.extend(rows)
+            state = dict(found.state)
+            state["errors"] = json.dumps(_errors_json(rows.errors))
+            states.append(tuple(state[c] for c in _STATE_COLUMNS))
+            report.errors.extend(_errors_json(rows.errors))
+            if progress is not None:
+                progress(len(found.data) + found.pending_bytes)
+            if batch.count() >= COPY_BATCH_ROWS:
+                report.rows += _copy(db, conn, batch)
+                batch = FileRows()
+        report.rows += _copy(db, conn, batch)
+        db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
+        report.head = gitops.head(store)
+        db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)
+    return report
+
+
+_STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "head_hash",
+                  "errors", "size", "mtime_ns", "inode")
+
+
+def _drop_seen(rows: FileRows, seen: set[str]) -> None:
+    """Keep the first occurrence of an event id across files (union merges)."""
+    events = rows.tables["events"]
+    if not events:
+        return
+    dupes = {row[0] for row in events if row[0] in seen}
+    seen.update(row[0] for row in events)
+    if dupes:
+        rows.tables["events"] = [r for r in events if r[0] not in dupes]
+        rows.tables["chunks"] = [r for r in rows.tables["chunks"] if r[3] not in dupes]
+        rows.tables["artifacts"] = [r for r in rows.tables["artifacts"] if r[1] not in dupes]
+
+
+def _copy(db: Database, conn: psycopg.Connection[Row], batch: FileRows) -> int:
+    total = 0
+    for table, values in batch.tables.items():
+        if values:
+            total += db.copy_rows(conn, table, TABLE_COLUMNS[table], values)
+    return total
+
+
+def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
+    """Index versus files: what is stale and why, parse problems, the git HEAD."""
+    states = load_states(db)
+    stale: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for rel, kind in candidates(store, states):
+        found = assess(store, rel, kind, states.get(rel), policies)
+        if found.stale:
+            stale.append({"path": rel, "action": found.action, "reason": found.reason})
+    for rel, state in states.items():
+        if state["kind"] != "events" or any(s["path"] == rel for s in stale):
+            continue
+        size = (store / rel).stat().st_size if (store / rel).exists() else 0
+        if size > state["byte_offset"]:
+            pending.append({"path": rel, "bytes": size - state["byte_offset"],
+                            "reason": "last line has no newline yet (torn or being written)"})
+    errors = [dict(e, path=e.get("path") or rel) for rel, s in states.items()
+              for e in s["errors"]]
+    counts = db.fetchone("index_counts") or {}
+    indexed_head = db.fetchone("meta_get", {"key": "git_head"})
+    head = gitops.head(store)
+    return {
+        "store": str(store), "schema": db.schema, "clean": not stale,
+        "stale": stale, "pending": pending, "errors": errors,
+        "git": {"head": head, "indexed_head": indexed_head["value"] if indexed_head else None},
+        "index": {k: int(v) for k, v in counts.items()},
+        "files_indexed": len(states),
+    }

@@ -1,0 +1,308 @@
+"""The store's policies (budgets, privacy, channels) and its manifest.
+
+Each file is parsed into a frozen object; a bad value is a `FormatError` naming
+the file, the line of the key and what was expected. `Policies.hashes` are the
+files' content hashes, recorded in every ACB's provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitmem.errors import FormatError, ValidationError
+from gitmem.records import CHANNELS, SENSITIVITIES, field_line, load_yaml
+
+SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
+            "recent_window", "tool_state", "handoff")
+POLICY_FILES = ("policies/budgets.yaml", "policies/privacy.yaml", "policies/channels.yaml")
+FORMAT_VERSION = 1
+TOKENIZER = "cl100k_base"
+
+
+@dataclass(frozen=True)
+class SectionBudget:
+    """The cap and fill priority of one ACB section."""
+
+    max_tokens: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """policies/budgets.yaml."""
+
+    total: int = 65000
+    reserve: int = 5000
+    sections: Mapping[str, SectionBudget] = field(default_factory=dict)
+    candidate_pool_max: int = 2000
+    retrieved_chunks_max: int = 200
+    recent_window_events: int = 40
+    tool_state_events: int = 5
+    decisions_max: int = 100
+    handoff_evidence_max: int = 20
+    alpha: float = 0.6
+    beta: float = 0.3
+    gamma: float = 0.1
+    recency_tau_days: float = 7.0
+    max_excerpt_bytes: int = 8192
+    chunk_max_tokens: int = 600
+
+    def section_order(self) -> list[str]:
+        """Section names by descending priority, ties in the documented order."""
+        return sorted(self.sections, key=lambda n: (-self.sections[n].priority,
+                                                    SECTIONS.index(n)))
+
+
+@dataclass(frozen=True)
+class ChannelRule:
+    """What one channel may not load."""
+
+    suppress_sensitivity: frozenset[str] = frozenset({"secret"})
+    suppress_views: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Privacy:
+    """policies/privacy.yaml."""
+
+    never_store: frozenset[str] = frozenset({"secret"})
+    redaction: str = "[REDACTED]"
+    patterns: tuple[re.Pattern[str], ...] = ()
+    channel_rules: Mapping[str, ChannelRule] = field(default_factory=dict)
+
+    def rule(self, channel: str) -> ChannelRule:
+        """The rule of a channel; an unlisted channel loads nothing sensitive."""
+        return self.channel_rules.get(
+            channel, ChannelRule(frozenset({"high", "secret"}), frozenset()))
+
+    def redact(self, text: str) -> str:
+        """`text` with every redaction pattern's matches replaced."""
+        for pattern in self.patterns:
+            text = pattern.sub(self.redaction, text)
+        return text
+
+    def find_secret(self, text: str) -> str | None:
+        """The first pattern that matches `text` (for verify), else None."""
+        for pattern in self.patterns:
+            if pattern.search(text):
+                return pattern.pattern
+        return None
+
+
+@dataclass(frozen=True)
+class Channels:
+    """policies/channels.yaml: the views each channel loads by default."""
+
+    default_views: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """manifest.json."""
+
+    format_version: int = FORMAT_VERSION
+    default_tenant: str = "default"
+    tokenizer: str = TOKENIZER
+
+
+@dataclass(frozen=True)
+class Policies:
+    """Everything under policies/ plus the manifest, with content hashes."""
+
+    budgets: Budgets
+    privacy: Privacy
+    channels: Channels
+    manifest: Manifest
+    hashes: Mapping[str, str]
+
+
+def file_hash(data: bytes) -> str:
+    """The content hash recorded for files: `sha256:` + hex."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class _Reader:
+    """Typed access to a YAML mapping that names `path:line` on error."""
+
+    def __init__(self, data: Mapping[str, Any], text: str, path: str) -> None:
+        self.data, self.text, self.path = data, text, path
+
+    def fail(self, key: str, message: str) -> FormatError:
+        line = field_line(self.text, key.split(".")[-1]) or 1
+        return ValidationError(message, path=self.path, line=line, field=key)
+
+    def mapping(self, src: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any]:
+        value = src.get(key, {})
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(name, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def integer(self, src: Mapping[str, Any], key: str, name: str, default: int,
+                lo: int = 0) -> int:
+        value = src.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise self.fail(name, f"expected an integer >= {lo}, got {value!r}")
+        return value
+
+    def number(self, src: Mapping[str, Any], key: str, name: str, default: float) -> float:
+        value = src.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.fail(name, f"expected a number >= 0, got {value!r}")
+        return float(value)
+
+    def strings(self, src: Mapping[str, Any], key: str, name: str,
+                choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        value = src.get(key, [])
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(name, "expected a list of strings")
+        if choices is not None:
+            bad = [v for v in value if v not in choices]
+            if bad:
+                raise self.fail(name, f"expected values from {'|'.join(choices)}, got {bad[0]!r}")
+        return tuple(value)
+
+
+def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
+    """Parse and validate budgets.yaml."""
+    r = _Reader(load_yaml(text, path), text, path)
+    sections: dict[str, SectionBudget] = {}
+    for name, spec in r.mapping(r.data, "sections", "sections").items():
+        if name not in SECTIONS:
+            raise r.fail(f"sections.{name}", f"unknown section; expected one of {', '.join(SECTIONS)}")
+        if not isinstance(spec, dict):
+            raise r.fail(f"sections.{name}", "expected {max_tokens: N, priority: N}")
+        sections[name] = SectionBudget(
+            r.integer(spec, "max_tokens", f"sections.{name}.max_tokens", 0),
+            r.integer(spec, "priority", f"sections.{name}.priority", 0))
+    ret = r.mapping(r.data, "retrieval", "retrieval")
+    weights = r.mapping(ret, "weights", "retrieval.weights")
+    write = r.mapping(r.data, "write", "write")
+    total = r.integer(r.data, "acb_total_max_tokens", "acb_total_max_tokens", 65000, 1)
+    reserve = r.integer(r.data, "reserve_tokens", "reserve_tokens", 5000)
+    if reserve >= total:
+        raise r.fail("reserve_tokens", f"must be below acb_total_max_tokens ({total})")
+    return Budgets(
+        total=total, reserve=reserve, sections=sections,
+        candidate_pool_max=r.integer(ret, "candidate_pool_max", "retrieval.candidate_pool_max",
+                                     2000, 1),
+        retrieved_chunks_max=r.integer(ret, "retrieved_chunks_max",
+                                       "retrieval.retrieved_chunks_max", 200, 1),
+        recent_window_events=r.integer(ret, "recent_window_events",
+                                       "retrieval.recent_window_events", 40),
+        tool_state_events=r.integer(ret, "tool_state_events", "retrieval.tool_state_events", 5),
+        decisions_max=r.integer(ret, "decisions_max", "retrieval.decisions_max", 100),
+        handoff_evidence_max=r.integer(ret, "handoff_evidence_max",
+                                       "retrieval.handoff_evidence_max", 20),
+        alpha=r.number(weights, "alpha", "retrieval.weights.alpha", 0.6),
+        beta=r.number(weights, "beta", "retrieval.weights.beta", 0.3),
+        gamma=r.number(weights, "gamma", "retrieval.weights.gamma", 0.1),
+        recency_tau_days=r.number(ret, "recency_tau_days", "retrieval.recency_tau_days", 7.0),
+        max_excerpt_bytes=r.integer(write, "max_excerpt_bytes", "write.max_excerpt_bytes",
+                                    8192, 256),
+        chunk_max_tokens=r.integer(write, "chunk_max_tokens", "write.chunk_max_tokens", 600, 32),
+    )
+
+
+def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
+    """Parse and validate privacy.yaml (regexes compiled here, once)."""
+    r = _Reader(load_yaml(text, path), text, path)
+    store = r.mapping(r.data, "store", "store")
+    patterns = []
+    for source in r.strings(store, "redact_patterns", "store.redact_patterns"):
+        try:
+            patterns.append(re.compile(source))
+        except re.error as exc:
+            raise r.fail("store.redact_patterns",
+                         f"invalid regular expression {source!r}: {exc}") from None
+    redaction = store.get("redaction", "[REDACTED]")
+    if not isinstance(redaction, str):
+        raise r.fail("store.redaction", "expected a string")
+    rules: dict[str, ChannelRule] = {}
+    load = r.mapping(r.data, "load", "load")
+    for channel, spec in r.mapping(load, "channel_rules", "load.channel_rules").items():
+        if channel not in CHANNELS:
+            raise r.fail(f"load.channel_rules.{channel}",
+                         f"unknown channel; expected one of {'|'.join(CHANNELS)}")
+        if not isinstance(spec, dict):
+            raise r.fail(f"load.channel_rules.{channel}", "expected a mapping")
+        rules[channel] = ChannelRule(
+            frozenset(r.strings(spec, "suppress_sensitivity",
+                                f"load.channel_rules.{channel}.suppress_sensitivity",
+                                SENSITIVITIES)) | {"secret"},
+            frozenset(r.strings(spec, "suppress_views",
+                                f"load.channel_rules.{channel}.suppress_views")))
+    never = frozenset(r.strings(store, "never_store_sensitivity", "store.never_store_sensitivity",
+                                SENSITIVITIES)) | {"secret"}
+    return Privacy(never_store=never, redaction=redaction, patterns=tuple(patterns),
+                   channel_rules=rules)
+
+
+def parse_channels(text: str, path: str = "policies/channels.yaml") -> Channels:
+    """Parse and validate channels.yaml."""
+    r = _Reader(load_yaml(text, path), text, path)
+    views: dict[str, tuple[str, ...]] = {}
+    for channel, spec in r.mapping(r.data, "channels", "channels").items():
+        if channel not in CHANNELS:
+            raise r.fail(f"channels.{channel}", f"unknown channel; expected one of {'|'.join(CHANNELS)}")
+        if not isinstance(spec, dict):
+            raise r.fail(f"channels.{channel}", "expected {default_load_views: [...]}")
+        views[channel] = r.strings(spec, "default_load_views",
+                                   f"channels.{channel}.default_load_views")
+    return Channels(default_views=views)
+
+
+def parse_manifest(text: str, path: str = "manifest.json") -> Manifest:
+    """Parse and validate manifest.json."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"malformed JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    if not isinstance(data, dict):
+        raise FormatError("expected a JSON object", path=path, line=1)
+    version = data.get("format_version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise ValidationError(f"this gitmem reads format_version {FORMAT_VERSION}, got {version!r}",
+                              path=path, line=1, field="format_version")
+    tenant = data.get("default_tenant", "default")
+    if not isinstance(tenant, str) or not tenant:
+        raise ValidationError("expected a non-empty string", path=path, line=1,
+                              field="default_tenant")
+    tokenizer = data.get("tokenizer", TOKENIZER)
+    if tokenizer != TOKENIZER:
+        raise ValidationError(f"only {TOKENIZER} is supported, got {tokenizer!r}", path=path,
+                              line=1, field="tokenizer")
+    return Manifest(format_version=version, default_tenant=tenant, tokenizer=tokenizer)
+
+
+def load_policies(store: Path) -> Policies:
+    """Read and validate the manifest and every policy file of a store."""
+    hashes: dict[str, str] = {}
+
+    def read(rel: str) -> str:
+        path = store / rel
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise FormatError("missing; run `gitmem init` to create the default", path=rel) from None
+        hashes[rel] = file_hash(data)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"not valid UTF-8 at byte {exc.start}", path=rel,
+                              line=data.count(b"\n", 0, exc.start) + 1) from None
+
+    manifest = parse_manifest(read("manifest.json"))
+    budgets = parse_budgets(read(POLICY_FILES[0]))
+    privacy = parse_privacy(read(POLICY_FILES[1]))
+    channels = parse_channels(read(POLICY_FILES[2]))
+    return Policies(budgets, privacy, channels, manifest, hashes)

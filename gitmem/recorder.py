@@ -1,0 +1,441 @@
+"""The write path: one `record` operation used by the CLI, the socket and scenarios.
+
+validate -> privacy (refuse `secret`, redact patterns) -> id, ts, hash -> excerpt
+large tool output into a content-addressed artifact -> append one line per event
+under an exclusive lock, flush, fsync. Files that come with an event (artifact,
+decision, task, summary) are staged as temporary files first and moved into
+place only after the line is durable, so a failed write changes nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gitmem import ids
+from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
+from gitmem.policies import Policies
+from gitmem.records import (
+    EVENT_FIELDS,
+    Decision,
+    Event,
+    Handoff,
+    Summary,
+    Task,
+    content_hash,
+    decision_to_text,
+    format_ts,
+    handoff_to_text,
+    parse_decision,
+    parse_event,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+    parse_ts,
+    summary_to_text,
+    task_to_text,
+)
+from gitmem.store import artifact_path, day_file
+
+DEFAULT_ACTOR = {"type": "human", "id": "user"}
+
+
+@dataclass
+class _Staged:
+    """A file that becomes visible only once its event line is durable."""
+
+    target: Path
+    data: bytes
+    replace_existing: bool = False
+
+
+@dataclass
+class _Prepared:
+    event: Event
+    files: list[_Staged] = field(default_factory=list)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _redact(value: Any, policies: Policies) -> Any:
+    if isinstance(value, str):
+        return policies.privacy.redact(value)
+    if isinstance(value, list):
+        return [_redact(v, policies) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact(v, policies) for k, v in value.items()}
+    return value
+
+
+def cut_excerpt(data: bytes, limit: int) -> bytes:
+    """At most `limit` bytes of `data`, ending at a line end when one is near."""
+    if len(data) <= limit:
+        return data
+    head = data[:limit]
+    newline = head.rfind(b"\n")
+    if newline >= limit // 2:
+        return head[:newline + 1]
+    return head.decode("utf-8", errors="ignore").encode("utf-8")
+
+
+class Recorder:
+    """Appends events (and the files they carry) to one store."""
+
+    def __init__(self, store: Path, policies: Policies, *, now: Any = _now) -> None:
+        self.store = store
+        self.policies = policies
+        self._now = now
+
+    # ------------------------------------------------------------------ public API
+
+    def record(self, obj: Mapping[str, Any]) -> Event:
+        """Validate and durably append one event; returns it with id, ts and hash."""
+        return self.record_many([obj])[0]
+
+    def record_many(self, objs: Iterable[Mapping[str, Any]]) -> list[Event]:
+        """Append many events: all are validated before any byte is written."""
+        prepared: list[_Prepared] = []
+        for number, obj in enumerate(objs, start=1):
+            try:
+                prepared.append(self._prepare(obj))
+            except FormatError as exc:
+                raise exc.at("<input>", number) from None
+            except PrivacyError as exc:
+                raise PrivacyError(f"<input>:{number}: {exc}") from None
+        self._commit(prepared)
+        return [p.event for p in prepared]
+
+    def decide(self, text: str, refs: list[str], *, supersedes: Iterable[str] = (),
+               rationale: Iterable[str] = (), title: str = "", scope: str = "project",
+               constraints: Iterable[str] = (), alternatives: Iterable[str] = (),
+               consequences: Iterable[str] = (), confidence: float | None = None,
+               **event_fields: Any) -> Event:
+        """Record a decision: a `decision` event plus its `decisions/dec_*.md`."""
+        content: dict[str, Any] = {"text": text, "scope": scope}
+        for key, values in (("title", title), ("supersedes", list(supersedes)),
+                            ("rationale", list(rationale)),
+                            ("constraints", list(constraints)),
+                            ("alternatives", list(alternatives)),
+                            ("consequences", list(consequences)),
+                            ("confidence", confidence)):
+            if values not in ("", [], None):
+                content[key] = values
+        return self.record({**event_fields, "kind": "decision", "refs": refs,
+                            "content": content, "actor": event_fields.get("actor")
+                            or {"type": "agent", "id": event_fields.get("agent_id", "agent")}})
+
+    def task(self, title: str, *, status: str = "open", task_id: str | None = None,
+             details: str = "", owner: str = "", **event_fields: Any) -> Event:
+        """Create or update a task: a `task_update` event plus `tasks/tsk_*.md`."""
+        content: dict[str, Any] = {"title": title, "status": status}
+        if task_id:
+            content["task_id"] = task_id
+        if details:
+            content["text"] = details
+        if owner:
+            content["owner"] = owner
+        return self.record({**event_fields, "kind": "task_update", "content": content})
+
+    def handoff(self, to_agent: str, task: str, *, from_agent: str = "",
+                constraints: Iterable[str] = (), decisions: Iterable[str] = (),
+                required_files: Iterable[str] = (), open_questions: Iterable[str] = (),
+                refs: Iterable[str] = (), tenant_id: str | None = None,
+                ts: str | None = None) -> Handoff:
+        """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites)."""
+        when = parse_ts(ts) if ts else self._now()
+        packet = Handoff(
+            id=ids.new_id("hof", when), ts=format_ts(when),
+            tenant_id=tenant_id or self.policies.manifest.default_tenant,
+            to_agent=to_agent, task=self.policies.privacy.redact(task), from_agent=from_agent,
+            constraints=tuple(constraints), decisions=tuple(decisions),
+            required_files=tuple(required_files), open_questions=tuple(open_questions),
+            refs=tuple(refs))
+        text = handoff_to_text(packet)
+        rel = f"handoffs/{packet.id}.yaml"
+        parse_handoff(text, rel, packet.tenant_id)
+        for dec in packet.decisions:
+            self._require_decision(dec, "decisions")
+        self._publish([_Staged(self.store / rel, text.encode())])
+        return packet
+
+    # ------------------------------------------------------------------ preparation
+
+    def _complete(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(obj, Mapping):
+            raise ValidationError(f"expected a JSON object, got {type(obj).__name__}")
+        unknown = sorted(set(obj) - set(EVENT_FIELDS))
+        if unknown:
+            raise ValidationError(f"unknown field; expected only {', '.join(EVENT_FIELDS)}",
+                                  field=unknown[0])
+        when = parse_ts(obj["ts"]) if obj.get("ts") is not None else self._now()
+        full = {
+            "id": obj.get("id") or ids.new_id("evt", when),
+            "ts": obj["ts"] if obj.get("ts") is not None else format_ts(when),
+            "tenant_id": obj.get("tenant_id") or self.policies.manifest.default_tenant,
+            "session_id": obj.get("session_id") or "default",
+            "agent_id": obj.get("agent_id") or "agent",
+            "channel": obj.get("channel") or "private",
+            "actor": obj.get("actor") or dict(DEFAULT_ACTOR),
+            "kind": obj.get("kind") or "message",
+            "content": obj.get("content", {}),
+            "refs": list(obj.get("refs") or []),
+            "tags": list(obj.get("tags") or []),
+            "sensitivity": obj.get("sensitivity") or "none",
+            "hash": "sha256:" + "0" * 64,
+        }
+        if isinstance(full["actor"], str):
+            kind, _, name = full["actor"].partition(":")
+            full["actor"] = {"type": kind, "id": name}
+        given = obj.get("hash")
+        if given is not None and isinstance(full["content"], dict):
+            expected = content_hash(str(full["kind"]), full["content"])
+            if given != expected:
+                raise ValidationError(f"does not match the content (expected {expected})",
+                                      field="hash")
+        return full
+
+    def _prepare(self, obj: Mapping[str, Any]) -> _Prepared:
+        full = self._complete(obj)
+        if full["sensitivity"] in self.policies.privacy.never_store:
+            raise PrivacyError(
+                f"sensitivity {full['sensitivity']!r} is never stored "
+                "(policies/privacy.yaml store.never_store_sensitivity); nothing was written. "
+                "Record a redacted version with a lower sensitivity instead.")
+        if not isinstance(full["content"], dict):
+            raise ValidationError(f"expected an object, got {type(full['content']).__name__}",
+                                  field="content")
+        full["content"] = _redact(full["content"], self.policies)
+        full["tags"] = _redact(full["tags"], self.policies)
+        staged: list[_Staged] = []
+        kind = full["kind"]
+        if kind == "tool_result":
+            staged += self._excerpt(full["content"])
+        elif kind == "artifact":
+            staged += self._artifact(full["content"])
+        parse_event(full)  # every type and enum checked before files are derived
+        when = parse_ts(full["ts"])
+        if kind == "decision":
+            staged.append(self._decision_file(full, when))
+        elif kind == "task_update":
+            staged.append(self._task_file(full, when))
+        elif kind == "summary":
+            staged.append(self._summary_file(full, when))
+        full["hash"] = content_hash(kind, full["content"])
+        return _Prepared(parse_event(full), staged)
+
+    def _excerpt(self, content: dict[str, Any]) -> list[_Staged]:
+        output = content.pop("output", None)
+        if output is None:
+            output = content.get("excerpt_text", "")
+        if not isinstance(output, str):
+            raise ValidationError("expected the tool's output as a string", field="content.output")
+        data = output.encode("utf-8")
+        limit = self.policies.budgets.max_excerpt_bytes
+        excerpt = cut_excerpt(data, limit)
+        content["excerpt_text"] = excerpt.decode("utf-8")
+        content["truncated"] = len(excerpt) < len(data)
+        content.setdefault("line_range", [1, max(1, excerpt.count(b"\n")
+                                                 + (0 if excerpt.endswith(b"\n") else 1))])
+        if not content["truncated"]:
+            return []
+        art = ids.artifact_id(data)
+        content["artifact_id"] = art
+        content["bytes"] = len(data)
+        content["total_lines"] = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        return [_Staged(artifact_path(self.store, art), data)]
+
+    def _artifact(self, content: dict[str, Any]) -> list[_Staged]:
+        data = content.pop("data", None)
+        if data is None:
+            return []
+        if not isinstance(data, str):
+            raise ValidationError("expected the artifact's data as a string", field="content.data")
+        raw = data.encode("utf-8")
+        content["artifact_id"] = ids.artifact_id(raw)
+        content["bytes"] = len(raw)
+        return [_Staged(artifact_path(self.store, content["artifact_id"]), raw)]
+
+    def _require_decision(self, dec: str, field_name: str) -> None:
+        if not (self.store / "decisions" / f"{dec}.md").is_file():
+            raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
+                                  field=field_name)
+
+    def _decision_file(self, full: dict[str, Any], when: datetime) -> _Staged:
+        content = full["content"]
+        content.setdefault("decision_id", ids.new_id("dec", when))
+        for dec in content.get("supersedes", []):
+            self._require_decision(dec, "content.supersedes")
+        try:
+            decision = Decision(
+                id=content["decision_id"], ts=full["ts"], tenant_id=full["tenant_id"],
+                scope=content.get("scope", "project"), status="active",
+                refs=tuple(full["refs"]), text=content["text"],
+                title=content.get("title", ""),
+                rationale=tuple(content.get("rationale", ())),
+                constraints=tuple(content.get("constraints", ())),
+                alternatives=tuple(content.get("alternatives", ())),
+                consequences=tuple(content.get("consequences", ())),
+                confidence=content.get("confidence"),
+                supersedes=tuple(content.get("supersedes", ())),
+                sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
+        except TypeError as exc:
+            raise ValidationError(f"bad decision content: {exc}", field="content") from None
+        rel = f"decisions/{decision.id}.md"
+        text = decision_to_text(decision)
+        try:
+            parse_decision(text, rel, full["tenant_id"])
+        except FormatError as exc:
+            raise ValidationError(exc.detail, field=_event_field(exc.field)) from None
+        return _Staged(self.store / rel, text.encode())
+
+    def _task_file(self, full: dict[str, Any], when: datetime) -> _Staged:
+        content = full["content"]
+        task_id = content.get("task_id")
+        existing: Task | None = None
+        if task_id:
+            path = self.store / "tasks" / f"{task_id}.md"
+            if path.is_file():
+                existing = parse_task(path.read_text(encoding="utf-8"),
+                                      f"tasks/{task_id}.md", full["tenant_id"])
+        else:
+            content["task_id"] = task_id = ids.new_id("tsk", when)
+        if existing is None:
+            if not content.get("title"):
+                raise ValidationError("a new task needs a title", field="content.title")
+            task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
+                        status=content.get("status", "open"), title=content["title"],
+                        details=content.get("text", ""), owner=content.get("owner", ""),
+                        refs=tuple(full["refs"]), session_id=full["session_id"],
+                        sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
+        else:
+            task = replace(
+                existing, status=content.get("status", existing.status),
+                title=content.get("title", existing.title),
+                details=content.get("text", existing.details),
+                owner=content.get("owner", existing.owner),
+                refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
+        return _Staged(self.store / "tasks" / f"{task_id}.md", task_to_text(task).encode(),
+                       replace_existing=existing is not None)
+
+    def _summary_file(self, full: dict[str, Any], when: datetime) -> _Staged:
+        content = full["content"]
+        if not full["refs"]:
+            raise ValidationError("a summary must cite the events it summarises (P4)",
+                                  field="refs")
+        content.setdefault("summary_id", ids.new_id("sum", when))
+        scope = content.get("scope", "session")
+        summary = Summary(
+            id=content["summary_id"], ts=full["ts"], tenant_id=full["tenant_id"],
+            scope=scope, refs=tuple(full["refs"]), text=content["text"],
+            session_id=full["session_id"], decisions=tuple(content.get("decisions", ())),
+            sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
+        rel = f"summaries/{scope}/{summary.id}.md"
+        text = summary_to_text(summary)
+        try:
+            parse_summary(text, rel, full["tenant_id"])
+        except FormatError as exc:
+            raise ValidationError(exc.detail, field=_event_field(exc.field)) from None
+        return _Staged(self.store / rel, text.encode())
+
+    # ------------------------------------------------------------------ commit
+
+    def _commit(self, prepared: list[_Prepared]) -> None:
+        staged = [f for p in prepared for f in p.files]
+        temps = self._stage(staged)
+        try:
+            by_file: dict[Path, list[bytes]] = {}
+            for p in prepared:
+                by_file.setdefault(day_file(self.store, p.event.when), []).append(
+                    p.event.to_line().encode("utf-8"))
+            for path, lines in by_file.items():
+                append_lines(path, lines)
+        except BaseException:
+            for tmp, _ in temps:
+                tmp.unlink(missing_ok=True)
+            raise
+        self._place(temps)
+
+    def _publish(self, staged: list[_Staged]) -> None:
+        self._place(self._stage(staged))
+
+    def _stage(self, staged: list[_Staged]) -> list[tuple[Path, _Staged]]:
+        temps: list[tuple[Path, _Staged]] = []
+        try:
+            for item in staged:
+                if item.target.exists() and not item.replace_existing:
+                    if item.target.parent.name != item.target.name[:2]:  # not an artifact
+                        raise StoreError(f"{item.target} already exists; ids never repeat, "
+                                         "so this is a clash: retry the write")
+                    continue  # content-addressed artifact already present
+                item.target.parent.mkdir(parents=True, exist_ok=True)
+                fd, name = tempfile.mkstemp(dir=item.target.parent, prefix=".tmp-")
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(item.data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                temps.append((Path(name), item))
+        except BaseException:
+            for tmp, _ in temps:
+                tmp.unlink(missing_ok=True)
+            raise
+        return temps
+
+    @staticmethod
+    def _place(temps: list[tuple[Path, _Staged]]) -> None:
+        dirs = set()
+        for tmp, item in temps:
+            os.replace(tmp, item.target)
+            dirs.add(item.target.parent)
+        for directory in dirs:
+            fsync_dir(directory)
+
+
+def _event_field(name: str | None) -> str:
+    mapping = {"refs": "refs", "body": "content.text", "id": "content.decision_id"}
+    if name is None:
+        return "content"
+    return mapping.get(name, f"content.{name}")
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory entry (a new or renamed file) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_lines(path: Path, lines: list[bytes]) -> None:
+    """Append complete lines with one write under an exclusive lock, then fsync.
+
+    If the file ends in a torn line (a writer crashed mid-write), a newline is
+    written first so the fragment stays a line of its own, reported by the
+    indexer, and never glued to a good record.
+    """
+    created = not path.exists()
+    if created:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        payload = b"".join(lines)
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload
+        written = os.write(fd, payload)
+        while written < len(payload):  # a short write (signal, full pipe): finish it
+            written += os.write(fd, payload[written:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+    if created:
+        fsync_dir(path.parent)

@@ -1,0 +1,271 @@
+"""Turn parsed files into index rows: one `FileRows` per source file.
+
+This is where chunk text, token counts, importance and the searchable extras
+are decided, so the incremental sync and the full reindex cannot disagree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitmem import tokens
+from gitmem.errors import FormatError
+from gitmem.policies import Policies
+from gitmem.records import (
+    Event,
+    event_text,
+    iter_lines,
+    parse_decision,
+    parse_event_line,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+    parse_view,
+)
+
+EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
+                 "actor_type", "actor_id", "kind", "sensitivity", "tags", "refs", "content",
+                 "hash", "path", "line")
+CHUNK_COLUMNS = ("chunk_id", "tenant_id", "source_type", "source_id", "path", "line", "ts",
+                 "kind", "channel", "session_id", "agent_id", "sensitivity", "tags", "refs",
+                 "hash", "token_est", "importance", "text", "search_extra")
+DECISION_COLUMNS = ("decision_id", "tenant_id", "ts", "status", "scope", "title", "text",
+                    "rationale", "constraints", "alternatives", "consequences", "confidence",
+                    "supersedes", "refs", "sensitivity", "tags", "path")
+TASK_COLUMNS = ("task_id", "tenant_id", "ts", "status", "title", "details", "owner", "refs",
+                "session_id", "sensitivity", "tags", "path")
+SUMMARY_COLUMNS = ("summary_id", "tenant_id", "ts", "scope", "session_id", "refs", "decisions",
+                   "text", "sensitivity", "tags", "path")
+HANDOFF_COLUMNS = ("handoff_id", "tenant_id", "ts", "from_agent", "to_agent", "task",
+                   "constraints", "decisions", "required_files", "open_questions", "refs", "path")
+VIEW_COLUMNS = ("path", "section", "pinned", "sensitivity", "channels", "max_tokens", "title")
+VIEW_CHUNK_COLUMNS = ("path", "anchor", "ord", "heading", "line", "text", "token_est")
+ARTIFACT_COLUMNS = ("artifact_id", "event_id", "tenant_id", "bytes", "path")
+
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": EVENT_COLUMNS, "chunks": CHUNK_COLUMNS, "decisions": DECISION_COLUMNS,
+    "tasks": TASK_COLUMNS, "summaries": SUMMARY_COLUMNS, "handoffs": HANDOFF_COLUMNS,
+    "views": VIEW_COLUMNS, "view_chunks": VIEW_CHUNK_COLUMNS, "artifacts": ARTIFACT_COLUMNS,
+}
+# Event kinds whose Markdown file is the retrieval unit (the event only logs the act).
+FILE_BACKED_KINDS = ("decision", "summary", "task_update")
+BASE_IMPORTANCE = {"message": 0.3, "tool_call": 0.1, "tool_result": 0.3, "artifact": 0.2,
+                   "decision": 0.8, "summary": 0.6, "task": 0.5}
+
+
+@dataclass
+class FileRows:
+    """Rows derived from one file, per table, plus the problems found in it."""
+
+    tables: dict[str, list[tuple[Any, ...]]] = field(
+        default_factory=lambda: {name: [] for name in TABLE_COLUMNS})
+    errors: list[FormatError] = field(default_factory=list)
+
+    def count(self) -> int:
+        """Rows over all tables."""
+        return sum(len(rows) for rows in self.tables.values())
+
+    def extend(self, other: FileRows) -> None:
+        """Add another file's rows (for batched bulk loads)."""
+        for name, rows in other.tables.items():
+            self.tables[name].extend(rows)
+        self.errors.extend(other.errors)
+
+
+def importance(kind: str, tags: tuple[str, ...], actor_type: str = "") -> float:
+    """A small, deterministic prior: decisions > summaries > tasks > messages."""
+    score = BASE_IMPORTANCE.get(kind, 0.2)
+    if kind == "message" and actor_type == "human":
+        score = 0.4
+    if "pinned" in tags:
+        return 1.0
+    if "important" in tags:
+        score += 0.3
+    return round(min(score, 1.0), 3)
+
+
+def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
+    """The actor's name and tags as searchable words (`topic:memory` -> topic memory)."""
+    words = [actor_id, *tags]
+    words += [part for tag in tags for part in tag.replace("/", ":").split(":") if part]
+    return " ".join(words)
+
+
+def split_text(text: str, max_tokens: int) -> list[str]:
+    """`text` cut at paragraph (then line) boundaries into parts of <= max_tokens."""
+    if tokens.count(text) <= max_tokens:
+        return [text]
+    parts: list[str] = []
+    current: list[str] = []
+    used = 0
+    pieces = [p for para in text.split("\n\n") for p in _fit(para, max_tokens)]
+    for piece in pieces:
+        size = tokens.count(piece) + 1
+        if current and used + size > max_tokens:
+            parts.append("\n\n".join(current))
+            current, used = [], 0
+        current.append(piece)
+        used += size
+    if current:
+        parts.append("\n\n".join(current))
+    return parts
+
+
+def _fit(paragraph: str, max_tokens: int) -> list[str]:
+    if tokens.count(paragraph) <= max_tokens - 1:
+        return [paragraph]
+    out: list[str] = []
+    rest = paragraph
+    while rest:
+        head = tokens.truncate(rest, max_tokens - 1)
+        cut = head.rfind("\n")
+        if cut > len(head) // 2:
+            head = head[:cut]
+        if not head:  # a single token longer than the limit cannot happen; be safe
+            head = rest[:1]
+        out.append(head.strip("\n"))
+        rest = rest[len(head):].lstrip("\n")
+    return [p for p in out if p]
+
+
+def event_chunk_text(event: Event) -> str:
+    """What an ACB item shows for an event."""
+    body = event_text(event)
+    if event.kind == "message":
+        return f"{event.actor.id}: {body}"
+    if event.kind == "tool_call":
+        return f"{event.actor.id} called {body}"
+    if event.kind == "tool_result":
+        where = f" {event.content['path']}" if event.content.get("path") else ""
+        return f"[{event.content['tool']} result{where}]\n{event.content['excerpt_text']}".rstrip()
+    return f"{event.actor.id}: {body}"
+
+
+def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows) -> None:
+    """Rows of one event: the event, its chunks, its artifact reference."""
+    tags = list(event.tags)
+    refs = list(event.refs)
+    out.tables["events"].append((
+        event.id, event.tenant_id, event.ts, event.session_id, event.agent_id, event.channel,
+        event.actor.type, event.actor.id, event.kind, event.sensitivity, tags, refs,
+        json.dumps(event.content, ensure_ascii=False), event.hash, path, line))
+    if "artifact_id" in event.content:
+        out.tables["artifacts"].append((event.content["artifact_id"], event.id, event.tenant_id,
+                                        int(event.content.get("bytes", 0)), path))
+    if event.kind in FILE_BACKED_KINDS:
+        return
+    parts = split_text(event_chunk_text(event), policies.budgets.chunk_max_tokens)
+    weight = importance(event.kind, event.tags, event.actor.type)
+    extra = search_extra(event.actor.id, event.tags)
+    for number, text in enumerate(parts, start=1):
+        chunk_id = event.id if len(parts) == 1 else f"{event.id}#{number}"
+        digest = event.hash if len(parts) == 1 else f"{event.hash}#{number}"
+        out.tables["chunks"].append((
+            chunk_id, event.tenant_id, "event", event.id, path, line, event.ts, event.kind,
+            event.channel, event.session_id, event.agent_id, event.sensitivity, tags, refs,
+            digest, tokens.count(text), weight, text, extra))
+
+
+def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str, path: str,
+                  line: int, ts: str, kind: str, session: str, sensitivity: str,
+                  tags: tuple[str, ...], refs: tuple[str, ...], text: str,
+                  weight: float) -> None:
+    digest = "sha256:" + hashlib.sha256(f"{source_type}\0{text}".encode()).hexdigest()
+    out.tables["chunks"].append((
+        chunk_id, tenant, source_type, chunk_id, path, line, ts, kind, "", session, "",
+        sensitivity, list(tags), list(refs), digest, tokens.count(text), weight, text,
+        search_extra("", tags)))
+
+
+def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:
+    """What an ACB item shows for a decision: its text, then its rationale."""
+    head = f"Decision: {title}\n{text}" if title else f"Decision: {text}"
+    return head + (f"\nRationale: {'; '.join(rationale)}" if rationale else "")
+
+
+def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
+               start_line: int = 1) -> FileRows:
+    """Rows for `data`, the content of the store file `path` of kind `kind`.
+
+    For events files `data` holds complete lines only, the first being line
+    `start_line`. A bad line or file is recorded in `errors`, never raised.
+    """
+    out = FileRows()
+    tenant = policies.manifest.default_tenant
+    if kind == "events":
+        seen: set[str] = set()
+        for offset, raw in iter_lines(data):
+            number = start_line + offset - 1
+            if not raw.strip():
+                continue
+            try:
+                event = parse_event_line(raw, path=path, line=number)
+            except FormatError as exc:
+                out.errors.append(exc)
+                continue
+            if event.id in seen:  # a union merge may repeat a line: index it once
+                continue
+            seen.add(event.id)
+            event_rows(event, path, number, policies, out)
+        return out
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        out.errors.append(FormatError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x})",
+                                      path=path, line=data.count(b"\n", 0, exc.start) + 1))
+        return out
+    try:
+        _markdown_rows(path, kind, text, tenant, out)
+    except FormatError as exc:
+        out = FileRows()
+        out.errors.append(exc.at(path, 1))
+    return out
+
+
+def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) -> None:
+    if kind == "decision":
+        d = parse_decision(text, path, tenant)
+        out.tables["decisions"].append((
+            d.id, d.tenant_id, d.ts, d.status, d.scope, d.title, d.text, list(d.rationale),
+            list(d.constraints), list(d.alternatives), list(d.consequences), d.confidence,
+            list(d.supersedes), list(d.refs), d.sensitivity, list(d.tags), path))
+        _record_chunk(out, chunk_id=d.id, tenant=d.tenant_id, source_type="decision", path=path,
+                      line=1, ts=d.ts, kind="decision", session="", sensitivity=d.sensitivity,
+                      tags=d.tags, refs=d.refs, text=decision_text(d.title, d.text, d.rationale),
+                      weight=importance("decision", d.tags))
+    elif kind == "task":
+        t = parse_task(text, path, tenant)
+        out.tables["tasks"].append((
+            t.id, t.tenant_id, t.ts, t.status, t.title, t.details, t.owner, list(t.refs),
+            t.session_id, t.sensitivity, list(t.tags), path))
+        body = f"Task [{t.status}] {t.title}" + (f"\n{t.details}" if t.details else "")
+        _record_chunk(out, chunk_id=t.id, tenant=t.tenant_id, source_type="task", path=path,
+                      line=1, ts=t.ts, kind="task", session=t.session_id,
+                      sensitivity=t.sensitivity, tags=t.tags, refs=t.refs, text=body,
+                      weight=importance("task", t.tags) if t.status != "done" else 0.2)
+    elif kind == "summary":
+        s = parse_summary(text, path, tenant)
+        out.tables["summaries"].append((
+            s.id, s.tenant_id, s.ts, s.scope, s.session_id, list(s.refs), list(s.decisions),
+            s.text, s.sensitivity, list(s.tags), path))
+        _record_chunk(out, chunk_id=s.id, tenant=s.tenant_id, source_type="summary", path=path,
+                      line=1, ts=s.ts, kind="summary", session=s.session_id,
+                      sensitivity=s.sensitivity, tags=s.tags, refs=s.refs,
+                      text=f"Summary ({s.scope}): {s.text}", weight=importance("summary", s.tags))
+    elif kind == "handoff":
+        h = parse_handoff(text, path, tenant)
+        out.tables["handoffs"].append((
+            h.id, h.tenant_id, h.ts, h.from_agent, h.to_agent, h.task, list(h.constraints),
+            list(h.decisions), list(h.required_files), list(h.open_questions), list(h.refs),
+            path))
+    elif kind == "view":
+        section = "identity" if path == "views/identity.md" else "rules"
+        v = parse_view(text, path, section)
+        out.tables["views"].append((v.path, v.section, v.pinned, v.sensitivity,
+                                    list(v.channels), v.max_tokens, v.title))
+        for order, chunk in enumerate(v.chunks):
+            out.tables["view_chunks"].append((v.path, chunk.anchor, order, chunk.heading,
+                                              chunk.line, chunk.text, tokens.count(chunk.text)))

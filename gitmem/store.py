@@ -1,0 +1,176 @@
+"""The memory tree on disk: its layout, `gitmem init`, and what each path holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+from gitmem.errors import StoreError
+from gitmem.policies import FORMAT_VERSION, TOKENIZER
+
+TEMPLATE_FILES = (
+    "policies/budgets.yaml", "policies/privacy.yaml", "policies/channels.yaml",
+    "views/identity.md", "views/rules.project.md", "views/preferences.md", "views/glossary.md",
+)
+DIRECTORIES = ("policies", "views", "events", "decisions", "tasks", "summaries/session",
+               "summaries/episode", "handoffs", "artifacts")
+UNION_RULE = "events/**/*.jsonl merge=union"
+
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("events", re.compile(r"^events/\d{4}-\d{2}/\d{4}-\d{2}-\d{2}\.jsonl$")),
+    ("decision", re.compile(r"^decisions/dec_[0-9A-HJKMNP-TV-Z]{26}\.md$")),
+    ("task", re.compile(r"^tasks/tsk_[0-9A-HJKMNP-TV-Z]{26}\.md$")),
+    ("summary", re.compile(r"^summaries/(session|episode)/sum_[0-9A-HJKMNP-TV-Z]{26}\.md$")),
+    ("handoff", re.compile(r"^handoffs/hof_[0-9A-HJKMNP-TV-Z]{26}\.yaml$")),
+    ("view", re.compile(r"^views/[A-Za-z0-9][A-Za-z0-9._-]*\.md$")),
+    ("policy", re.compile(r"^(policies/(budgets|privacy|channels)\.yaml|manifest\.json)$")),
+    ("artifact", re.compile(r"^artifacts/[0-9a-f]{2}/[0-9a-f]{64}$")),
+)
+INDEXED_KINDS = ("events", "decision", "task", "summary", "handoff", "view")
+
+
+def classify(rel: str) -> str | None:
+    """What a store-relative path holds, or None for files gitmem ignores."""
+    for kind, pattern in _PATTERNS:
+        if pattern.match(rel):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What `gitmem init` created (paths relative to the repository root)."""
+
+    store: Path
+    created: tuple[str, ...]
+    git_initialized: bool
+
+
+def _template(rel: str) -> bytes:
+    return (resources.files("gitmem") / "templates" / rel).read_bytes()
+
+
+def manifest_text(default_tenant: str = "default") -> str:
+    """The manifest a new store starts with."""
+    return json.dumps({"format": "gitmem", "format_version": FORMAT_VERSION,
+                       "default_tenant": default_tenant, "tokenizer": TOKENIZER},
+                      indent=2) + "\n"
+
+
+def write_new(path: Path, data: bytes) -> bool:
+    """Create `path` with `data` atomically unless it exists; True if created."""
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, path)  # fails if someone created it meanwhile: never overwrite
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
+
+
+def _ensure_line(path: Path, line: str) -> bool:
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    if line in existing.splitlines():
+        return False
+    prefix = "" if not existing or existing.endswith("\n") else "\n"
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(f"{prefix}{line}\n")
+    return True
+
+
+def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
+    """Create the memory tree in `directory/memory`; never touches existing files."""
+    root = directory.resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    git_initialized = False
+    if not _inside_git(root):
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        git_initialized = True
+    store = root / "memory"
+    created: list[str] = []
+    for sub in DIRECTORIES:
+        target = store / sub
+        if not target.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            keep = target / ".gitkeep"
+            keep.touch()
+    if write_new(store / "manifest.json", manifest_text(default_tenant).encode()):
+        created.append("memory/manifest.json")
+    for rel in TEMPLATE_FILES:
+        if write_new(store / rel, _template(rel)):
+            created.append(f"memory/{rel}")
+    store_rel = os.path.relpath(store, _git_toplevel(root))
+    prefix = "" if store_rel == "." else store_rel.replace(os.sep, "/") + "/"
+    if _ensure_line(root / ".gitattributes", prefix + UNION_RULE):
+        created.append(".gitattributes")
+    if _ensure_line(root / ".gitignore", ".gitmem/"):
+        created.append(".gitignore")
+    return InitReport(store=store, created=tuple(created), git_initialized=git_initialized)
+
+
+def _inside_git(path: Path) -> bool:
+    result = subprocess.run(["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
+                            capture_output=True, text=True)
+    return result.returncode == 0 and result.stdout.strip() == "true"
+
+
+def _git_toplevel(path: Path) -> Path:
+    result = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"],
+                            capture_output=True, text=True, check=True)
+    return Path(result.stdout.strip())
+
+
+def day_file(store: Path, ts: datetime) -> Path:
+    """The event log file of the day of `ts` (in its own offset)."""
+    return store / "events" / f"{ts:%Y-%m}" / f"{ts:%Y-%m-%d}.jsonl"
+
+
+def artifact_path(store: Path, artifact_id: str) -> Path:
+    """Where the artifact `art_<sha256>` lives."""
+    digest = artifact_id.removeprefix("art_")
+    return store / "artifacts" / digest[:2] / digest
+
+
+def read_artifact(store: Path, artifact_id: str) -> bytes:
+    """The bytes of an artifact, or StoreError naming the id."""
+    if not re.fullmatch(r"art_[0-9a-f]{64}", artifact_id):
+        raise StoreError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
+    try:
+        return artifact_path(store, artifact_id).read_bytes()
+    except FileNotFoundError:
+        raise StoreError(f"artifact {artifact_id} not found under "
+                         f"{artifact_path(store, artifact_id)}") from None
+
+
+def iter_store_files(store: Path) -> Iterator[tuple[str, str]]:
+    """(relative path, kind) of every indexed file, in a stable order."""
+    found: list[tuple[str, str]] = []
+    for top in ("views", "events", "decisions", "tasks", "summaries", "handoffs"):
+        base = store / top
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in filenames:
+                rel = os.path.relpath(os.path.join(dirpath, name), store).replace(os.sep, "/")
+                kind = classify(rel)
+                if kind in INDEXED_KINDS:
+                    found.append((rel, kind))
+    found.sort()
+    yield from found

@@ -1,0 +1,13 @@
+-- Indexes, created after a bulk load (faster than maintaining them row by row).
+CREATE INDEX IF NOT EXISTS events_session_ts ON events (tenant_id, session_id, ts DESC, event_id DESC);
+CREATE INDEX IF NOT EXISTS events_path ON events (path);
+CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv);
+CREATE INDEX IF NOT EXISTS chunks_tenant_ts ON chunks (tenant_id, ts DESC, chunk_id);
+CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path);
+CREATE INDEX IF NOT EXISTS chunks_pinned ON chunks (tenant_id) WHERE 'pinned' = ANY (tags);
+CREATE INDEX IF NOT EXISTS decisions_tenant ON decisions (tenant_id, ts DESC);
+CREATE INDEX IF NOT EXISTS decisions_path ON decisions (path);
+CREATE INDEX IF NOT EXISTS tasks_path ON tasks (path);
+CREATE INDEX IF NOT EXISTS summaries_path ON summaries (path);
+CREATE INDEX IF NOT EXISTS handoffs_path ON handoffs (path);
+CREATE INDEX IF NOT EXISTS artifacts_path ON artifacts (path);

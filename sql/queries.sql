@@ -1,0 +1,117 @@
+-- Named statements run by gitmem.db.Database. Parameters are %(name)s.
+
+-- name: schema_version
+SELECT EXISTS (
+  SELECT 1 FROM information_schema.tables
+  WHERE table_schema = %(schema)s AND table_name = 'meta'
+) AS has_meta
+
+-- name: meta_get
+SELECT value FROM meta WHERE key = %(key)s
+
+-- name: meta_set
+INSERT INTO meta (key, value) VALUES (%(key)s, %(value)s)
+ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value
+
+-- name: lock_sync_shared
+SELECT pg_advisory_xact_lock_shared(hashtext(current_schema())),
+       pg_advisory_xact_lock(hashtext(current_schema() || ':' || %(path)s))
+
+-- name: file_states
+SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
+       size, mtime_ns, inode
+FROM source_files ORDER BY path
+
+-- name: file_state
+SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
+       size, mtime_ns, inode
+FROM source_files WHERE path = %(path)s
+
+-- name: upsert_file_state
+INSERT INTO source_files (path, kind, content_hash, byte_offset, line_count, head_hash,
+                          errors, size, mtime_ns, inode)
+VALUES (%(path)s, %(kind)s, %(content_hash)s, %(byte_offset)s, %(line_count)s, %(head_hash)s,
+        %(errors)s, %(size)s, %(mtime_ns)s, %(inode)s)
+ON CONFLICT (path) DO UPDATE SET
+  kind = EXCLUDED.kind, content_hash = EXCLUDED.content_hash,
+  byte_offset = EXCLUDED.byte_offset, line_count = EXCLUDED.line_count,
+  head_hash = EXCLUDED.head_hash, errors = EXCLUDED.errors, size = EXCLUDED.size,
+  mtime_ns = EXCLUDED.mtime_ns, inode = EXCLUDED.inode
+
+-- name: delete_file_state
+DELETE FROM source_files WHERE path = %(path)s
+
+-- name: delete_file_rows
+WITH e AS (DELETE FROM events WHERE path = %(path)s),
+     c AS (DELETE FROM chunks WHERE path = %(path)s),
+     d AS (DELETE FROM decisions WHERE path = %(path)s),
+     t AS (DELETE FROM tasks WHERE path = %(path)s),
+     s AS (DELETE FROM summaries WHERE path = %(path)s),
+     h AS (DELETE FROM handoffs WHERE path = %(path)s),
+     v AS (DELETE FROM views WHERE path = %(path)s),
+     vc AS (DELETE FROM view_chunks WHERE path = %(path)s),
+     a AS (DELETE FROM artifacts WHERE path = %(path)s)
+SELECT 1
+
+-- name: insert_events
+INSERT INTO events (event_id, tenant_id, ts, session_id, agent_id, channel, actor_type,
+                    actor_id, kind, sensitivity, tags, refs, content, hash, path, line)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (event_id) DO NOTHING
+
+-- name: insert_chunks
+INSERT INTO chunks (chunk_id, tenant_id, source_type, source_id, path, line, ts, kind,
+                    channel, session_id, agent_id, sensitivity, tags, refs, hash, token_est,
+                    importance, text, search_extra)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (chunk_id) DO NOTHING
+
+-- name: insert_decisions
+INSERT INTO decisions (decision_id, tenant_id, ts, status, scope, title, text, rationale,
+                       constraints, alternatives, consequences, confidence, supersedes,
+                       refs, sensitivity, tags, path)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (decision_id) DO NOTHING
+
+-- name: insert_tasks
+INSERT INTO tasks (task_id, tenant_id, ts, status, title, details, owner, refs, session_id,
+                   sensitivity, tags, path)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (task_id) DO NOTHING
+
+-- name: insert_summaries
+INSERT INTO summaries (summary_id, tenant_id, ts, scope, session_id, refs, decisions, text,
+                       sensitivity, tags, path)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (summary_id) DO NOTHING
+
+-- name: insert_handoffs
+INSERT INTO handoffs (handoff_id, tenant_id, ts, from_agent, to_agent, task, constraints,
+                      decisions, required_files, open_questions, refs, path)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (handoff_id) DO NOTHING
+
+-- name: insert_views
+INSERT INTO views (path, section, pinned, sensitivity, channels, max_tokens, title)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (path) DO NOTHING
+
+-- name: insert_view_chunks
+INSERT INTO view_chunks (path, anchor, ord, heading, line, text, token_est)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (path, anchor) DO NOTHING
+
+-- name: insert_artifacts
+INSERT INTO artifacts (artifact_id, event_id, tenant_id, bytes, path)
+VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (artifact_id, event_id) DO NOTHING
+
+-- name: index_counts
+SELECT (SELECT count(*) FROM events) AS events,
+       (SELECT count(*) FROM chunks) AS chunks,
+       (SELECT count(*) FROM decisions) AS decisions,
+       (SELECT count(*) FROM tasks) AS tasks,
+       (SELECT count(*) FROM summaries) AS summaries,
+       (SELECT count(*) FROM handoffs) AS handoffs,
+       (SELECT count(*) FROM views) AS views,
+       (SELECT count(*) FROM artifacts) AS artifacts

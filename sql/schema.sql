@@ -1,0 +1,163 @@
+-- gitmem index schema. Everything here is derived from the files of one store
+-- and can be dropped and rebuilt with `gitmem reindex` (P2).
+-- Runs with search_path set to the store's schema; no extensions needed.
+-- Tables are created bare; indexes.sql adds the indexes (after a bulk load).
+
+CREATE TABLE IF NOT EXISTS meta (
+  key   text PRIMARY KEY,
+  value text NOT NULL
+);
+
+-- Per source file: what the index reflects, so sync knows exactly what is stale.
+CREATE TABLE IF NOT EXISTS source_files (
+  path         text PRIMARY KEY,          -- store-relative, e.g. events/2026-02/2026-02-09.jsonl
+  kind         text NOT NULL,             -- events|decision|task|summary|handoff|view
+  content_hash text NOT NULL,             -- sha256 of the file (JSONL: of its indexed tail)
+  byte_offset  bigint NOT NULL DEFAULT 0, -- JSONL: bytes of complete lines indexed
+  line_count   integer NOT NULL DEFAULT 0,-- JSONL: complete lines indexed
+  head_hash    text NOT NULL DEFAULT '',  -- JSONL: sha256 of the first 4 KiB of the prefix
+  errors       jsonb NOT NULL DEFAULT '[]'::jsonb,  -- [{line, field, message}]
+  size         bigint NOT NULL DEFAULT 0, -- stat hint: unchanged stat means unchanged file
+  mtime_ns     bigint NOT NULL DEFAULT 0,
+  inode        bigint NOT NULL DEFAULT 0
+);
+
+CREATE TABLE IF NOT EXISTS events (
+  event_id    text PRIMARY KEY,
+  tenant_id   text NOT NULL,
+  ts          timestamptz NOT NULL,
+  session_id  text NOT NULL,
+  agent_id    text NOT NULL,
+  channel     text NOT NULL,
+  actor_type  text NOT NULL,
+  actor_id    text NOT NULL,
+  kind        text NOT NULL,
+  sensitivity text NOT NULL,
+  tags        text[] NOT NULL,
+  refs        text[] NOT NULL,
+  content     jsonb NOT NULL,
+  hash        text NOT NULL,
+  path        text NOT NULL,
+  line        integer NOT NULL
+);
+
+-- Retrieval units: events, decisions, tasks and summaries, split at paragraphs
+-- when long. `text` is exactly what an ACB item shows; token_est counts it.
+CREATE TABLE IF NOT EXISTS chunks (
+  chunk_id     text PRIMARY KEY,
+  tenant_id    text NOT NULL,
+  source_type  text NOT NULL,             -- event|decision|task|summary
+  source_id    text NOT NULL,
+  path         text NOT NULL,
+  line         integer NOT NULL,
+  ts           timestamptz NOT NULL,
+  kind         text NOT NULL,
+  channel      text NOT NULL,
+  session_id   text NOT NULL,
+  agent_id     text NOT NULL,
+  sensitivity  text NOT NULL,
+  tags         text[] NOT NULL,
+  refs         text[] NOT NULL,
+  hash         text NOT NULL,             -- dedupe key (same hash = same content)
+  token_est    integer NOT NULL,
+  importance   real NOT NULL,
+  text         text NOT NULL,
+  search_extra text NOT NULL,             -- actor name and tags, searchable too
+  tsv          tsvector GENERATED ALWAYS AS
+                 (to_tsvector('english', text) || to_tsvector('simple', search_extra)) STORED
+);
+
+CREATE TABLE IF NOT EXISTS decisions (
+  decision_id  text PRIMARY KEY,
+  tenant_id    text NOT NULL,
+  ts           timestamptz NOT NULL,
+  status       text NOT NULL,             -- as written; superseded-by is derived
+  scope        text NOT NULL,
+  title        text NOT NULL,
+  text         text NOT NULL,
+  rationale    text[] NOT NULL,
+  constraints  text[] NOT NULL,
+  alternatives text[] NOT NULL,
+  consequences text[] NOT NULL,
+  confidence   real,
+  supersedes   text[] NOT NULL,
+  refs         text[] NOT NULL,
+  sensitivity  text NOT NULL,
+  tags         text[] NOT NULL,
+  path         text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS tasks (
+  task_id     text PRIMARY KEY,
+  tenant_id   text NOT NULL,
+  ts          timestamptz NOT NULL,
+  status      text NOT NULL,
+  title       text NOT NULL,
+  details     text NOT NULL,
+  owner       text NOT NULL,
+  refs        text[] NOT NULL,
+  session_id  text NOT NULL,
+  sensitivity text NOT NULL,
+  tags        text[] NOT NULL,
+  path        text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS summaries (
+  summary_id  text PRIMARY KEY,
+  tenant_id   text NOT NULL,
+  ts          timestamptz NOT NULL,
+  scope       text NOT NULL,
+  session_id  text NOT NULL,
+  refs        text[] NOT NULL,
+  decisions   text[] NOT NULL,
+  text        text NOT NULL,
+  sensitivity text NOT NULL,
+  tags        text[] NOT NULL,
+  path        text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS handoffs (
+  handoff_id     text PRIMARY KEY,
+  tenant_id      text NOT NULL,
+  ts             timestamptz NOT NULL,
+  from_agent     text NOT NULL,
+  to_agent       text NOT NULL,
+  task           text NOT NULL,
+  constraints    text[] NOT NULL,
+  decisions      text[] NOT NULL,
+  required_files text[] NOT NULL,
+  open_questions text[] NOT NULL,
+  refs           text[] NOT NULL,
+  path           text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS views (
+  path        text PRIMARY KEY,
+  section     text NOT NULL,
+  pinned      boolean NOT NULL,
+  sensitivity text NOT NULL,
+  channels    text[] NOT NULL,
+  max_tokens  integer,
+  title       text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS view_chunks (
+  path      text NOT NULL,
+  anchor    text NOT NULL,
+  ord       integer NOT NULL,
+  heading   text NOT NULL,
+  line      integer NOT NULL,
+  text      text NOT NULL,
+  token_est integer NOT NULL,
+  PRIMARY KEY (path, anchor)
+);
+
+-- Large tool outputs: the bytes stay in artifacts/; this is their metadata.
+CREATE TABLE IF NOT EXISTS artifacts (
+  artifact_id text NOT NULL,
+  event_id    text NOT NULL,
+  tenant_id   text NOT NULL,
+  bytes       bigint NOT NULL,
+  path        text NOT NULL,
+  PRIMARY KEY (artifact_id, event_id)
+);
