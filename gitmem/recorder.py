@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,18 +98,26 @@ class Recorder:
 
     def record(self, obj: Mapping[str, Any]) -> Event:
         """Validate and durably append one event; returns it with id, ts and hash."""
-        return self.record_many([obj])[0]
+        prepared = self._prepare(obj)
+        self._commit([prepared])
+        return prepared.event
 
-    def record_many(self, objs: Iterable[Mapping[str, Any]]) -> list[Event]:
-        """Append many events: all are validated before any byte is written."""
+    def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
+                    lines: Sequence[int] | None = None) -> list[Event]:
+        """Append many events: all are validated before any byte is written.
+
+        An invalid object is reported as `source:N`: its line in `lines`, else
+        its 1-based position.
+        """
         prepared: list[_Prepared] = []
-        for number, obj in enumerate(objs, start=1):
+        for position, obj in enumerate(objs):
+            number = lines[position] if lines is not None else position + 1
             try:
                 prepared.append(self._prepare(obj))
             except FormatError as exc:
-                raise exc.at("<input>", number) from None
+                raise exc.at(source, number) from None
             except PrivacyError as exc:
-                raise PrivacyError(f"<input>:{number}: {exc}") from None
+                raise PrivacyError(f"{source}:{number}: {exc}") from None
         self._commit(prepared)
         return [p.event for p in prepared]
 
@@ -220,6 +228,8 @@ class Recorder:
             staged += self._excerpt(full["content"])
         elif kind == "artifact":
             staged += self._artifact(full["content"])
+        elif kind == "task_update" and not full["content"].get("task_id"):
+            full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
         parse_event(full)  # every type and enum checked before files are derived
         when = parse_ts(full["ts"])
         if kind == "decision":
@@ -298,15 +308,12 @@ class Recorder:
 
     def _task_file(self, full: dict[str, Any], when: datetime) -> _Staged:
         content = full["content"]
-        task_id = content.get("task_id")
+        task_id = content["task_id"]
         existing: Task | None = None
-        if task_id:
-            path = self.store / "tasks" / f"{task_id}.md"
-            if path.is_file():
-                existing = parse_task(path.read_text(encoding="utf-8"),
-                                      f"tasks/{task_id}.md", full["tenant_id"])
-        else:
-            content["task_id"] = task_id = ids.new_id("tsk", when)
+        path = self.store / "tasks" / f"{task_id}.md"
+        if path.is_file():
+            existing = parse_task(path.read_text(encoding="utf-8"), f"tasks/{task_id}.md",
+                                  full["tenant_id"])
         if existing is None:
             if not content.get("title"):
                 raise ValidationError("a new task needs a title", field="content.title")

@@ -1,0 +1,350 @@
+"""The `gitmem` command line: parse arguments, call one core function, print.
+
+Machine output (ids, JSON) goes to stdout; messages for people go to stderr.
+Every GitmemError becomes a one-line message and exit status 1; bad flags
+exit 2 (click's usage errors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from gitmem.config import Config, load_config
+from gitmem.errors import FormatError, GitmemError
+from gitmem.memory import Memory
+from gitmem.store import init_store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Context:
+    def __init__(self, store: str | None, dsn: str | None) -> None:
+        self.store_option = store
+        self.dsn_option = dsn
+
+    def config(self) -> Config:
+        return load_config(self.store_option, self.dsn_option)
+
+    @contextmanager
+    def memory(self) -> Iterator[Memory]:
+        with Memory(self.config(), db_pool_size=2) as memory:
+            yield memory
+
+
+def _fail(exc: GitmemError) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    try:
+        yield
+    except GitmemError as exc:
+        raise _fail(exc) from exc
+
+
+def _emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--store", envvar="GITMEM_STORE", metavar="PATH",
+              help="The store directory (default: memory/ in the nearest ancestor).")
+@click.option("--dsn", envvar="GITMEM_DSN", metavar="DSN",
+              help="PostgreSQL DSN (default: an embedded server under .gitmem/).")
+@click.option("-v", "--verbose", is_flag=True, help="Log what happens to stderr.")
+@click.version_option(package_name="gitmem")
+@click.pass_context
+def main(ctx: click.Context, store: str | None, dsn: str | None, verbose: bool) -> None:
+    """Memory for AI agents that people review like code.
+
+    \b
+    Example:
+      gitmem init && gitmem record "We deploy on Fridays" && gitmem acb "when do we deploy?"
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    ctx.obj = _Context(store, dsn)
+
+
+@main.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--tenant", default="default", show_default=True, help="Default tenant id.")
+def init(directory: Path, tenant: str) -> None:
+    """Create DIRECTORY/memory with default policies and views; idempotent.
+
+    \b
+    Example:
+      gitmem init ~/projects/agent    # git-inits the directory if needed
+    """
+    with _errors():
+        report = init_store(directory, tenant)
+    if report.git_initialized:
+        _say(f"initialized a git repository in {directory.resolve()}")
+    for rel in report.created:
+        _say(f"created {rel}")
+    if not report.created:
+        _say(f"{report.store} is already a gitmem store; nothing changed")
+    click.echo(str(report.store))
+
+
+def _event_options(func: F) -> F:
+    options = [
+        click.option("--kind", default="message", show_default=True,
+                     help="message|tool_call|tool_result|decision|summary|task_update|artifact"),
+        click.option("--channel", default=None, help="private|public|team|agent (default private)"),
+        click.option("--session", "session_id", default=None, help="Session id."),
+        click.option("--agent", "agent_id", default=None, help="Agent id."),
+        click.option("--tenant", "tenant_id", default=None, help="Tenant (default from manifest)."),
+        click.option("--actor", default=None, metavar="TYPE:ID",
+                     help="Who produced it, e.g. human:alice or tool:shell."),
+        click.option("--tag", "tags", multiple=True, help="A tag; repeatable."),
+        click.option("--sensitivity", default=None, help="none|low|high|secret"),
+        click.option("--ref", "refs", multiple=True, help="A cited id; repeatable."),
+        click.option("--ts", default=None, help="ISO-8601 timestamp (default now)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _event_fields(**values: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for key in ("kind", "channel", "session_id", "agent_id", "tenant_id", "sensitivity", "ts"):
+        if values.get(key) is not None:
+            fields[key] = values[key]
+    actor = values.get("actor")
+    if actor is not None:
+        kind, sep, name = actor.partition(":")
+        if not sep or not name:
+            raise click.UsageError(f"--actor expects TYPE:ID such as human:alice, got {actor!r}")
+        fields["actor"] = {"type": kind, "id": name}
+    if values.get("tags"):
+        fields["tags"] = list(values["tags"])
+    if values.get("refs"):
+        fields["refs"] = list(values["refs"])
+    return fields
+
+
+def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
+    name = "<stdin>" if source == "-" else source
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise click.UsageError(f"cannot read {source}: {exc.strerror}") from exc
+    objs: list[Any] = []
+    numbers: list[int] = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        numbers.append(number)
+        try:
+            objs.append(json.loads(line.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            raise _fail(FormatError(f"not valid UTF-8 at column {exc.start + 1}",
+                                    path=name, line=number)) from None
+        except json.JSONDecodeError as exc:
+            raise _fail(FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
+                                    path=name, line=number)) from None
+    return objs, numbers
+
+
+@main.command()
+@click.argument("text", required=False)
+@_event_options
+@click.option("--content", "content_json", default=None, metavar="JSON",
+              help="The content object as JSON (instead of TEXT).")
+@click.option("--tool", default=None, help="Tool name (tool_call / tool_result).")
+@click.option("--json", "json_source", default=None, metavar="FILE|-",
+              help="Record each JSON object of a JSONL stream instead.")
+@click.pass_obj
+def record(obj: _Context, text: str | None, content_json: str | None, tool: str | None,
+           json_source: str | None, **values: Any) -> None:
+    """Append one event (or a JSONL stream of them); print each new id.
+
+    \b
+    Examples:
+      gitmem record "We deploy on Fridays" --session s1 --actor human:alice --tag topic:deploy
+      gitmem record --kind tool_result --tool fs.read_file "$(cat README.md)"
+      gitmem record --json events.jsonl
+    """
+    if json_source is not None:
+        if text is not None or content_json is not None:
+            raise click.UsageError("--json replaces TEXT and --content; give one of them")
+        objs, numbers = _read_jsonl(json_source)
+        name = "<stdin>" if json_source == "-" else json_source
+        with _errors(), obj.memory() as memory:
+            events = memory.record_many(objs, name, numbers)
+        for event in events:
+            click.echo(event.id)
+        return
+    fields = _event_fields(**values)
+    fields["content"] = _content(fields.get("kind", "message"), text, content_json, tool)
+    with _errors(), obj.memory() as memory:
+        event = memory.record(fields)
+    click.echo(event.id)
+
+
+def _content(kind: str, text: str | None, content_json: str | None,
+             tool: str | None) -> dict[str, Any]:
+    if content_json is not None:
+        try:
+            content = json.loads(content_json)
+        except json.JSONDecodeError as exc:
+            raise click.UsageError(f"--content is not JSON: {exc.msg}") from exc
+        if not isinstance(content, dict):
+            raise click.UsageError("--content must be a JSON object")
+        return content
+    if text is None:
+        raise click.UsageError("give TEXT, --content JSON or --json FILE")
+    if kind == "tool_result":
+        return {"tool": tool or "tool", "output": text}
+    if kind == "tool_call":
+        return {"tool": tool or text, "args": {} if tool is None else {"input": text}}
+    return {"text": text}
+
+
+@main.command()
+@click.argument("text")
+@click.option("--ref", "refs", multiple=True, required=True,
+              help="A source id this decision rests on; repeatable, at least one.")
+@click.option("--supersedes", multiple=True, help="A decision this one replaces; repeatable.")
+@click.option("--rationale", multiple=True, help="A reason; repeatable.")
+@click.option("--title", default="", help="A short title.")
+@click.option("--scope", default="project", show_default=True, help="project|user|global|team")
+@click.option("--constraint", "constraints", multiple=True, help="A constraint; repeatable.")
+@click.option("--alternative", "alternatives", multiple=True, help="An option not taken.")
+@click.option("--consequence", "consequences", multiple=True, help="A consequence.")
+@click.option("--confidence", type=float, default=None, help="0..1")
+@click.option("--session", "session_id", default=None, help="Session id.")
+@click.option("--agent", "agent_id", default=None, help="Agent id.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant.")
+@click.option("--ts", default=None, help="ISO-8601 timestamp (default now).")
+@click.pass_obj
+def decide(obj: _Context, text: str, refs: tuple[str, ...], **options: Any) -> None:
+    """Record a decision (decisions/dec_<id>.md plus a decision event); print its id.
+
+    \b
+    Example:
+      gitmem decide "Use PostgreSQL FTS for retrieval" --ref evt_01J... --rationale "no new service"
+    """
+    kwargs = {k: v for k, v in options.items() if v not in (None, ())}
+    for key in ("supersedes", "rationale", "constraints", "alternatives", "consequences"):
+        if key in kwargs:
+            kwargs[key] = list(kwargs[key])
+    with _errors(), obj.memory() as memory:
+        event = memory.decide(text, list(refs), **kwargs)
+    click.echo(event.content["decision_id"])
+
+
+@main.command()
+@click.argument("title")
+@click.option("--status", default="open", show_default=True, help="open|doing|blocked|done|cancelled")
+@click.option("--id", "task_id", default=None, help="Update this task instead of creating one.")
+@click.option("--details", default="", help="Details (the file's body).")
+@click.option("--owner", default="", help="Who owns it.")
+@click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
+@click.option("--session", "session_id", default=None, help="Session id.")
+@click.option("--agent", "agent_id", default=None, help="Agent id.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant.")
+@click.pass_obj
+def task(obj: _Context, title: str, refs: tuple[str, ...], **options: Any) -> None:
+    """Create or update a task (tasks/tsk_<id>.md plus a task_update event); print its id.
+
+    \b
+    Examples:
+      gitmem task "Write the onboarding guide" --owner alice
+      gitmem task "Write the onboarding guide" --id tsk_01J... --status done
+    """
+    kwargs = {k: v for k, v in options.items() if v not in (None, "")}
+    if refs:
+        kwargs["refs"] = list(refs)
+    with _errors(), obj.memory() as memory:
+        event = memory.task(title, **kwargs)
+    click.echo(event.content["task_id"])
+
+
+@main.command()
+@click.pass_obj
+def reindex(obj: _Context) -> None:
+    """Drop the index and rebuild it from the files (bulk COPY; progress on a terminal).
+
+    \b
+    Example:
+      gitmem reindex            # CI: rebuild from a clean checkout
+    """
+    from gitmem.store import iter_store_files
+    with _errors(), obj.memory() as memory:
+        total = sum((memory.store / rel).stat().st_size for rel, _ in iter_store_files(memory.store))
+        if sys.stderr.isatty():
+            with click.progressbar(length=total, label="reindex", file=sys.stderr) as bar:
+                report = memory.reindex(bar.update)
+        else:
+            report = memory.reindex()
+    _say(f"indexed {report.files} files, {report.rows} rows, {len(report.errors)} problem(s)")
+    for problem in report.errors:
+        _say(f"  {_where(problem)}: {problem['message']}")
+    _emit(report.to_dict())
+
+
+def _where(problem: dict[str, Any]) -> str:
+    line = f":{problem['line']}" if problem.get("line") else ""
+    return f"{problem.get('path', '')}{line}"
+
+
+@main.command()
+@click.pass_obj
+def sync(obj: _Context) -> None:
+    """Index what changed in the files since the last sync (appends, edits, deletes).
+
+    \b
+    Example:
+      gitmem sync
+    """
+    with _errors(), obj.memory() as memory:
+        report = memory.sync()
+    _say(f"{len(report.changed)} file(s) brought up to date")
+    _emit(report.to_dict())
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def status(obj: _Context, as_json: bool) -> None:
+    """Compare the index with the files: which are stale and why; exit 0 either way.
+
+    \b
+    Examples:
+      gitmem status
+      gitmem status --json | jq .stale
+    """
+    with _errors(), obj.memory() as memory:
+        report = memory.status()
+    if as_json:
+        _emit(report)
+        return
+    counts = ", ".join(f"{v} {k}" for k, v in report["index"].items())
+    click.echo(f"store   {report['store']}")
+    click.echo(f"index   {counts}")
+    git = report["git"]
+    click.echo(f"git     HEAD {git['head'] or '(none)'}, indexed at {git['indexed_head'] or '(none)'}")
+    click.echo("state   " + ("clean: the index reflects every file" if report["clean"]
+                            else f"{len(report['stale'])} stale file(s)"))
+    for item in report["stale"]:
+        click.echo(f"  stale   {item['path']}: {item['reason']}")
+    for item in report["pending"]:
+        click.echo(f"  pending {item['path']}: {item['bytes']} bytes, {item['reason']}")
+    for problem in report["errors"]:
+        click.echo(f"  error   {_where(problem)}: {problem['message']}")
