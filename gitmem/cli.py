@@ -39,6 +39,11 @@ class _Context:
             yield memory
 
 
+def _via_daemon(obj: _Context, method: str, params: dict[str, Any]) -> Any | None:
+    """The daemon's answer when one serves this store, else None (work locally)."""
+    return None
+
+
 def _fail(exc: GitmemError) -> click.ClickException:
     return click.ClickException(str(exc))
 
