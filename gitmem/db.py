@@ -49,11 +49,16 @@ def sql_text(name: str) -> str:
 
 @functools.cache
 def named_queries() -> dict[str, str]:
-    """`sql/queries.sql` split at its `-- name: <name>` markers."""
+    """Every `-- name: <name>` statement of the sql/*.sql files except the schema's."""
     queries: dict[str, str] = {}
-    parts = re.split(r"^-- name: (\w+)\s*$", sql_text("queries.sql"), flags=re.MULTILINE)
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        queries[name] = body.strip().rstrip(";")
+    for path in sorted(sql_dir().glob("*.sql")):
+        if path.name in ("schema.sql", "indexes.sql"):
+            continue
+        parts = re.split(r"^-- name: (\w+)\s*$", sql_text(path.name), flags=re.MULTILINE)
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ValueError(f"sql/{path.name}: query name {name!r} defined twice")
+            queries[name] = body.strip().rstrip(";")
     return queries
 
 
