@@ -1,12 +1,20 @@
 -- Indexes, created after a bulk load (faster than maintaining them row by row).
-CREATE INDEX IF NOT EXISTS events_session_ts ON events (tenant_id, session_id, ts DESC, event_id DESC);
+CREATE INDEX IF NOT EXISTS events_session_ts ON events (tenant_id, session_id, ts, event_id);
 CREATE INDEX IF NOT EXISTS events_path ON events (path);
+-- Full-text search: every chunk, and a small index of the non-event records.
 CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv);
-CREATE INDEX IF NOT EXISTS chunks_tenant_ts ON chunks (tenant_id, ts DESC, chunk_id);
+CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)
+  WHERE source_type <> 'event';
+-- Bounded pools walk these newest-first.
+CREATE INDEX IF NOT EXISTS chunks_tenant_ts ON chunks (tenant_id, ts, chunk_id);
+CREATE INDEX IF NOT EXISTS chunks_session_ts ON chunks (tenant_id, session_id, ts, chunk_id)
+  WHERE source_type = 'event';
+CREATE INDEX IF NOT EXISTS chunks_source ON chunks (source_id);
 CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path);
-CREATE INDEX IF NOT EXISTS chunks_pinned ON chunks (tenant_id) WHERE 'pinned' = ANY (tags);
-CREATE INDEX IF NOT EXISTS decisions_tenant ON decisions (tenant_id, ts DESC);
+CREATE INDEX IF NOT EXISTS chunks_pinned ON chunks (tenant_id, ts) WHERE 'pinned' = ANY (tags);
+CREATE INDEX IF NOT EXISTS decisions_tenant ON decisions (tenant_id, ts);
 CREATE INDEX IF NOT EXISTS decisions_path ON decisions (path);
+CREATE INDEX IF NOT EXISTS tasks_tenant ON tasks (tenant_id, status);
 CREATE INDEX IF NOT EXISTS tasks_path ON tasks (path);
 CREATE INDEX IF NOT EXISTS summaries_path ON summaries (path);
 CREATE INDEX IF NOT EXISTS handoffs_path ON handoffs (path);

@@ -1,0 +1,134 @@
+-- Named statements of the read path: build_acb's context and bounded retrieval.
+
+-- name: query_tokens
+SELECT alias, token, lexemes
+FROM ts_debug('english', %(text)s)
+WHERE alias NOT IN ('blank')
+
+-- name: lexeme_stats
+SELECT s.most_common_elems::text::text[] AS elems,
+       s.most_common_elem_freqs AS freqs,
+       (SELECT greatest(reltuples, 0)::bigint FROM pg_class
+        WHERE oid = 'chunks'::regclass) AS total
+FROM pg_stats s
+WHERE s.schemaname = current_schema() AND s.tablename = 'chunks' AND s.attname = 'tsv'
+
+-- name: chunk_total
+SELECT greatest(reltuples, 0)::bigint AS total FROM pg_class WHERE oid = 'chunks'::regclass
+
+-- name: pool_term
+-- One term's bounded pool: its most recent matches (all of them when rare).
+SELECT chunk_id FROM chunks
+WHERE tenant_id = %(tenant)s AND tsv @@ %(query)s::tsquery
+ORDER BY ts DESC, chunk_id DESC
+LIMIT %(limit)s
+
+-- name: pool_records
+-- Decisions, tasks and summaries matching any term (a small partial index).
+SELECT chunk_id FROM chunks
+WHERE tenant_id = %(tenant)s AND source_type <> 'event' AND tsv @@ %(query)s::tsquery
+ORDER BY ts DESC, chunk_id DESC
+LIMIT %(limit)s
+
+-- name: pool_pinned
+SELECT chunk_id FROM chunks
+WHERE tenant_id = %(tenant)s AND 'pinned' = ANY (tags)
+ORDER BY ts DESC, chunk_id DESC
+LIMIT %(limit)s
+
+-- name: candidate_features
+-- Everything scoring needs, without the text: which term queries each chunk matches.
+SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
+       c.sensitivity, c.hash, c.token_est, c.importance,
+       ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+             ORDER BY n) AS matches
+FROM chunks c
+WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
+
+-- name: exact_matches
+-- The naive baseline: every chunk matching any term, with the same features.
+SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
+       c.sensitivity, c.hash, c.token_est, c.importance,
+       ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+             ORDER BY n) AS matches
+FROM chunks c
+WHERE c.tenant_id = %(tenant)s AND c.tsv @@ %(any)s::tsquery
+
+-- name: naive_rank
+-- What a simple implementation does: ts_rank over every match, top N.
+SELECT chunk_id, ts_rank(tsv, %(any)s::tsquery) AS rank
+FROM chunks
+WHERE tenant_id = %(tenant)s AND tsv @@ %(any)s::tsquery
+ORDER BY rank DESC, chunk_id
+LIMIT %(limit)s
+
+-- name: chunk_items
+SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
+       sensitivity, tags, refs, hash, token_est, importance, text
+FROM chunks
+WHERE chunk_id = ANY (%(ids)s) AND tenant_id = %(tenant)s
+
+-- name: session_recent
+-- The session's latest events other than tool results, newest first.
+SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
+       sensitivity, tags, refs, hash, token_est, importance, text
+FROM chunks
+WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND source_type = 'event'
+  AND kind <> 'tool_result'
+ORDER BY ts DESC, chunk_id DESC
+LIMIT %(limit)s
+
+-- name: session_tools
+-- The session's latest tool results, newest first.
+SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
+       sensitivity, tags, refs, hash, token_est, importance, text
+FROM chunks
+WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND source_type = 'event'
+  AND kind = 'tool_result'
+ORDER BY ts DESC, chunk_id DESC
+LIMIT %(limit)s
+
+-- name: pinned_chunks
+SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
+       sensitivity, tags, refs, hash, token_est, importance, text
+FROM chunks
+WHERE tenant_id = %(tenant)s AND 'pinned' = ANY (tags)
+ORDER BY ts DESC, chunk_id DESC
+LIMIT %(limit)s
+
+-- name: all_views
+SELECT v.path, v.section, v.pinned, v.sensitivity, v.channels, v.max_tokens, v.title,
+       c.anchor, c.ord, c.heading, c.line, c.text, c.token_est
+FROM views v JOIN view_chunks c ON c.path = v.path
+ORDER BY v.path, c.ord
+
+-- name: tenant_decisions
+SELECT d.decision_id, d.ts, d.status, d.scope, d.title, d.text, d.rationale, d.supersedes,
+       d.refs, d.sensitivity, d.tags, d.path, d.confidence, c.token_est, c.hash,
+       c.importance, c.text AS item_text
+FROM decisions d JOIN chunks c ON c.chunk_id = d.decision_id
+WHERE d.tenant_id = %(tenant)s
+ORDER BY d.ts DESC, d.decision_id DESC
+
+-- name: tenant_open_tasks
+SELECT t.task_id, t.ts, t.status, t.title, t.owner, t.refs, t.session_id, t.sensitivity,
+       t.tags, t.path, c.token_est, c.hash, c.importance, c.text AS item_text
+FROM tasks t JOIN chunks c ON c.chunk_id = t.task_id
+WHERE t.tenant_id = %(tenant)s AND t.status IN ('open', 'doing', 'blocked')
+ORDER BY t.ts DESC, t.task_id DESC
+
+-- name: handoff
+SELECT handoff_id, tenant_id, ts, from_agent, to_agent, task, constraints, decisions,
+       required_files, open_questions, refs, path
+FROM handoffs WHERE handoff_id = %(id)s
+
+-- name: event_chunks
+SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
+       sensitivity, tags, refs, hash, token_est, importance, text
+FROM chunks
+WHERE tenant_id = %(tenant)s AND source_id = ANY (%(ids)s)
+ORDER BY ts, chunk_id
+
+-- name: decision_search
+SELECT chunk_id FROM chunks
+WHERE tenant_id = %(tenant)s AND source_type = 'decision' AND tsv @@ %(query)s::tsquery
