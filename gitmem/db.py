@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -77,7 +77,8 @@ def embedded_dsn(state_dir: Path) -> str:
                 warnings.simplefilter("ignore")
                 import pgserver  # deferred: only the embedded path needs it
                 try:
-                    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+                    server = pgserver.get_server(  # type: ignore[attr-defined]
+                        pgdata, cleanup_mode="stop")
                 except Exception as exc:  # pgserver raises bare subprocess/OS errors
                     log = pgdata / "log"
                     raise DatabaseError(
@@ -103,7 +104,7 @@ class Database:
         self._pool = ConnectionPool(
             dsn, min_size=1, max_size=max_size, open=False, timeout=timeout,
             kwargs={"autocommit": True, "row_factory": dict_row,
-                    "options": f"-c search_path={schema}"},
+                    "options": f"-c search_path={schema} -c plan_cache_mode=force_custom_plan"},
             name=f"gitmem-{schema}")
         try:
             self._pool.open(wait=True, timeout=timeout)
@@ -138,7 +139,7 @@ class Database:
         """A pooled connection (autocommit; use `transaction()` for units of work)."""
         try:
             with self._pool.connection() as conn:
-                yield conn
+                yield cast("psycopg.Connection[Row]", conn)  # dict_row is set in kwargs
         except PoolTimeout as exc:
             raise DatabaseError(f"no PostgreSQL connection available from "
                                 f"{redact_dsn(self.dsn)}: {exc}") from exc
@@ -219,6 +220,15 @@ class Database:
         rows = self.fetchall(name, params, conn)
         return rows[0] if rows else None
 
+    def fetch_many(self, statements: Sequence[tuple[str, dict[str, Any]]]) -> list[list[Row]]:
+        """Several named queries in one round trip (pipeline mode); rows of each, in order."""
+        if not statements:
+            return []
+        queries = named_queries()
+        with self.connection() as conn, conn.pipeline():
+            cursors = [conn.execute(queries[name], params) for name, params in statements]
+            return [cur.fetchall() for cur in cursors]
+
     def execute(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
                 conn: psycopg.Connection[Row] | None = None) -> int:
         """Run a named statement; the number of rows it touched."""
@@ -227,7 +237,7 @@ class Database:
         with self.connection() as own:
             return own.execute(named_queries()[name], params).rowcount
 
-    def executemany(self, name: str, params: Iterable[dict[str, Any]],
+    def executemany(self, name: str, params: Iterable[dict[str, Any] | Sequence[Any]],
                     conn: psycopg.Connection[Row]) -> None:
         """Run a named statement once per parameter set (pipelined)."""
         with conn.cursor() as cur:

@@ -12,8 +12,8 @@ from gitmem import indexer
 from gitmem.config import Config
 from gitmem.db import Database
 from gitmem.policies import Policies, file_hash, load_policies
-from gitmem.records import Event, Handoff
 from gitmem.recorder import Recorder
+from gitmem.records import Event, Handoff
 from gitmem.store import read_artifact
 
 logger = logging.getLogger(__name__)

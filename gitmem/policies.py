@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gitmem.errors import FormatError, ValidationError
-from gitmem.records import CHANNELS, SENSITIVITIES, field_line, load_yaml
+from gitmem.records import CHANNELS, SENSITIVITIES, load_yaml, valid_name
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
             "recent_window", "tool_state", "handoff")
@@ -133,9 +135,21 @@ class _Reader:
     def __init__(self, data: Mapping[str, Any], text: str, path: str) -> None:
         self.data, self.text, self.path = data, text, path
 
-    def fail(self, key: str, message: str) -> FormatError:
-        line = field_line(self.text, key.split(".")[-1]) or 1
+    def fail(self, key: str, message: str, item: int | None = None) -> FormatError:
+        """An error at the line of `key` (dotted), or of its list element `item`."""
+        steps: list[str | int] = [*key.split(".")]
+        if item is not None:
+            steps.append(item)
+        line = yaml_line(self.text, steps) or 1
         return ValidationError(message, path=self.path, line=line, field=key)
+
+    def known(self, src: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> None:
+        """Refuse keys a person may have misspelt: a typo must not fall back silently."""
+        for key in src:
+            if key not in allowed:
+                where = f"{name}.{key}" if name else str(key)
+                raise self.fail(where, f"unknown field {key!r}; expected one of "
+                                       f"{', '.join(allowed)}")
 
     def mapping(self, src: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any]:
         value = src.get(key, {})
@@ -172,21 +186,60 @@ class _Reader:
         return tuple(value)
 
 
+def yaml_line(text: str, steps: Sequence[str | int]) -> int | None:
+    """The 1-based line of the node at `steps` (mapping keys, list indexes) in YAML
+    text: the deepest step found, or None."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for step in steps:
+        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
+            found = next(((k, v) for k, v in node.value
+                          if isinstance(k, yaml.ScalarNode) and k.value == step), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) \
+                and 0 <= step < len(node.value):
+            node = node.value[step]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+BUDGET_KEYS = ("version", "acb_total_max_tokens", "reserve_tokens", "sections", "retrieval",
+               "write")
+RETRIEVAL_KEYS = ("candidate_pool_max", "retrieved_chunks_max", "recent_window_events",
+                  "tool_state_events", "decisions_max", "handoff_evidence_max", "weights",
+                  "recency_tau_days")
+PRIVACY_KEYS = ("version", "store", "load")
+STORE_KEYS = ("never_store_sensitivity", "never_store_kinds", "redaction", "redact_patterns")
+
+
 def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
     """Parse and validate budgets.yaml."""
     r = _Reader(load_yaml(text, path), text, path)
+    r.known(r.data, "", BUDGET_KEYS)
     sections: dict[str, SectionBudget] = {}
     for name, spec in r.mapping(r.data, "sections", "sections").items():
         if name not in SECTIONS:
-            raise r.fail(f"sections.{name}", f"unknown section; expected one of {', '.join(SECTIONS)}")
+            raise r.fail(f"sections.{name}",
+                         f"unknown section; expected one of {', '.join(SECTIONS)}")
         if not isinstance(spec, dict):
             raise r.fail(f"sections.{name}", "expected {max_tokens: N, priority: N}")
+        r.known(spec, f"sections.{name}", ("max_tokens", "priority"))
         sections[name] = SectionBudget(
             r.integer(spec, "max_tokens", f"sections.{name}.max_tokens", 0),
             r.integer(spec, "priority", f"sections.{name}.priority", 0))
     ret = r.mapping(r.data, "retrieval", "retrieval")
+    r.known(ret, "retrieval", RETRIEVAL_KEYS)
     weights = r.mapping(ret, "weights", "retrieval.weights")
+    r.known(weights, "retrieval.weights", ("alpha", "beta", "gamma"))
     write = r.mapping(r.data, "write", "write")
+    r.known(write, "write", ("max_excerpt_bytes", "chunk_max_tokens"))
     total = r.integer(r.data, "acb_total_max_tokens", "acb_total_max_tokens", 65000, 1)
     reserve = r.integer(r.data, "reserve_tokens", "reserve_tokens", 5000)
     if reserve >= total:
@@ -216,25 +269,29 @@ def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
 def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
     """Parse and validate privacy.yaml (regexes compiled here, once)."""
     r = _Reader(load_yaml(text, path), text, path)
+    r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
+    r.known(store, "store", STORE_KEYS)
     patterns = []
-    for source in r.strings(store, "redact_patterns", "store.redact_patterns"):
+    for number, source in enumerate(r.strings(store, "redact_patterns", "store.redact_patterns")):
         try:
             patterns.append(re.compile(source))
         except re.error as exc:
             raise r.fail("store.redact_patterns",
-                         f"invalid regular expression {source!r}: {exc}") from None
+                         f"invalid regular expression {source!r}: {exc}", number) from None
     redaction = store.get("redaction", "[REDACTED]")
     if not isinstance(redaction, str):
         raise r.fail("store.redaction", "expected a string")
     rules: dict[str, ChannelRule] = {}
     load = r.mapping(r.data, "load", "load")
+    r.known(load, "load", ("channel_rules",))
     for channel, spec in r.mapping(load, "channel_rules", "load.channel_rules").items():
         if channel not in CHANNELS:
             raise r.fail(f"load.channel_rules.{channel}",
                          f"unknown channel; expected one of {'|'.join(CHANNELS)}")
         if not isinstance(spec, dict):
             raise r.fail(f"load.channel_rules.{channel}", "expected a mapping")
+        r.known(spec, f"load.channel_rules.{channel}", ("suppress_sensitivity", "suppress_views"))
         rules[channel] = ChannelRule(
             frozenset(r.strings(spec, "suppress_sensitivity",
                                 f"load.channel_rules.{channel}.suppress_sensitivity",
@@ -243,6 +300,9 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
                                 f"load.channel_rules.{channel}.suppress_views")))
     never = frozenset(r.strings(store, "never_store_sensitivity", "store.never_store_sensitivity",
                                 SENSITIVITIES)) | {"secret"}
+    # seed 002 §4.1 spells it never_store_kinds; accept that spelling too
+    never |= frozenset(r.strings(store, "never_store_kinds", "store.never_store_kinds",
+                                 SENSITIVITIES))
     return Privacy(never_store=never, redaction=redaction, patterns=tuple(patterns),
                    channel_rules=rules)
 
@@ -250,15 +310,33 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
 def parse_channels(text: str, path: str = "policies/channels.yaml") -> Channels:
     """Parse and validate channels.yaml."""
     r = _Reader(load_yaml(text, path), text, path)
+    r.known(r.data, "", ("version", "channels"))
     views: dict[str, tuple[str, ...]] = {}
-    for channel, spec in r.mapping(r.data, "channels", "channels").items():
+    entries = r.data.get("channels") or {}
+    if isinstance(entries, list):  # seed 002 §4.2 form: [{name: private, default_load_views}]
+        pairs = []
+        for number, entry in enumerate(entries):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise r.fail("channels", "expected {name: CHANNEL, default_load_views: [...]}",
+                             number)
+            pairs.append((entry["name"], {k: v for k, v in entry.items() if k != "name"}))
+    else:
+        pairs = list(r.mapping(r.data, "channels", "channels").items())
+    for channel, spec in pairs:
         if channel not in CHANNELS:
-            raise r.fail(f"channels.{channel}", f"unknown channel; expected one of {'|'.join(CHANNELS)}")
+            raise r.fail(f"channels.{channel}",
+                         f"unknown channel; expected one of {'|'.join(CHANNELS)}")
         if not isinstance(spec, dict):
             raise r.fail(f"channels.{channel}", "expected {default_load_views: [...]}")
+        r.known(spec, f"channels.{channel}", ("default_load_views",))
         views[channel] = r.strings(spec, "default_load_views",
                                    f"channels.{channel}.default_load_views")
     return Channels(default_views=views)
+
+
+def _json_key_line(text: str, key: str) -> int:
+    match = re.search(rf'"{re.escape(key)}"\s*:', text)
+    return text.count("\n", 0, match.start()) + 1 if match else 1
 
 
 def parse_manifest(text: str, path: str = "manifest.json") -> Manifest:
@@ -266,21 +344,24 @@ def parse_manifest(text: str, path: str = "manifest.json") -> Manifest:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FormatError(f"malformed JSON: {exc.msg}", path=path, line=exc.lineno) from None
+        raise FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}", path=path,
+                          line=exc.lineno) from None
     if not isinstance(data, dict):
         raise FormatError("expected a JSON object", path=path, line=1)
     version = data.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
         raise ValidationError(f"this gitmem reads format_version {FORMAT_VERSION}, got {version!r}",
-                              path=path, line=1, field="format_version")
+                              path=path, line=_json_key_line(text, "format_version"),
+                              field="format_version")
     tenant = data.get("default_tenant", "default")
-    if not isinstance(tenant, str) or not tenant:
-        raise ValidationError("expected a non-empty string", path=path, line=1,
+    if not isinstance(tenant, str) or not valid_name(tenant):
+        raise ValidationError(f"expected a name of letters, digits and ._:@/+-, got {tenant!r}",
+                              path=path, line=_json_key_line(text, "default_tenant"),
                               field="default_tenant")
     tokenizer = data.get("tokenizer", TOKENIZER)
     if tokenizer != TOKENIZER:
         raise ValidationError(f"only {TOKENIZER} is supported, got {tokenizer!r}", path=path,
-                              line=1, field="tokenizer")
+                              line=_json_key_line(text, "tokenizer"), field="tokenizer")
     return Manifest(format_version=version, default_tenant=tenant, tokenizer=tokenizer)
 
 
@@ -293,7 +374,8 @@ def load_policies(store: Path) -> Policies:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise FormatError("missing; run `gitmem init` to create the default", path=rel) from None
+            raise FormatError("missing; run `gitmem init` to create the default",
+                              path=rel) from None
         hashes[rel] = file_hash(data)
         try:
             return data.decode("utf-8")

@@ -38,6 +38,7 @@ from gitmem.records import (
     parse_summary,
     parse_task,
     parse_ts,
+    reject_nul,
     summary_to_text,
     task_to_text,
 )
@@ -220,6 +221,7 @@ class Recorder:
         if not isinstance(full["content"], dict):
             raise ValidationError(f"expected an object, got {type(full['content']).__name__}",
                                   field="content")
+        reject_nul(full)
         full["content"] = _redact(full["content"], self.policies)
         full["tags"] = _redact(full["tags"], self.policies)
         staged: list[_Staged] = []

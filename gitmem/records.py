@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import frontmatter
 import yaml
 
 from gitmem.errors import FormatError, ValidationError
@@ -67,8 +66,34 @@ def canonical_json(value: Any) -> str:
 
 def content_hash(kind: str, content: Mapping[str, Any]) -> str:
     """The dedupe key of an event: sha256 of its canonical kind + content."""
-    digest = hashlib.sha256(canonical_json({"kind": kind, "content": content}).encode())
-    return "sha256:" + digest.hexdigest()
+    try:
+        canonical = json.dumps({"kind": kind, "content": content}, sort_keys=True,
+                               separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise ValidationError("NaN and Infinity are not JSON numbers; use null or a string",
+                              field="content") from None
+    except TypeError as exc:
+        raise ValidationError(f"expected JSON values only: {exc}", field="content") from None
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def reject_nul(value: Any, field_name: str = "") -> None:
+    """Refuse NUL characters anywhere in a value: PostgreSQL text cannot hold them."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValidationError("contains a NUL character (\\u0000), which the index "
+                                  "cannot store; remove it", field=field_name or None)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            reject_nul(key, field_name)
+            reject_nul(item, f"{field_name}.{key}" if field_name else str(key))
+    elif isinstance(value, list):
+        for item in value:
+            reject_nul(item, field_name)
 
 
 def _choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
@@ -79,12 +104,19 @@ def _choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
 
 
 def _text(value: Any, field_name: str, *, allow_empty: bool = False) -> str:
+    if value is None:
+        raise ValidationError("missing; expected a string", field=field_name)
     if not isinstance(value, str):
         raise ValidationError(f"expected a string, got {type(value).__name__}",
                               field=field_name)
     if not allow_empty and not value.strip():
         raise ValidationError("expected a non-empty string", field=field_name)
     return value
+
+
+def valid_name(text: str) -> bool:
+    """Whether `text` is usable as a tenant, session, agent or actor id."""
+    return bool(_NAME.match(text))
 
 
 def _name(value: Any, field_name: str) -> str:
@@ -102,7 +134,7 @@ def _str_list(value: Any, field_name: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValidationError("expected a list of strings", field=field_name)
+        raise ValidationError(f"expected a list of strings, got {value!r}", field=field_name)
     return tuple(value)
 
 
@@ -211,9 +243,8 @@ def validate_content(kind: str, content: Any) -> dict[str, Any]:
         _id(content.get("task_id"), "tsk", "content.task_id")
         if "status" in content:
             _choice(content["status"], TASK_STATUSES, "content.status")
-    if kind == "artifact":
-        if not ARTIFACT_ID.match(str(content.get("artifact_id", ""))):
-            raise ValidationError("expected art_ + sha256 hex", field="content.artifact_id")
+    if kind == "artifact" and not ARTIFACT_ID.match(str(content.get("artifact_id", ""))):
+        raise ValidationError("expected art_ + sha256 hex", field="content.artifact_id")
     for key in ("text", "title"):
         if key in content and not isinstance(content[key], str):
             raise ValidationError(f"expected a string, got {type(content[key]).__name__}",
@@ -267,11 +298,15 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
         raise FormatError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
                           f"{exc.start + 1})", path=path, line=line) from None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
                           path=path, line=line) from None
+    except ValueError as exc:  # NaN / Infinity: PostgreSQL's jsonb refuses them too
+        raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None
     try:
+        if "\\u0000" in text:
+            reject_nul(obj)
         return parse_event(obj)
     except FormatError as exc:
         raise exc.at(path, line) from None
@@ -300,25 +335,38 @@ def event_text(event: Event) -> str:
 
 # --------------------------------------------------------------------------- Markdown records
 
+_FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
+
+
 def split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int]:
-    """The YAML metadata, the body and the body's first line number (1-based)."""
-    if not text.startswith("---"):
+    """The YAML metadata, the body and the body's first line number (1-based).
+
+    Frontmatter is opened by a first line of exactly `---` and must be closed by
+    another `---` line; a file without it has no metadata.
+    """
+    opening = _FENCE.match(text)
+    if opening is None:
         return {}, text, 1
+    closing = _FENCE.search(text, opening.end() + 1)
+    if closing is None:
+        raise FormatError("frontmatter opened by '---' on line 1 is never closed; add a "
+                          "'---' line after the last field", path=path, line=1)
     try:
-        post = frontmatter.loads(text)
+        meta = yaml.safe_load(text[opening.end() + 1:closing.start()])
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = mark.line + 2 if mark is not None else 1
-        raise FormatError(f"broken YAML frontmatter: {exc.problem}", path=path,
-                          line=line) from None
+        problem, line = yaml_problem(exc, first_line=2)
+        raise FormatError(f"broken YAML frontmatter: {problem}", path=path, line=line) from None
     except yaml.YAMLError as exc:
         raise FormatError(f"broken YAML frontmatter: {exc}", path=path, line=1) from None
-    except ValueError as exc:
-        raise FormatError(f"broken frontmatter: {exc}", path=path, line=1) from None
-    meta = dict(post.metadata)
-    head, sep, _ = text.partition(post.content) if post.content else (text, "", "")
-    body_line = head.count("\n") + 1 if sep else text.count("\n") + 1
-    return meta, post.content, body_line
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise FormatError(f"expected frontmatter of `field: value` lines, got a YAML "
+                          f"{type(meta).__name__}", path=path, line=2)
+    body_start = closing.end() + 1 if text[closing.end():closing.end() + 1] == "\n" \
+        else closing.end()
+    body_line = text.count("\n", 0, body_start) + 1
+    return {str(k): v for k, v in meta.items()}, text[body_start:], body_line
 
 
 def field_line(text: str, key: str) -> int | None:
@@ -327,9 +375,29 @@ def field_line(text: str, key: str) -> int | None:
     return text.count("\n", 0, match.start()) + 1 if match else None
 
 
-def _located(exc: FormatError, text: str, path: str) -> FormatError:
+def _record_frontmatter(text: str, path: str, what: str) -> tuple[dict[str, Any], str, int]:
+    """Frontmatter that a decision, task or summary file must open with."""
+    if _FENCE.match(text) is None:
+        raise FormatError(f"a {what} file starts with YAML frontmatter between '---' lines "
+                          "(id, ts, ...); line 1 is not '---'", path=path, line=1)
+    return split_frontmatter(text, path)
+
+
+def _check_file_name(path: str, expected: str, record_id: str, text: str) -> None:
+    if not path.endswith(expected):
+        raise ValidationError(f"file name does not match id {record_id} (expected {expected})",
+                              path=path, line=field_line(text, "id") or 1, field="id")
+
+
+def _located(exc: FormatError, text: str, path: str, body_line: int = 1) -> FormatError:
+    """Locate a field error at its key's line (the body's first line for `body`).
+
+    A missing field has no line of its own: line 1, where the frontmatter opens.
+    """
     key = (exc.field or "").split(".")[0]
-    return exc.at(path, field_line(text, key) if key else 1)
+    if key == "body":
+        return exc.at(path, body_line)
+    return exc.at(path, (field_line(text, key) or 1) if key else 1)
 
 
 def _yaml_value(value: Any) -> Any:
@@ -449,7 +517,7 @@ DECISION_KEYS = ("id", "ts", "tenant_id", "scope", "status", "refs", "title", "r
 
 def parse_decision(text: str, path: str, default_tenant: str) -> Decision:
     """Parse and validate a decision file."""
-    meta, body, _ = split_frontmatter(text, path)
+    meta, body, body_line = _record_frontmatter(text, path, "decision")
     try:
         meta = {k: _yaml_value(v) for k, v in meta.items()}
         _unknown_keys(meta, DECISION_KEYS)
@@ -478,11 +546,8 @@ def parse_decision(text: str, path: str, default_tenant: str) -> Decision:
             tags=_str_list(meta.get("tags"), "tags"),
         )
     except FormatError as exc:
-        raise _located(exc, text, path) from None
-    expected = f"decisions/{decision.id}.md"
-    if not path.endswith(expected):
-        raise ValidationError(f"file name does not match id {decision.id} (expected {expected})",
-                              path=path, line=field_line(text, "id"), field="id")
+        raise _located(exc, text, path, body_line) from None
+    _check_file_name(path, f"decisions/{decision.id}.md", decision.id, text)
     return decision
 
 
@@ -492,7 +557,7 @@ TASK_KEYS = ("id", "ts", "tenant_id", "status", "title", "owner", "refs", "sessi
 
 def parse_task(text: str, path: str, default_tenant: str) -> Task:
     """Parse and validate a task file."""
-    meta, body, _ = split_frontmatter(text, path)
+    meta, body, body_line = _record_frontmatter(text, path, "task")
     try:
         meta = {k: _yaml_value(v) for k, v in meta.items()}
         _unknown_keys(meta, TASK_KEYS)
@@ -510,7 +575,8 @@ def parse_task(text: str, path: str, default_tenant: str) -> Task:
             tags=_str_list(meta.get("tags"), "tags"),
         )
     except FormatError as exc:
-        raise _located(exc, text, path) from None
+        raise _located(exc, text, path, body_line) from None
+    _check_file_name(path, f"tasks/{task.id}.md", task.id, text)
     return task
 
 
@@ -520,7 +586,7 @@ SUMMARY_KEYS = ("id", "ts", "tenant_id", "scope", "refs", "session_id", "decisio
 
 def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
     """Parse and validate a summary file."""
-    meta, body, _ = split_frontmatter(text, path)
+    meta, body, body_line = _record_frontmatter(text, path, "summary")
     try:
         meta = {k: _yaml_value(v) for k, v in meta.items()}
         _unknown_keys(meta, SUMMARY_KEYS)
@@ -542,7 +608,8 @@ def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
             tags=_str_list(meta.get("tags"), "tags"),
         )
     except FormatError as exc:
-        raise _located(exc, text, path) from None
+        raise _located(exc, text, path, body_line) from None
+    _check_file_name(path, f"summaries/{summary.scope}/{summary.id}.md", summary.id, text)
     return summary
 
 
@@ -558,7 +625,7 @@ def parse_handoff(text: str, path: str, default_tenant: str) -> Handoff:
         _unknown_keys(meta, HANDOFF_KEYS)
         ts = _text(meta.get("ts"), "ts")
         parse_ts(ts)
-        return Handoff(
+        handoff = Handoff(
             id=_id(meta.get("id"), "hof"), ts=ts,
             tenant_id=_name(meta.get("tenant_id", default_tenant), "tenant_id"),
             to_agent=_name(meta.get("to_agent"), "to_agent"),
@@ -573,6 +640,8 @@ def parse_handoff(text: str, path: str, default_tenant: str) -> Handoff:
         )
     except FormatError as exc:
         raise _located(exc, text, path) from None
+    _check_file_name(path, f"handoffs/{handoff.id}.yaml", handoff.id, text)
+    return handoff
 
 
 VIEW_KEYS = ("section", "pinned", "sensitivity", "channels", "max_tokens", "title")
@@ -589,7 +658,8 @@ def slugify(heading: str) -> str:
 def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     chunks: list[ViewChunk] = []
     seen: dict[str, int] = {}
-    heading, anchor, start, lines = "", "", first_line, []
+    heading, anchor, start = "", "", first_line
+    lines: list[str] = []
     in_fence = False
 
     def flush() -> None:
@@ -642,14 +712,25 @@ def parse_view(text: str, path: str, default_section: str) -> View:
         raise _located(exc, text, path) from None
 
 
+def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, int]:
+    """What a YAML parser error says, and the 1-based line it points at."""
+    mark = exc.problem_mark
+    line = mark.line + first_line if mark is not None else first_line
+    problem = str(exc.problem)
+    if exc.context and exc.context_mark is not None:
+        opened = exc.context_mark.line + first_line
+        if opened != line:
+            problem += f" ({exc.context} that opens on line {opened})"
+    return problem, line
+
+
 def load_yaml(text: str, path: str) -> dict[str, Any]:
     """A YAML mapping document, or a FormatError naming its line."""
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        raise FormatError(f"broken YAML: {exc.problem}", path=path,
-                          line=mark.line + 1 if mark is not None else 1) from None
+        problem, line = yaml_problem(exc)
+        raise FormatError(f"broken YAML: {problem}", path=path, line=line) from None
     except yaml.YAMLError as exc:
         raise FormatError(f"broken YAML: {exc}", path=path, line=1) from None
     if data is None:

@@ -217,6 +217,11 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
         out.errors.append(FormatError(f"not valid UTF-8 (byte 0x{data[exc.start]:02x})",
                                       path=path, line=data.count(b"\n", 0, exc.start) + 1))
         return out
+    if "\x00" in text:
+        out.errors.append(FormatError("contains a NUL character, which the index cannot store; "
+                                      "remove it", path=path,
+                                      line=text.count("\n", 0, text.index("\x00")) + 1))
+        return out
     try:
         _markdown_rows(path, kind, text, tenant, out)
     except FormatError as exc:

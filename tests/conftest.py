@@ -77,7 +77,7 @@ def memory(config: Config) -> Iterator[Memory]:
 
 
 @pytest.fixture
-def cli(config: Config) -> "Cli":
+def cli(config: Config) -> Cli:
     """Run `gitmem` commands in-process against the test store."""
     return Cli(config)
 

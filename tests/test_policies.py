@@ -1,0 +1,232 @@
+"""Policies: the defaults parse; every bad value names path:line and the field."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from gitmem.errors import FormatError, ValidationError
+from gitmem.policies import (
+    load_policies,
+    parse_budgets,
+    parse_channels,
+    parse_manifest,
+    parse_privacy,
+)
+from gitmem.store import manifest_text
+
+
+def template(rel: str) -> str:
+    return (resources.files("gitmem") / "templates" / rel).read_text(encoding="utf-8")
+
+
+BUDGETS = template("policies/budgets.yaml")
+PRIVACY = template("policies/privacy.yaml")
+CHANNELS = template("policies/channels.yaml")
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[:text.index(needle)].count("\n") + 1
+
+
+def test_default_budgets() -> None:
+    b = parse_budgets(BUDGETS)
+    assert (b.total, b.reserve) == (65000, 5000)
+    assert b.sections["retrieved_evidence"].max_tokens == 28000
+    assert b.section_order()[:2] == ["identity", "handoff"]
+    assert (b.candidate_pool_max, b.retrieved_chunks_max) == (2000, 200)
+    assert (b.alpha, b.beta, b.gamma) == (0.6, 0.3, 0.1)
+    assert b.max_excerpt_bytes == 8192
+
+
+def test_default_privacy_redacts_and_refuses_secret() -> None:
+    p = parse_privacy(PRIVACY)
+    assert "secret" in p.never_store
+    assert p.redact("my api_key = sk-abc123 ok") == "my [REDACTED] ok"
+    assert "AKIA" not in p.redact("key AKIAABCDEFGHIJKLMNOP here")
+    assert p.rule("public").suppress_sensitivity == frozenset({"high", "secret"})
+    assert "views/preferences.md" in p.rule("public").suppress_views
+    assert p.rule("private").suppress_sensitivity == frozenset({"secret"})
+
+
+def test_default_channels() -> None:
+    c = parse_channels(CHANNELS)
+    assert "views/preferences.md" in c.default_views["private"]
+    assert "views/preferences.md" not in c.default_views["public"]
+
+
+def test_seed_list_form_of_channels_is_accepted() -> None:
+    text = ("version: 1\nchannels:\n  - name: private\n"
+            "    default_load_views: [views/identity.md]\n")
+    assert parse_channels(text).default_views == {"private": ("views/identity.md",)}
+
+
+def test_load_policies_of_a_new_store(tmp_path: Path) -> None:
+    from gitmem.store import init_store
+
+    store = init_store(tmp_path / "r").store
+    policies = load_policies(store)
+    assert policies.manifest.default_tenant == "default"
+    assert set(policies.hashes) == {"manifest.json", "policies/budgets.yaml",
+                                    "policies/privacy.yaml", "policies/channels.yaml"}
+    assert all(h.startswith("sha256:") for h in policies.hashes.values())
+
+
+def budgets_error(text: str) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        parse_budgets(text)
+    assert caught.value.path == "policies/budgets.yaml"
+    return caught.value
+
+
+def test_reserve_not_below_total() -> None:
+    text = BUDGETS.replace("reserve_tokens: 5000", "reserve_tokens: 65000")
+    err = budgets_error(text)
+    assert (err.line, err.field) == (line_of(text, "reserve_tokens: 65000"), "reserve_tokens")
+    assert "below acb_total_max_tokens (65000)" in str(err)
+    assert str(err).startswith(f"policies/budgets.yaml:{err.line}: field 'reserve_tokens'")
+
+
+def test_unknown_section() -> None:
+    text = BUDGETS.replace("  tool_state:", "  gossip: {max_tokens: 5, priority: 1}\n  tool_state:")
+    err = budgets_error(text)
+    assert (err.line, err.field) == (line_of(text, "gossip"), "sections.gossip")
+    assert "unknown section" in str(err) and "relevant_decisions" in str(err)
+
+
+def test_bad_nested_value_names_its_own_line() -> None:
+    text = BUDGETS.replace("{max_tokens: 2000,", "{max_tokens: lots,")
+    err = budgets_error(text)
+    assert err.field == "sections.tool_state.max_tokens"
+    assert err.line == line_of(text, "lots") and "got 'lots'" in str(err)
+
+
+def test_negative_weight() -> None:
+    text = BUDGETS.replace("alpha: 0.6", "alpha: -1")
+    err = budgets_error(text)
+    assert (err.line, err.field) == (line_of(text, "alpha"), "retrieval.weights.alpha")
+
+
+def test_excerpt_limit_too_small() -> None:
+    text = BUDGETS.replace("max_excerpt_bytes: 8192", "max_excerpt_bytes: 10")
+    err = budgets_error(text)
+    assert (err.line, err.field) == (line_of(text, "max_excerpt_bytes"),
+                                     "write.max_excerpt_bytes")
+    assert ">= 256" in str(err)
+
+
+def test_misspelt_key_is_refused_not_ignored() -> None:
+    text = BUDGETS.replace("candidate_pool_max: 2000", "candidate_pool: 2000")
+    err = budgets_error(text)
+    assert (err.line, err.field) == (line_of(text, "candidate_pool:"), "retrieval.candidate_pool")
+    assert "unknown field" in str(err) and "candidate_pool_max" in str(err)
+    err = budgets_error(BUDGETS + "acb_total: 1\n")
+    assert err.field == "acb_total" and err.line == BUDGETS.count("\n") + 1
+
+
+def test_section_that_is_not_a_mapping() -> None:
+    text = BUDGETS.replace("  identity:           {max_tokens: 1200,  priority: 10}",
+                           "  identity: 1200")
+    err = budgets_error(text)
+    assert err.field == "sections.identity" and err.line == line_of(text, "identity: 1200")
+
+
+def test_broken_budgets_yaml() -> None:
+    with pytest.raises(FormatError) as caught:
+        parse_budgets(BUDGETS.replace("reserve_tokens: 5000", "reserve_tokens: [5000"))
+    assert caught.value.line is not None and caught.value.line > 1
+    assert "broken YAML" in str(caught.value)
+
+
+def privacy_error(text: str) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        parse_privacy(text)
+    assert caught.value.path == "policies/privacy.yaml"
+    return caught.value
+
+
+def test_bad_regex_names_the_pattern_line() -> None:
+    text = PRIVACY.replace("'\\bAKIA[0-9A-Z]{16}\\b'", "'(unclosed'")
+    err = privacy_error(text)
+    assert (err.line, err.field) == (line_of(text, "(unclosed"), "store.redact_patterns")
+    assert "invalid regular expression '(unclosed'" in str(err)
+
+
+def test_unknown_channel_in_privacy() -> None:
+    text = PRIVACY.replace("    team:\n", "    radio:\n")
+    err = privacy_error(text)
+    assert (err.line, err.field) == (line_of(text, "radio"), "load.channel_rules.radio")
+    assert "private|public|team|agent" in str(err)
+
+
+def test_unknown_sensitivity_in_channel_rule() -> None:
+    text = PRIVACY.replace("suppress_sensitivity: [secret]", "suppress_sensitivity: [topsecret]")
+    err = privacy_error(text)
+    assert err.field == "load.channel_rules.private.suppress_sensitivity"
+    assert err.line == line_of(text, "topsecret") and "'topsecret'" in str(err)
+
+
+def test_redaction_must_be_a_string() -> None:
+    text = PRIVACY.replace('redaction: "[REDACTED]"', "redaction: 5")
+    err = privacy_error(text)
+    assert (err.line, err.field) == (line_of(text, "redaction: 5"), "store.redaction")
+
+
+def test_secret_is_always_never_stored() -> None:
+    text = PRIVACY.replace("never_store_sensitivity: [secret]", "never_store_sensitivity: []")
+    assert "secret" in parse_privacy(text).never_store
+
+
+def test_unknown_channel_in_channels() -> None:
+    text = CHANNELS.replace("  team:", "  radio:")
+    with pytest.raises(ValidationError) as caught:
+        parse_channels(text)
+    err = caught.value
+    assert (err.path, err.line, err.field) == ("policies/channels.yaml", line_of(text, "radio"),
+                                               "channels.radio")
+
+
+def test_default_manifest_parses() -> None:
+    m = parse_manifest(manifest_text("acme"))
+    assert (m.format_version, m.default_tenant, m.tokenizer) == (1, "acme", "cl100k_base")
+
+
+@pytest.mark.parametrize(("text", "field", "line"), [
+    ('{\n"format_version": 2\n}', "format_version", 2),
+    ('{\n"format_version": 1,\n"default_tenant": "has space"\n}', "default_tenant", 3),
+    ('{\n"format_version": 1,\n"tokenizer": "gpt2"\n}', "tokenizer", 3),
+])
+def test_bad_manifest_values(text: str, field: str, line: int) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_manifest(text)
+    assert (caught.value.path, caught.value.line, caught.value.field) == (
+        "manifest.json", line, field)
+
+
+def test_malformed_manifest_json() -> None:
+    with pytest.raises(FormatError) as caught:
+        parse_manifest('{"format_version": 1,\n "x": }')
+    assert caught.value.line == 2 and "malformed JSON" in str(caught.value)
+
+
+def test_missing_policy_file_says_how_to_fix(tmp_path: Path) -> None:
+    from gitmem.store import init_store
+
+    store = init_store(tmp_path / "r").store
+    (store / "policies" / "privacy.yaml").unlink()
+    with pytest.raises(FormatError) as caught:
+        load_policies(store)
+    assert caught.value.path == "policies/privacy.yaml" and "gitmem init" in str(caught.value)
+
+
+def test_non_utf8_policy_file(tmp_path: Path) -> None:
+    from gitmem.store import init_store
+
+    store = init_store(tmp_path / "r").store
+    (store / "policies" / "budgets.yaml").write_bytes(BUDGETS.encode() + b"# caf\xe9\n")
+    with pytest.raises(FormatError) as caught:
+        load_policies(store)
+    assert caught.value.path == "policies/budgets.yaml"
+    assert caught.value.line == BUDGETS.count("\n") + 1 and "UTF-8" in str(caught.value)

@@ -1,0 +1,507 @@
+"""The record formats: good records parse; every kind of bad input names path:line and field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gitmem.errors import FormatError, ValidationError
+from gitmem.records import (
+    Event,
+    content_hash,
+    decision_to_text,
+    handoff_to_text,
+    iter_lines,
+    parse_decision,
+    parse_event,
+    parse_event_line,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+    parse_view,
+    split_frontmatter,
+    summary_to_text,
+    task_to_text,
+)
+
+EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+EVT2 = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
+DEC = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+DEC2 = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
+TSK = "tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+SUM = "sum_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+HOF = "hof_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+EVENTS = "events/2026-02/2026-02-09.jsonl"
+
+
+def event_obj(**changes: Any) -> dict[str, Any]:
+    """A complete, valid event line object with `changes` applied."""
+    obj: dict[str, Any] = {
+        "id": EVT, "ts": "2026-02-09T05:12:33+09:00", "tenant_id": "acme",
+        "session_id": "s1", "agent_id": "planner", "channel": "private",
+        "actor": {"type": "human", "id": "alice"}, "kind": "message",
+        "content": {"text": "We deploy on Fridays"}, "refs": [], "tags": ["topic:deploy"],
+        "sensitivity": "none",
+    }
+    obj["hash"] = content_hash(obj["kind"], obj["content"])
+    obj.update(changes)
+    return obj
+
+
+def line_error(raw: bytes, line: int = 7) -> FormatError:
+    with pytest.raises(FormatError) as caught:
+        parse_event_line(raw, path=EVENTS, line=line)
+    return caught.value
+
+
+def obj_line(**changes: Any) -> bytes:
+    return json.dumps(event_obj(**changes)).encode()
+
+
+# ----------------------------------------------------------------------------- events
+
+
+def test_good_event_line_parses_every_field() -> None:
+    event = parse_event_line(obj_line(refs=[DEC]), path=EVENTS, line=1)
+    assert isinstance(event, Event)
+    assert (event.id, event.tenant_id, event.session_id, event.agent_id) == (
+        EVT, "acme", "s1", "planner")
+    assert event.actor.type == "human" and event.actor.id == "alice"
+    assert event.refs == (DEC,) and event.tags == ("topic:deploy",)
+    assert event.when.utcoffset() is not None
+    assert event.hash == content_hash("message", {"text": "We deploy on Fridays"})
+
+
+def test_event_round_trips_through_its_line() -> None:
+    event = parse_event(event_obj(content={"text": "naïve café ✓"}))
+    line = event.to_line()
+    assert line.endswith("\n") and line.count("\n") == 1
+    assert "naïve café ✓" in line  # UTF-8 kept, not \u-escaped
+    assert parse_event_line(line[:-1].encode(), path=EVENTS, line=1) == event
+
+
+def test_content_hash_ignores_key_order_and_depends_on_kind() -> None:
+    a = content_hash("message", {"text": "x", "extra": [1, 2]})
+    b = content_hash("message", {"extra": [1, 2], "text": "x"})
+    assert a == b and a.startswith("sha256:") and len(a) == 7 + 64
+    assert content_hash("summary", {"text": "x", "extra": [1, 2]}) != a
+
+
+def test_ts_with_z_suffix_is_accepted() -> None:
+    assert parse_event(event_obj(ts="2026-02-09T05:12:33Z")).when.utcoffset() is not None
+
+
+def test_tool_result_content_is_validated() -> None:
+    good = {"tool": "fs.read", "excerpt_text": "abc", "truncated": False, "line_range": [1, 1]}
+    assert parse_event(event_obj(kind="tool_result", content=good)).kind == "tool_result"
+    with pytest.raises(ValidationError) as caught:
+        parse_event(event_obj(kind="tool_result", content={**good, "line_range": [1]}))
+    assert caught.value.field == "content.line_range"
+    with pytest.raises(ValidationError) as caught:
+        parse_event(event_obj(kind="tool_result", content={**good, "artifact_id": "art_x"}))
+    assert caught.value.field == "content.artifact_id"
+
+
+def test_task_update_needs_a_task_id() -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_event(event_obj(kind="task_update", content={"title": "x"}))
+    assert caught.value.field == "content.task_id"
+
+
+def test_malformed_json_line_names_path_line() -> None:
+    err = line_error(b'{"id": "evt_01', line=12)
+    assert (err.path, err.line) == (EVENTS, 12)
+    assert str(err).startswith(f"{EVENTS}:12: ")
+    assert "malformed JSON" in str(err)
+
+
+def test_non_utf8_byte_names_path_line_and_byte() -> None:
+    raw = obj_line().replace(b"Fridays", b"Fri\xffdays")
+    err = line_error(raw, line=3)
+    assert (err.path, err.line) == (EVENTS, 3)
+    assert "UTF-8" in str(err) and "0xff" in str(err)
+
+
+def test_unknown_kind_names_field_and_choices() -> None:
+    err = line_error(obj_line(kind="gossip"), line=4)
+    assert isinstance(err, ValidationError)
+    assert (err.path, err.line, err.field) == (EVENTS, 4, "kind")
+    assert "'gossip'" in str(err) and "message|tool_call" in str(err)
+
+
+def test_wrong_type_tags_names_field_and_value() -> None:
+    err = line_error(obj_line(tags=5), line=2)
+    assert (err.path, err.line, err.field) == (EVENTS, 2, "tags")
+    assert "expected a list of strings" in str(err) and "got 5" in str(err)
+    assert f"{EVENTS}:2: field 'tags'" in str(err)
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("content", ["x"], "expected an object"),
+    ("refs", ["not-an-id"], "expected ids like"),
+    ("channel", "radio", "private|public|team|agent"),
+    ("sensitivity", "classified", "none|low|high|secret"),
+    ("actor", "alice", '"type"'),
+    ("hash", "md5:abc", "sha256:<64 hex>"),
+    ("session_id", "has space", "expected a name"),
+    ("tenant_id", 7, "expected a string"),
+])
+def test_wrong_values_name_their_field(field: str, value: Any, expected: str) -> None:
+    err = line_error(obj_line(**{field: value}), line=9)
+    assert (err.line, err.field) == (9, field)
+    assert expected in err.detail
+
+
+def test_content_text_of_wrong_type() -> None:
+    err = line_error(obj_line(content={"text": 5}))
+    assert err.field == "content.text" and "got int" in str(err)
+
+
+def test_unknown_field_is_refused_and_named() -> None:
+    err = line_error(obj_line(colour="red"), line=5)
+    assert (err.line, err.field) == (5, "colour")
+    assert "unknown field" in str(err) and "expected only id, ts" in str(err)
+
+
+def test_missing_field_is_named() -> None:
+    obj = event_obj()
+    del obj["session_id"]
+    err = line_error(json.dumps(obj).encode(), line=6)
+    assert (err.line, err.field) == (6, "session_id") and "missing" in str(err)
+
+
+@pytest.mark.parametrize("bad_id", [
+    "evt_123", "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2ZU",
+    "evt_01jkz3n4q5r6s7t8v9w0x1y2z3", 42,
+])
+def test_bad_ids_are_refused(bad_id: Any) -> None:
+    err = line_error(obj_line(id=bad_id))
+    assert err.field == "id"
+
+
+def test_ts_without_offset_is_refused() -> None:
+    err = line_error(obj_line(ts="2026-02-09T05:12:33"), line=8)
+    assert (err.line, err.field) == (8, "ts")
+    assert "no UTC offset" in str(err)
+
+
+def test_ts_that_is_not_a_date_is_refused() -> None:
+    err = line_error(obj_line(ts="last tuesday"))
+    assert err.field == "ts" and "ISO-8601" in str(err)
+
+
+def test_json_array_line_is_refused() -> None:
+    err = line_error(b"[1, 2]", line=2)
+    assert err.line == 2 and "expected a JSON object" in str(err)
+
+
+def test_nan_is_not_json() -> None:
+    raw = obj_line().replace(b'on Fridays"}', b'on Fridays", "x": NaN}')
+    assert b"NaN" in raw
+    err = line_error(raw, line=3)
+    assert err.line == 3 and "NaN" in str(err)
+    with pytest.raises(ValidationError) as caught:
+        content_hash("message", {"text": "x", "score": float("inf")})
+    assert caught.value.field == "content"
+
+
+def test_nul_character_is_refused() -> None:
+    err = line_error(obj_line(content={"text": "a\u0000b"}), line=4)
+    assert (err.line, err.field) == (4, "content.text")
+    assert "NUL" in str(err)
+
+
+def test_iter_lines_yields_only_complete_lines() -> None:
+    assert list(iter_lines(b"a\nbb\n\ncc")) == [(1, b"a"), (2, b"bb"), (3, b"")]
+    assert list(iter_lines(b"")) == []
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def decision_text(**meta: Any) -> str:
+    fields: dict[str, Any] = {"id": DEC, "ts": "2026-02-09T05:12:33+09:00", "scope": "project",
+                              "status": "active", "refs": [EVT],
+                              "rationale": ["one service less"]}
+    fields.update(meta)
+    head = "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items() if v is not None)
+    return f"---\n{head}---\nUse PostgreSQL full-text search.\n"
+
+
+DEC_PATH = f"decisions/{DEC}.md"
+
+
+def decision_error(text: str, path: str = DEC_PATH) -> FormatError:
+    with pytest.raises(FormatError) as caught:
+        parse_decision(text, path, "default")
+    return caught.value
+
+
+def test_good_decision_parses() -> None:
+    d = parse_decision(decision_text(supersedes=[DEC2], confidence=0.8), DEC_PATH, "acme")
+    assert d.id == DEC and d.refs == (EVT,) and d.supersedes == (DEC2,)
+    assert d.text == "Use PostgreSQL full-text search."
+    assert d.tenant_id == "acme" and d.confidence == 0.8
+    assert d.rationale == ("one service less",)
+
+
+def test_decision_round_trips_through_its_file() -> None:
+    d = parse_decision(decision_text(title="FTS", tags=["db"]), DEC_PATH, "default")
+    assert parse_decision(decision_to_text(d), DEC_PATH, "default") == d
+
+
+def test_decision_yaml_timestamp_is_kept_as_iso_text() -> None:
+    text = decision_text().replace('"2026-02-09T05:12:33+09:00"', "2026-02-09T05:12:33+09:00")
+    assert parse_decision(text, DEC_PATH, "default").ts == "2026-02-09T05:12:33+09:00"
+
+
+def test_decision_without_refs_is_refused() -> None:
+    err = decision_error(decision_text(refs=[]))
+    assert (err.path, err.line, err.field) == (DEC_PATH, 6, "refs")
+    assert "at least one source id" in str(err)
+
+
+def test_decision_with_refs_key_missing_still_names_a_line() -> None:
+    err = decision_error(decision_text(refs=None))
+    assert (err.path, err.line, err.field) == (DEC_PATH, 1, "refs")
+    assert str(err).startswith(f"{DEC_PATH}:1: ")
+
+
+def test_broken_frontmatter_names_the_line() -> None:
+    text = decision_text().replace('"scope": ', "").replace('scope: "project"', "scope: [project")
+    err = decision_error(text)
+    assert err.path == DEC_PATH and err.line in (4, 5)
+    assert "broken YAML frontmatter" in str(err) and "line 4" in str(err)
+
+
+def test_unclosed_frontmatter_is_refused() -> None:
+    text = decision_text().replace("---\nUse", "Use")
+    err = decision_error(text)
+    assert err.line == 1 and "never closed" in str(err)
+
+
+def test_decision_without_frontmatter_is_refused() -> None:
+    err = decision_error("Use PostgreSQL.\n")
+    assert err.line == 1 and "frontmatter" in str(err)
+
+
+def test_frontmatter_that_is_a_list_is_refused() -> None:
+    err = decision_error("---\n- id\n- ts\n---\nbody\n")
+    assert err.line == 2 and "field: value" in str(err)
+
+
+def test_decision_wrong_type_names_field_line_and_value() -> None:
+    err = decision_error(decision_text(tags=5))
+    assert (err.line, err.field) == (8, "tags") and "got 5" in str(err)
+
+
+def test_decision_unknown_field_is_refused() -> None:
+    err = decision_error(decision_text(colour="red"))
+    assert (err.line, err.field) == (8, "colour") and "unknown field" in str(err)
+
+
+def test_decision_bad_id() -> None:
+    err = decision_error(decision_text(id="dec_42"))
+    assert (err.line, err.field) == (2, "id") and "dec_ + a 26-character ULID" in str(err)
+
+
+def test_decision_ts_without_offset() -> None:
+    err = decision_error(decision_text(ts="2026-02-09T05:12:33"))
+    assert (err.line, err.field) == (3, "ts") and "no UTC offset" in str(err)
+
+
+def test_decision_file_name_must_match_its_id() -> None:
+    err = decision_error(decision_text(), path=f"decisions/{DEC2}.md")
+    assert err.field == "id" and f"decisions/{DEC}.md" in str(err)
+
+
+def test_decision_without_body_points_at_the_body() -> None:
+    text = decision_text().replace("Use PostgreSQL full-text search.\n", "\n")
+    err = decision_error(text)
+    assert err.field == "body" and err.line == text.count("\n", 0, text.rindex("---")) + 2
+
+
+@pytest.mark.parametrize(("meta", "field"), [
+    ({"status": "maybe"}, "status"),
+    ({"scope": "galaxy"}, "scope"),
+    ({"confidence": 2}, "confidence"),
+    ({"supersedes": [EVT]}, "supersedes"),
+    ({"sensitivity": "classified"}, "sensitivity"),
+    ({"rationale": "because"}, None),  # a single string is a one-item list
+])
+def test_decision_field_values(meta: dict[str, Any], field: str | None) -> None:
+    if field is None:
+        assert parse_decision(decision_text(**meta), DEC_PATH, "d").rationale == ("because",)
+        return
+    assert decision_error(decision_text(**meta)).field == field
+
+
+# ----------------------------------------------------------------------------- tasks, summaries
+
+
+TASK_PATH = f"tasks/{TSK}.md"
+
+
+def task_text(**meta: Any) -> str:
+    fields: dict[str, Any] = {"id": TSK, "ts": "2026-02-09T05:12:33Z", "title": "Ship it",
+                              "status": "doing"}
+    fields.update(meta)
+    head = "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items() if v is not None)
+    return f"---\n{head}---\nThe details.\n"
+
+
+def test_good_task_parses_and_round_trips() -> None:
+    t = parse_task(task_text(owner="alice", refs=[EVT]), TASK_PATH, "acme")
+    assert (t.id, t.status, t.title, t.details, t.owner, t.refs) == (
+        TSK, "doing", "Ship it", "The details.", "alice", (EVT,))
+    assert parse_task(task_to_text(t), TASK_PATH, "acme") == t
+
+
+def test_task_errors() -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_task(task_text(status="later"), TASK_PATH, "d")
+    assert (caught.value.line, caught.value.field) == (5, "status")
+    with pytest.raises(ValidationError) as caught:
+        parse_task(task_text(title=None), TASK_PATH, "d")
+    assert (caught.value.line, caught.value.field) == (1, "title")
+    assert "missing" in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        parse_task(task_text(), "tasks/tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2ZZ.md", "d")
+    assert caught.value.field == "id" and "file name" in str(caught.value)
+
+
+SUM_PATH = f"summaries/episode/{SUM}.md"
+
+
+def summary_text(**meta: Any) -> str:
+    fields: dict[str, Any] = {"id": SUM, "ts": "2026-02-09T05:12:33Z", "scope": "episode",
+                              "refs": [EVT, EVT2]}
+    fields.update(meta)
+    head = "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items() if v is not None)
+    return f"---\n{head}---\nWe chose FTS.\n"
+
+
+def test_good_summary_parses_and_round_trips() -> None:
+    s = parse_summary(summary_text(decisions=[DEC]), SUM_PATH, "d")
+    assert (s.scope, s.refs, s.decisions, s.text) == ("episode", (EVT, EVT2), (DEC,),
+                                                      "We chose FTS.")
+    assert parse_summary(summary_to_text(s), SUM_PATH, "d") == s
+
+
+def test_summary_errors() -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_summary(summary_text(refs=None), SUM_PATH, "d")
+    assert (caught.value.line, caught.value.field) == (1, "refs")
+    with pytest.raises(ValidationError) as caught:
+        parse_summary(summary_text(scope="week"), SUM_PATH, "d")
+    assert caught.value.field == "scope"
+    with pytest.raises(ValidationError) as caught:
+        parse_summary(summary_text(), f"summaries/session/{SUM}.md", "d")
+    assert caught.value.field == "id" and SUM_PATH in str(caught.value)
+
+
+# ----------------------------------------------------------------------------- handoffs
+
+
+HOF_PATH = f"handoffs/{HOF}.yaml"
+
+
+def handoff_text(**meta: Any) -> str:
+    fields: dict[str, Any] = {"id": HOF, "ts": "2026-02-09T05:12:33Z", "to_agent": "coder",
+                              "task": "Fix the flaky test", "decisions": [DEC]}
+    fields.update(meta)
+    return "".join(f"{k}: {json.dumps(v)}\n" for k, v in fields.items() if v is not None)
+
+
+def test_good_handoff_parses_and_round_trips() -> None:
+    h = parse_handoff(handoff_text(open_questions=["why?"]), HOF_PATH, "d")
+    assert (h.to_agent, h.task, h.decisions, h.open_questions) == (
+        "coder", "Fix the flaky test", (DEC,), ("why?",))
+    assert parse_handoff(handoff_to_text(h), HOF_PATH, "d") == h
+
+
+def test_handoff_errors() -> None:
+    with pytest.raises(FormatError) as caught:
+        parse_handoff(handoff_text().replace('"coder"', "[coder"), HOF_PATH, "d")
+    assert caught.value.line is not None and "broken YAML" in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        parse_handoff(handoff_text(to_agent=None), HOF_PATH, "d")
+    assert (caught.value.line, caught.value.field) == (1, "to_agent")
+    with pytest.raises(ValidationError) as caught:
+        parse_handoff(handoff_text(decisions=[EVT]), HOF_PATH, "d")
+    assert caught.value.field == "decisions" and caught.value.line == 5
+    with pytest.raises(FormatError) as caught:
+        parse_handoff("- a\n- b\n", HOF_PATH, "d")
+    assert caught.value.line == 1 and "mapping" in str(caught.value)
+
+
+# ----------------------------------------------------------------------------- views
+
+
+VIEW = """---
+section: rules
+pinned: true
+channels: [private, team]
+---
+# Rules
+
+Intro line.
+
+## Style
+
+Use black.
+
+```
+# not a heading
+```
+
+## Style
+
+Again.
+"""
+
+
+def test_view_chunks_at_headings_with_their_lines() -> None:
+    view = parse_view(VIEW, "views/rules.md", "rules")
+    assert (view.section, view.pinned, view.channels) == ("rules", True, ("private", "team"))
+    assert [(c.anchor, c.line) for c in view.chunks] == [
+        ("rules", 6), ("style", 10), ("style-1", 18)]
+    lines = VIEW.split("\n")
+    for chunk in view.chunks:
+        assert lines[chunk.line - 1].lstrip("# ") == chunk.heading
+    assert "# not a heading" in view.chunks[1].text
+
+
+def test_view_body_line_is_exact_when_body_text_repeats_frontmatter() -> None:
+    text = "---\ntitle: Rules\n---\n\n# Rules\n\ntext\n"
+    meta, body, line = split_frontmatter(text, "views/x.md")
+    assert meta == {"title": "Rules"} and line == 4 and body.startswith("\n# Rules")
+    assert parse_view(text, "views/x.md", "rules").chunks[0].line == 5
+
+
+def test_view_without_frontmatter_uses_defaults() -> None:
+    view = parse_view("# Glossary\n\n- ACB: bundle\n", "views/glossary.md", "rules")
+    assert (view.section, view.pinned, view.title) == ("rules", False, "glossary")
+    assert view.chunks[0].anchor == "glossary" and view.chunks[0].line == 1
+
+
+@pytest.mark.parametrize(("meta", "field"), [
+    ("section: nope", "section"),
+    ("channels: [radio]", "channels"),
+    ("max_tokens: -1", "max_tokens"),
+    ("pinned: yes please", "pinned"),
+    ("colour: red", "colour"),
+])
+def test_view_bad_values(meta: str, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_view(f"---\n{meta}\n---\n# Hi\n", "views/x.md", "rules")
+    assert (caught.value.path, caught.value.line, caught.value.field) == ("views/x.md", 2, field)
+
+
+def test_view_broken_frontmatter() -> None:
+    with pytest.raises(FormatError) as caught:
+        parse_view("---\nsection: [rules\n---\n# Hi\n", "views/x.md", "rules")
+    assert caught.value.path == "views/x.md" and caught.value.line in (2, 3)
+    assert "broken YAML frontmatter" in str(caught.value)
