@@ -67,6 +67,7 @@ class ChannelRule:
 
     suppress_sensitivity: frozenset[str] = frozenset({"secret"})
     suppress_views: frozenset[str] = frozenset()
+    event_channels: frozenset[str] | None = None  # channels whose events it may load; None: all
 
 
 @dataclass(frozen=True)
@@ -292,12 +293,17 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
         if not isinstance(spec, dict):
             raise r.fail(f"load.channel_rules.{channel}", "expected a mapping")
         r.known(spec, f"load.channel_rules.{channel}", ("suppress_sensitivity", "suppress_views"))
+        event_channels = (frozenset(r.strings(spec, "load_event_channels",
+                                              f"load.channel_rules.{channel}.load_event_channels",
+                                              CHANNELS))
+                          if "load_event_channels" in spec else None)
         rules[channel] = ChannelRule(
             frozenset(r.strings(spec, "suppress_sensitivity",
                                 f"load.channel_rules.{channel}.suppress_sensitivity",
                                 SENSITIVITIES)) | {"secret"},
             frozenset(r.strings(spec, "suppress_views",
-                                f"load.channel_rules.{channel}.suppress_views")))
+                                f"load.channel_rules.{channel}.suppress_views")),
+            event_channels)
     never = frozenset(r.strings(store, "never_store_sensitivity", "store.never_store_sensitivity",
                                 SENSITIVITIES)) | {"secret"}
     # seed 002 §4.1 spells it never_store_kinds; accept that spelling too
