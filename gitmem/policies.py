@@ -211,12 +211,15 @@ def yaml_line(text: str, steps: Sequence[str | int]) -> int | None:
     return line
 
 
+# The keys each policy mapping may hold: a misspelt key is an error, never a silent
+# default. A new policy setting is added here and to its parser together.
 BUDGET_KEYS = ("version", "acb_total_max_tokens", "reserve_tokens", "sections", "retrieval",
                "write")
 RETRIEVAL_KEYS = ("candidate_pool_max", "retrieved_chunks_max", "recent_window_events",
                   "tool_state_events", "decisions_max", "handoff_evidence_max", "weights",
                   "recency_tau_days")
 PRIVACY_KEYS = ("version", "store", "load")
+CHANNEL_RULE_KEYS = ("suppress_sensitivity", "suppress_views", "load_event_channels")
 STORE_KEYS = ("never_store_sensitivity", "never_store_kinds", "redaction", "redact_patterns")
 
 
@@ -292,11 +295,10 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
                          f"unknown channel; expected one of {'|'.join(CHANNELS)}")
         if not isinstance(spec, dict):
             raise r.fail(f"load.channel_rules.{channel}", "expected a mapping")
-        r.known(spec, f"load.channel_rules.{channel}", ("suppress_sensitivity", "suppress_views"))
-        event_channels = (frozenset(r.strings(spec, "load_event_channels",
-                                              f"load.channel_rules.{channel}.load_event_channels",
-                                              CHANNELS))
-                          if "load_event_channels" in spec else None)
+        r.known(spec, f"load.channel_rules.{channel}", CHANNEL_RULE_KEYS)
+        event_channels = (frozenset(r.strings(
+            spec, "load_event_channels", f"load.channel_rules.{channel}.load_event_channels",
+            CHANNELS)) if "load_event_channels" in spec else None)
         rules[channel] = ChannelRule(
             frozenset(r.strings(spec, "suppress_sensitivity",
                                 f"load.channel_rules.{channel}.suppress_sensitivity",
