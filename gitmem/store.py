@@ -115,9 +115,9 @@ def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
     for rel in TEMPLATE_FILES:
         if write_new(store / rel, _template(rel)):
             created.append(f"memory/{rel}")
-    store_rel = os.path.relpath(store, _git_toplevel(root))
-    prefix = "" if store_rel == "." else store_rel.replace(os.sep, "/") + "/"
-    if _ensure_line(root / ".gitattributes", prefix + UNION_RULE):
+    # .gitattributes patterns are relative to the file's own directory, which is
+    # `root` even when root is a subdirectory of a larger repository
+    if _ensure_line(root / ".gitattributes", "memory/" + UNION_RULE):
         created.append(".gitattributes")
     if _ensure_line(root / ".gitignore", ".gitmem/"):
         created.append(".gitignore")
@@ -128,12 +128,6 @@ def _inside_git(path: Path) -> bool:
     result = subprocess.run(["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
                             capture_output=True, text=True)
     return result.returncode == 0 and result.stdout.strip() == "true"
-
-
-def _git_toplevel(path: Path) -> Path:
-    result = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"],
-                            capture_output=True, text=True, check=True)
-    return Path(result.stdout.strip())
 
 
 def day_file(store: Path, ts: datetime) -> Path:
