@@ -175,7 +175,7 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
 @click.option("--json", "json_source", default=None, metavar="FILE|-",
               help="Record each JSON object of a JSONL stream instead.")
 @click.pass_obj
-def record(obj: _Context, text: str | None, content_json: str | None, tool: str | None,
+def record(obj: _Context, /, text: str | None, content_json: str | None, tool: str | None,
            json_source: str | None, **values: Any) -> None:
     """Append one event (or a JSONL stream of them); print each new id.
 
@@ -238,7 +238,7 @@ def _content(kind: str, text: str | None, content_json: str | None,
 @click.option("--tenant", "tenant_id", default=None, help="Tenant.")
 @click.option("--ts", default=None, help="ISO-8601 timestamp (default now).")
 @click.pass_obj
-def decide(obj: _Context, text: str, refs: tuple[str, ...], **options: Any) -> None:
+def decide(obj: _Context, /, text: str, refs: tuple[str, ...], **options: Any) -> None:
     """Record a decision (decisions/dec_<id>.md plus a decision event); print its id.
 
     \b
@@ -256,7 +256,8 @@ def decide(obj: _Context, text: str, refs: tuple[str, ...], **options: Any) -> N
 
 @main.command()
 @click.argument("title")
-@click.option("--status", default="open", show_default=True, help="open|doing|blocked|done|cancelled")
+@click.option("--status", default="open", show_default=True,
+              help="open|doing|blocked|done|cancelled")
 @click.option("--id", "task_id", default=None, help="Update this task instead of creating one.")
 @click.option("--details", default="", help="Details (the file's body).")
 @click.option("--owner", default="", help="Who owns it.")
@@ -265,7 +266,7 @@ def decide(obj: _Context, text: str, refs: tuple[str, ...], **options: Any) -> N
 @click.option("--agent", "agent_id", default=None, help="Agent id.")
 @click.option("--tenant", "tenant_id", default=None, help="Tenant.")
 @click.pass_obj
-def task(obj: _Context, title: str, refs: tuple[str, ...], **options: Any) -> None:
+def task(obj: _Context, /, title: str, refs: tuple[str, ...], **options: Any) -> None:
     """Create or update a task (tasks/tsk_<id>.md plus a task_update event); print its id.
 
     \b
@@ -292,7 +293,8 @@ def reindex(obj: _Context) -> None:
     """
     from gitmem.store import iter_store_files
     with _errors(), obj.memory() as memory:
-        total = sum((memory.store / rel).stat().st_size for rel, _ in iter_store_files(memory.store))
+        total = sum((memory.store / rel).stat().st_size
+                    for rel, _ in iter_store_files(memory.store))
         if sys.stderr.isatty():
             with click.progressbar(length=total, label="reindex", file=sys.stderr) as bar:
                 report = memory.reindex(bar.update)
@@ -344,7 +346,8 @@ def status(obj: _Context, as_json: bool) -> None:
     click.echo(f"store   {report['store']}")
     click.echo(f"index   {counts}")
     git = report["git"]
-    click.echo(f"git     HEAD {git['head'] or '(none)'}, indexed at {git['indexed_head'] or '(none)'}")
+    click.echo(f"git     HEAD {git['head'] or '(none)'}, "
+               f"indexed at {git['indexed_head'] or '(none)'}")
     click.echo("state   " + ("clean: the index reflects every file" if report["clean"]
                             else f"{len(report['stale'])} stale file(s)"))
     for item in report["stale"]:
@@ -353,3 +356,41 @@ def status(obj: _Context, as_json: bool) -> None:
         click.echo(f"  pending {item['path']}: {item['bytes']} bytes, {item['reason']}")
     for problem in report["errors"]:
         click.echo(f"  error   {_where(problem)}: {problem['message']}")
+
+
+@main.command(name="acb")
+@click.argument("query", required=False, default="")
+@click.option("--channel", default="private", show_default=True, help="private|public|team|agent")
+@click.option("--session", "session_id", default=None, help="Session id.")
+@click.option("--agent", "agent_id", default=None, help="Agent id.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant (default from manifest).")
+@click.option("--intent", default="", help="What the call is for (recorded in provenance).")
+@click.option("--max-tokens", type=int, default=None, help="Budget (default from budgets.yaml).")
+@click.option("--now", default=None, help="Fixed clock, ISO-8601 (default: now).")
+@click.option("--handoff", "handoff_id", default=None, help="Build from this handoff packet only.")
+@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json",
+              show_default=True, help="JSON bundle, or the rendered prompt text.")
+@click.pass_obj
+def acb_command(obj: _Context, /, query: str, fmt: str, **fields: Any) -> None:
+    """Build the Active Context Bundle for a question and print it.
+
+    \b
+    Examples:
+      gitmem acb "Which city hosts the cluster our deployments run on?" --session s1
+      gitmem acb --channel public --max-tokens 3000 --format text
+    """
+    from gitmem.acb import render_text, summarize
+
+    request = {k: v for k, v in fields.items() if v not in (None, "")}
+    request["query_text"] = query
+    with _errors():
+        bundle = _via_daemon(obj, "build_acb", request)
+        if bundle is None:
+            with obj.memory() as memory:
+                bundle = memory.build_acb(request)
+    for line in summarize(bundle):
+        _say(line)
+    if fmt == "text":
+        click.echo(render_text(bundle), nl=False)
+    else:
+        _emit(bundle)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gitmem import indexer
+from gitmem import acb, indexer, retrieval
 from gitmem.config import Config
+from gitmem.context import ContextCache
 from gitmem.db import Database
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
-from gitmem.records import Event, Handoff
+from gitmem.records import Event, Handoff, format_ts
 from gitmem.store import read_artifact
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,12 @@ class Memory:
         self._lock = threading.RLock()
         self._policies = load_policies(self.store)
         self._recorder = Recorder(self.store, self._policies)
+        self.cache = ContextCache(lambda: self.db)
+        self.lexeme_stats = retrieval.LexemeStats()
+        # How build_acb makes sure the index reflects the files before answering.
+        # None: a (stat-based, cheap when nothing changed) sync of the store.
+        # The daemon installs its watcher's flush here instead.
+        self.catch_up: Callable[[], Iterable[str]] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -120,12 +128,67 @@ class Memory:
     # ------------------------------------------------------------------ index
 
     def sync(self, paths: Iterable[str] | None = None) -> indexer.SyncReport:
-        """Catch the index up with the files."""
-        return indexer.sync(self.db, self.store, self.policies, paths)
+        """Catch the index up with the files (and drop cached copies of what changed)."""
+        report = indexer.sync(self.db, self.store, self.policies, paths)
+        if report.changed:
+            self.invalidate(item["path"] for item in report.changed)
+        return report
 
     def reindex(self, progress: indexer.Progress | None = None) -> indexer.SyncReport:
         """Drop and rebuild the index from the files."""
-        return indexer.reindex(self.db, self.store, self.policies, progress)
+        report = indexer.reindex(self.db, self.store, self.policies, progress)
+        self.invalidate(None)
+        self.lexeme_stats.refresh(self.db, force=True)
+        return report
+
+    def invalidate(self, paths: Iterable[str] | None) -> None:
+        """Forget cached read-path data derived from `paths` (None: all of it)."""
+        paths = None if paths is None else list(paths)
+        if paths is None or any(p.startswith(("policies/", "manifest.json")) for p in paths):
+            self.reload_policies()
+        self.cache.invalidate(paths)
+
+    # ------------------------------------------------------------------ reads
+
+    def build_acb(self, request: Mapping[str, Any] | acb.AcbRequest) -> dict[str, Any]:
+        """The Active Context Bundle for `request` (fields of SPEC §10), caught up first."""
+        started = time.perf_counter()
+        if not isinstance(request, acb.AcbRequest):
+            request = acb.AcbRequest.from_mapping(request, self.policies.manifest.default_tenant)
+        if self.catch_up is not None:
+            caught = list(self.catch_up())
+            mode = "watcher"
+        else:
+            caught = [item["path"] for item in self.sync().changed]
+            mode = "sync-on-read"
+        state = {"schema": self.config.schema, "freshness": mode, "caught_up_files": caught,
+                 "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
+        return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
+                             self.lexeme_stats, state)
+
+    def query_decisions(self, tenant_id: str | None = None, *, active_only: bool = True,
+                        query_text: str = "") -> list[dict[str, Any]]:
+        """A tenant's decisions (active ones by default), newest first or by relevance."""
+        tenant = tenant_id or self.policies.manifest.default_tenant
+        if self.catch_up is not None:
+            list(self.catch_up())
+        else:
+            self.sync()
+        chain = self.cache.decisions(tenant)
+        rows = chain.active if active_only else sorted(
+            chain.by_id.values(), key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
+        if query_text.strip():
+            terms = retrieval.analyze(self.db, query_text)
+            wanted = {r["chunk_id"] for t in terms for r in self.db.fetchall(
+                "decision_search", {"tenant": tenant, "query": t.query})}
+            rows = [r for r in rows if r["decision_id"] in wanted]
+        return [{
+            "decision_id": r["decision_id"], "ts": format_ts(r["ts"]),
+            "status": "active" if r["decision_id"] not in chain.superseded_by else "superseded",
+            "superseded_by": chain.superseded_by.get(r["decision_id"]) or None,
+            "title": r["title"], "text": r["text"], "rationale": list(r["rationale"]),
+            "refs": list(r["refs"]), "supersedes": list(r["supersedes"]), "path": r["path"],
+        } for r in rows]
 
     def status(self) -> dict[str, Any]:
         """What in the index is stale relative to the files, and why."""

@@ -7,14 +7,15 @@ WHERE alias NOT IN ('blank')
 
 -- name: lexeme_stats
 SELECT s.most_common_elems::text::text[] AS elems,
-       s.most_common_elem_freqs AS freqs,
-       (SELECT greatest(reltuples, 0)::bigint FROM pg_class
-        WHERE oid = 'chunks'::regclass) AS total
+       s.most_common_elem_freqs AS freqs
 FROM pg_stats s
 WHERE s.schemaname = current_schema() AND s.tablename = 'chunks' AND s.attname = 'tsv'
 
 -- name: chunk_total
-SELECT greatest(reltuples, 0)::bigint AS total FROM pg_class WHERE oid = 'chunks'::regclass
+-- The planner's estimate when the table is large, an exact count when it is cheap.
+SELECT CASE WHEN reltuples < 20000 THEN (SELECT count(*) FROM chunks)
+            ELSE reltuples::bigint END AS total
+FROM pg_class WHERE oid = 'chunks'::regclass
 
 -- name: pool_term
 -- One term's bounded pool: its most recent matches (all of them when rare).
@@ -63,37 +64,45 @@ ORDER BY rank DESC, chunk_id
 LIMIT %(limit)s
 
 -- name: chunk_items
-SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
-       sensitivity, tags, refs, hash, token_est, importance, text
-FROM chunks
-WHERE chunk_id = ANY (%(ids)s) AND tenant_id = %(tenant)s
+SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
+       c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
+       e.content ->> 'artifact_id' AS artifact_id
+FROM chunks c
+LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
 
 -- name: session_recent
 -- The session's latest events other than tool results, newest first.
-SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
-       sensitivity, tags, refs, hash, token_est, importance, text
-FROM chunks
-WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND source_type = 'event'
-  AND kind <> 'tool_result'
-ORDER BY ts DESC, chunk_id DESC
+SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
+       c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
+       e.content ->> 'artifact_id' AS artifact_id
+FROM chunks c
+LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+WHERE c.tenant_id = %(tenant)s AND c.session_id = %(session)s AND c.source_type = 'event'
+  AND c.kind <> 'tool_result'
+ORDER BY c.ts DESC, c.chunk_id DESC
 LIMIT %(limit)s
 
 -- name: session_tools
 -- The session's latest tool results, newest first.
-SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
-       sensitivity, tags, refs, hash, token_est, importance, text
-FROM chunks
-WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND source_type = 'event'
-  AND kind = 'tool_result'
-ORDER BY ts DESC, chunk_id DESC
+SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
+       c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
+       e.content ->> 'artifact_id' AS artifact_id
+FROM chunks c
+LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+WHERE c.tenant_id = %(tenant)s AND c.session_id = %(session)s AND c.source_type = 'event'
+  AND c.kind = 'tool_result'
+ORDER BY c.ts DESC, c.chunk_id DESC
 LIMIT %(limit)s
 
 -- name: pinned_chunks
-SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
-       sensitivity, tags, refs, hash, token_est, importance, text
-FROM chunks
-WHERE tenant_id = %(tenant)s AND 'pinned' = ANY (tags)
-ORDER BY ts DESC, chunk_id DESC
+SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
+       c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
+       e.content ->> 'artifact_id' AS artifact_id
+FROM chunks c
+LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+WHERE c.tenant_id = %(tenant)s AND 'pinned' = ANY (c.tags)
+ORDER BY c.ts DESC, c.chunk_id DESC
 LIMIT %(limit)s
 
 -- name: all_views
@@ -123,11 +132,13 @@ SELECT handoff_id, tenant_id, ts, from_agent, to_agent, task, constraints, decis
 FROM handoffs WHERE handoff_id = %(id)s
 
 -- name: event_chunks
-SELECT chunk_id, source_type, source_id, path, line, ts, kind, channel, session_id,
-       sensitivity, tags, refs, hash, token_est, importance, text
-FROM chunks
-WHERE tenant_id = %(tenant)s AND source_id = ANY (%(ids)s)
-ORDER BY ts, chunk_id
+SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
+       c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
+       e.content ->> 'artifact_id' AS artifact_id
+FROM chunks c
+LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+WHERE c.tenant_id = %(tenant)s AND c.source_id = ANY (%(ids)s)
+ORDER BY c.ts, c.chunk_id
 
 -- name: decision_search
 SELECT chunk_id FROM chunks

@@ -1,0 +1,537 @@
+"""build_acb: the Active Context Bundle put in front of each LLM call.
+
+Sections are filled in the budgets' priority order (identity, rules,
+task_state, relevant_decisions, retrieved_evidence, recent_window,
+tool_state; or, with a handoff, only the packet, its decisions and a little
+evidence). Hard rules, all enforced in `Packer`: privacy suppression before
+scoring (omissions list ids, never text); one copy per content hash across
+sections; pinned items first; no section over its cap and nothing over
+max_tokens - reserve, counted with the tokenizer that counted the chunks.
+The same request on the same files gives the same sections, omissions and
+acb_id (P7): every ordering ends in an id, and the clock is the request's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gitmem import retrieval, tokens
+from gitmem.context import ContextCache, TenantDecisions, ViewRow
+from gitmem.db import Database, Row
+from gitmem.errors import ValidationError
+from gitmem.policies import ChannelRule, Policies
+from gitmem.records import CHANNELS, canonical_json, format_ts, parse_ts
+
+SECTION_TITLES = {
+    "identity": "Identity", "rules": "Rules", "task_state": "Task state",
+    "relevant_decisions": "Relevant decisions", "retrieved_evidence": "Retrieved evidence",
+    "recent_window": "Recent conversation", "tool_state": "Tool state",
+    "handoff": "Handoff packet",
+}
+ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE joins
+OMISSION_IDS_MAX = 200
+REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
+                  "max_tokens", "now", "handoff_id")
+HANDOFF_SECTIONS = ("handoff", "relevant_decisions", "retrieved_evidence")
+
+
+@dataclass(frozen=True)
+class AcbRequest:
+    """What an agent asks for; `now` fixes the clock (recency, ts)."""
+
+    tenant_id: str
+    session_id: str = "default"
+    agent_id: str = "agent"
+    channel: str = "private"
+    intent: str = ""
+    query_text: str = ""
+    max_tokens: int | None = None
+    now: str | None = None
+    handoff_id: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], default_tenant: str) -> AcbRequest:
+        """Validate a request object (JSON-RPC params, CLI flags), naming bad fields."""
+        unknown = sorted(set(data) - set(REQUEST_FIELDS))
+        if unknown:
+            raise ValidationError(f"unknown field; expected only {', '.join(REQUEST_FIELDS)}",
+                                  field=unknown[0])
+        for name in ("tenant_id", "session_id", "agent_id", "intent", "query_text", "now",
+                     "handoff_id", "channel"):
+            value = data.get(name)
+            if value is not None and not isinstance(value, str):
+                raise ValidationError(f"expected a string, got {type(value).__name__}", field=name)
+        max_tokens = data.get("max_tokens")
+        if max_tokens is not None and (isinstance(max_tokens, bool)
+                                       or not isinstance(max_tokens, int) or max_tokens < 1):
+            raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
+                                  field="max_tokens")
+        channel = data.get("channel") or "private"
+        if channel not in CHANNELS:
+            raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
+                                  field="channel")
+        now = data.get("now")
+        if now is not None:
+            parse_ts(now, "now")
+        return cls(tenant_id=data.get("tenant_id") or default_tenant,
+                   session_id=data.get("session_id") or "default",
+                   agent_id=data.get("agent_id") or "agent", channel=channel,
+                   intent=data.get("intent") or "", query_text=data.get("query_text") or "",
+                   max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
+
+
+def header(name: str) -> str:
+    """The rendered heading of a section."""
+    return f"## {SECTION_TITLES[name]}\n"
+
+
+_HEADER_TOKENS = {name: tokens.count(header(name)) + 1 for name in SECTION_TITLES}
+
+
+@dataclass
+class Section:
+    """A section being packed."""
+
+    name: str
+    cap: int
+    items: list[dict[str, Any]] = field(default_factory=list)
+    used: int = 0
+
+
+class Packer:
+    """Places items into sections under every cap; records what it leaves out."""
+
+    def __init__(self, available: int) -> None:
+        self.available = available
+        self.used = 0
+        self.sections: dict[str, Section] = {}
+        self.seen: dict[str, str] = {}
+        self.omitted: dict[str, list[str]] = {}
+        self.truncated: dict[str, list[str]] = {}
+
+    def open(self, name: str, cap: int) -> Section:
+        """Start a section with its (scaled) cap."""
+        section = Section(name, cap)
+        self.sections[name] = section
+        return section
+
+    def omit(self, reason: str, item_id: str) -> None:
+        """Record an id left out, by reason."""
+        ids = self.omitted.setdefault(reason, [])
+        if item_id not in ids:
+            ids.append(item_id)
+
+    def add(self, section: Section, item: dict[str, Any], digest: str) -> bool:
+        """Add `item` if its hash is new and it fits; else record why not."""
+        if digest in self.seen:
+            if self.seen[digest] != item["id"]:
+                self.omit("duplicate", item["id"])
+            return False
+        cost = item["token_est"] + ITEM_SEPARATOR_TOKENS
+        if not section.items:
+            cost += _HEADER_TOKENS[section.name]
+        if section.used + cost > section.cap or self.used + cost > self.available:
+            self.omit("budget", item["id"])
+            return False
+        section.items.append(item)
+        section.used += cost
+        self.used += cost
+        self.seen[digest] = item["id"]
+        if item.get("artifact_id"):
+            self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])
+        return True
+
+    def omissions(self) -> list[dict[str, Any]]:
+        """The omissions list: one entry per reason (and per truncated artifact)."""
+        out: list[dict[str, Any]] = []
+        for reason in sorted(self.omitted):
+            ids = sorted(set(self.omitted[reason]))
+            entry: dict[str, Any] = {"reason": reason, "candidates": ids[:OMISSION_IDS_MAX]}
+            if len(ids) > OMISSION_IDS_MAX:
+                entry["count"] = len(ids)
+            out.append(entry)
+        for artifact in sorted(self.truncated):
+            out.append({"reason": "truncated_tool_output",
+                        "candidates": sorted(set(self.truncated[artifact])),
+                        "artifact_id": artifact})
+        return out
+
+
+def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
+        "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
+        "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
+        "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
+        "ts": _iso(row["ts"]),
+    }
+    if score is not None:
+        item["score"] = score
+    if row.get("artifact_id"):
+        item["artifact_id"] = row["artifact_id"]
+    return item
+
+
+def _iso(value: datetime) -> str:
+    return format_ts(value.astimezone(UTC))
+
+
+@dataclass
+class _Build:
+    request: AcbRequest
+    policies: Policies
+    cache: ContextCache
+    db: Callable[[], Database]
+    stats: retrieval.LexemeStats
+    now: datetime
+    rule: ChannelRule
+    packer: Packer
+    scale: float
+    provenance: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def cap(self, name: str) -> int:
+        budget = self.policies.budgets.sections.get(name)
+        return int(budget.max_tokens * self.scale) if budget else 0
+
+    def allows(self, sensitivity: str, channel: str = "") -> bool:
+        if sensitivity in self.rule.suppress_sensitivity:
+            return False
+        return not (channel and self.rule.event_channels is not None
+                    and channel not in self.rule.event_channels)
+
+
+def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
+              db: Callable[[], Database], stats: retrieval.LexemeStats,
+              index_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Assemble the ACB for `request` (see the module docstring for the rules)."""
+    started = time.perf_counter()
+    budgets = policies.budgets
+    now = parse_ts(request.now) if request.now else datetime.now(UTC)
+    max_tokens = min(request.max_tokens or budgets.total, budgets.total)
+    scale = max_tokens / budgets.total
+    reserve = int(budgets.reserve * scale)
+    build = _Build(request, policies, cache, db, stats, now, policies.privacy.rule(
+        request.channel), Packer(max_tokens - reserve), scale)
+    order = budgets.section_order()
+    if request.handoff_id:
+        order = [name for name in order if name in HANDOFF_SECTIONS]
+        fillers = _handoff_fillers(build)
+    else:
+        order = [name for name in order if name != "handoff"]
+        fillers = _fillers(build)
+    for name in order:
+        section = build.packer.open(name, build.cap(name))
+        step = time.perf_counter()
+        fillers[name](section)
+        build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
+    sections = [{"name": s.name, "items": s.items, "token_est": s.used}
+                for s in build.packer.sections.values()]
+    omissions = build.packer.omissions()
+    request_view = asdict(request) | {"now": format_ts(now), "max_tokens": max_tokens}
+    digest = hashlib.sha256(canonical_json(
+        {"request": request_view, "sections": sections, "omissions": omissions}).encode())
+    build.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+    rule = build.rule
+    provenance = {
+        "intent": request.intent, "path": build.provenance.pop("path", "fast"),
+        "query_text": request.query_text,
+        "query_terms": build.provenance.pop("query_terms", []),
+        "candidate_pool_size": build.provenance.pop("candidate_pool_size", 0),
+        "retrieved": build.provenance.pop("retrieved", 0),
+        "filters": {"tenant_id": request.tenant_id, "channel": request.channel,
+                    "session_id": request.session_id, "agent_id": request.agent_id,
+                    "suppressed_sensitivity": sorted(rule.suppress_sensitivity),
+                    "suppressed_views": sorted(rule.suppress_views),
+                    "event_channels": None if rule.event_channels is None
+                    else sorted(rule.event_channels)},
+        "scoring": {"alpha": budgets.alpha, "beta": budgets.beta, "gamma": budgets.gamma,
+                    "recency_tau_days": budgets.recency_tau_days},
+        "budget": {"max_tokens": max_tokens, "reserve_tokens": reserve,
+                   "available": max_tokens - reserve, "scale": round(scale, 6)},
+        "policy_hashes": dict(sorted(policies.hashes.items())),
+        "index_state": dict(index_state or {}),
+        "timings_ms": build.timings,
+        **build.provenance,
+    }
+    return {
+        "acb_id": "acb_" + digest.hexdigest()[:32],
+        "ts": format_ts(now), "budget_tokens": max_tokens,
+        "token_used_est": build.packer.used,
+        "sections": sections, "omissions": omissions, "provenance": provenance,
+    }
+
+
+# --------------------------------------------------------------------------- sections
+
+def _fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
+    evidence = _Evidence(build)
+    return {
+        "identity": lambda s: _views(build, s, "identity"),
+        "rules": lambda s: _views(build, s, "rules"),
+        "task_state": lambda s: _tasks(build, s),
+        "relevant_decisions": lambda s: _decisions(build, s, evidence.decision_scores()),
+        "retrieved_evidence": evidence.fill,
+        "recent_window": lambda s: _recent(build, s),
+        "tool_state": lambda s: _tools(build, s),
+    }
+
+
+def _loadable_views(build: _Build, section_name: str) -> list[ViewRow]:
+    request, rule = build.request, build.rule
+    defaults = build.policies.channels.default_views.get(request.channel, ())
+    chosen: list[tuple[int, int, str, ViewRow]] = []
+    for view in build.cache.views():
+        if view.section != section_name:
+            continue
+        listed = view.path in defaults
+        if not (listed or view.pinned):
+            continue
+        if (view.path in rule.suppress_views or view.sensitivity in rule.suppress_sensitivity
+                or (view.channels and request.channel not in view.channels)):
+            build.packer.omit("privacy", view.path)
+            continue
+        rank = defaults.index(view.path) if listed else len(defaults)
+        chosen.append((0 if view.pinned else 1, rank, view.path, view))
+    chosen.sort(key=lambda c: c[:3])
+    return [c[3] for c in chosen]
+
+
+def _views(build: _Build, section: Section, section_name: str) -> None:
+    for view in _loadable_views(build, section_name):
+        view_used = 0
+        for chunk in view.chunks:
+            anchor = f"{view.path}#{chunk.anchor}"
+            item: dict[str, Any] = {"type": "view", "id": anchor,
+                                    "text": chunk.text, "refs": [anchor], "source": anchor,
+                                    "token_est": chunk.token_est}
+            if view.max_tokens is not None and view_used + chunk.token_est > view.max_tokens:
+                build.packer.omit("budget", anchor)
+                continue
+            digest = "view:" + hashlib.sha256(chunk.text.encode()).hexdigest()
+            if build.packer.add(section, item, digest):
+                view_used += chunk.token_est
+
+
+def _tasks(build: _Build, section: Section) -> None:
+    _views(build, section, "task_state")
+    rows = build.cache.open_tasks(build.request.tenant_id)
+    status_rank = {"doing": 0, "blocked": 1, "open": 2}
+
+    def key(row: Row) -> tuple[int, int, float, str]:
+        mine = 0 if row["session_id"] == build.request.session_id else 1
+        return (mine, status_rank.get(row["status"], 3), -row["ts"].timestamp(), row["task_id"])
+
+    for row in sorted(rows, key=key):
+        if not build.allows(row["sensitivity"]):
+            build.packer.omit("privacy", row["task_id"])
+            continue
+        item = {"type": "task", "id": row["task_id"], "text": row["item_text"],
+                "refs": list(dict.fromkeys([row["task_id"], *row["refs"]])),
+                "source": f"{row['path']}:1", "token_est": row["token_est"],
+                "status": row["status"]}
+        build.packer.add(section, item, row["hash"])
+
+
+def _decision_item(row: Row, score: float | None) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "type": "decision", "id": row["decision_id"], "text": row["item_text"],
+        "refs": list(row["refs"]), "source": f"{row['path']}:1",
+        "token_est": row["token_est"], "ts": _iso(row["ts"]),
+        "rationale": list(row["rationale"]), "supersedes": list(row["supersedes"])}
+    if score is not None:
+        item["score"] = score
+    return item
+
+
+def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> None:
+    chain: TenantDecisions = build.cache.decisions(build.request.tenant_id)
+    for decision_id in sorted(scores):
+        if decision_id in chain.superseded_by:
+            build.packer.omit("superseded", decision_id)
+    relevant: dict[str, float] = {}
+    for decision_id, score in scores.items():
+        latest = chain.latest(decision_id)
+        if latest:
+            relevant[latest] = max(relevant.get(latest, 0.0), score)
+    ranked = sorted(relevant, key=lambda d: (-relevant[d], d))
+    rest = [row["decision_id"] for row in chain.active if row["decision_id"] not in relevant]
+    considered = (ranked + rest)[:build.policies.budgets.decisions_max]
+    for decision_id in considered:
+        row = chain.by_id[decision_id]
+        if not build.allows(row["sensitivity"]):
+            build.packer.omit("privacy", decision_id)
+            continue
+        build.packer.add(section, _decision_item(row, relevant.get(decision_id)), row["hash"])
+
+
+class _Evidence:
+    """Retrieval for retrieved_evidence; also ranks decisions by the same query."""
+
+    def __init__(self, build: _Build) -> None:
+        self.build = build
+        self.result: retrieval.Retrieval | None = None
+
+    def run(self) -> retrieval.Retrieval | None:
+        build = self.build
+        if self.result is not None or not build.request.query_text.strip():
+            return self.result
+        started = time.perf_counter()
+        db = build.db()
+        terms = retrieval.analyze(db, build.request.query_text)
+        budgets = build.policies.budgets
+        limits = retrieval.Limits(budgets.candidate_pool_max, budgets.retrieved_chunks_max,
+                                  budgets.alpha, budgets.beta, budgets.gamma,
+                                  budgets.recency_tau_days)
+        self.result = retrieval.retrieve(
+            db, build.stats, build.request.tenant_id, terms, limits, build.now,
+            lambda c: build.allows(c.sensitivity, c.channel))
+        build.provenance.update({
+            "path": "retrieval",
+            "query_terms": retrieval.describe(self.result.terms, self.result.idf),
+            "candidate_pool_size": self.result.pool_size,
+            "retrieved": len(self.result.candidates)})
+        build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
+        build.timings["retrieval"] = round((time.perf_counter() - started) * 1000, 3)
+        for chunk_id in self.result.suppressed:
+            build.packer.omit("privacy", chunk_id)
+        return self.result
+
+    def decision_scores(self) -> dict[str, float]:
+        result = self.run()
+        if result is None:
+            return {}
+        return {c.source_id: c.score for c in result.candidates if c.source_type == "decision"}
+
+    def fill(self, section: Section) -> None:
+        build = self.build
+        pinned = [row for row in build.cache.pinned(build.request.tenant_id)]
+        for row in sorted(pinned, key=lambda r: r["chunk_id"]):
+            if not build.allows(row["sensitivity"], row["channel"]):
+                build.packer.omit("privacy", row["chunk_id"])
+                continue
+            item = _chunk_item(row)
+            item["pinned"] = True
+            build.packer.add(section, item, row["hash"])
+        result = self.run()
+        if result is None:
+            return
+        chosen = [c for c in result.candidates if c.source_type in ("event", "summary")]
+        if not chosen:
+            return
+        found = {r["chunk_id"]: r for r in build.db().fetchall(
+            "chunk_items", {"tenant": build.request.tenant_id,
+                            "ids": [c.chunk_id for c in chosen]})}
+        for cand in chosen:
+            if cand.chunk_id in found:
+                hit = found[cand.chunk_id]
+                build.packer.add(section, _chunk_item(hit, cand.score), hit["hash"])
+
+
+def _session_rows(build: _Build, kind: str, limit: int) -> list[Row]:
+    rows = build.cache.session(kind, build.request.tenant_id, build.request.session_id, limit)
+    kept = []
+    for row in rows:
+        if build.allows(row["sensitivity"], row["channel"]):
+            kept.append(row)
+        else:
+            build.packer.omit("privacy", row["chunk_id"])
+    return kept
+
+
+def _recent(build: _Build, section: Section) -> None:
+    rows = _session_rows(build, "recent", build.policies.budgets.recent_window_events)
+    for number, row in enumerate(rows):  # newest first: they matter most when the cap bites
+        if not build.packer.add(section, _chunk_item(row), row["hash"]) \
+                and row["hash"] not in build.packer.seen:
+            for older in rows[number + 1:]:  # out of budget: older turns would leave a gap
+                build.packer.omit("budget", older["chunk_id"])
+            break
+    section.items.sort(key=lambda item: (item["ts"], item["id"]))
+
+
+def _tools(build: _Build, section: Section) -> None:
+    rows = _session_rows(build, "tools", build.policies.budgets.tool_state_events)
+    for row in rows:
+        build.packer.add(section, _chunk_item(row), row["hash"])
+    section.items.sort(key=lambda item: (item["ts"], item["id"]))
+
+
+# --------------------------------------------------------------------------- handoff
+
+def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
+    db = build.db()
+    row = db.fetchone("handoff", {"id": build.request.handoff_id})
+    if row is None or row["tenant_id"] != build.request.tenant_id:
+        raise ValidationError(f"no handoff {build.request.handoff_id} for tenant "
+                              f"{build.request.tenant_id}", field="handoff_id")
+    if row["to_agent"] != build.request.agent_id:
+        raise ValidationError(
+            f"handoff {row['handoff_id']} is addressed to agent {row['to_agent']!r}, "
+            f"not {build.request.agent_id!r}", field="agent_id")
+    build.provenance["path"] = "handoff"
+    build.provenance["handoff_id"] = row["handoff_id"]
+
+    def packet(section: Section) -> None:
+        lines = [f"Handoff {row['handoff_id']} from {row['from_agent'] or 'unknown'} "
+                 f"to {row['to_agent']}", f"Task: {row['task']}"]
+        for label, key in (("Constraints", "constraints"), ("Required files", "required_files"),
+                           ("Open questions", "open_questions")):
+            if row[key]:
+                lines.append(f"{label}: " + "; ".join(row[key]))
+        text = "\n".join(lines)
+        item = {"type": "handoff", "id": row["handoff_id"], "text": text,
+                "refs": list(dict.fromkeys([*row["decisions"], *row["refs"]])),
+                "source": f"{row['path']}#{row['handoff_id']}", "token_est": tokens.count(text)}
+        build.packer.add(section, item, "handoff:" + row["handoff_id"])
+
+    def decisions(section: Section) -> None:
+        chain = build.cache.decisions(build.request.tenant_id)
+        for decision_id in row["decisions"]:
+            latest = chain.latest(decision_id)
+            if latest != decision_id:
+                build.packer.omit("superseded", decision_id)
+            if not latest:
+                continue
+            drow = chain.by_id[latest]
+            if not build.allows(drow["sensitivity"]):
+                build.packer.omit("privacy", latest)
+                continue
+            build.packer.add(section, _decision_item(drow, None), drow["hash"])
+
+    def evidence(section: Section) -> None:
+        limit = build.policies.budgets.handoff_evidence_max
+        event_ids = [r for r in row["refs"] if r.startswith(("evt_", "sum_"))]
+        rows = db.fetchall("event_chunks", {"tenant": build.request.tenant_id, "ids": event_ids})
+        for chunk in rows[:limit]:
+            if not build.allows(chunk["sensitivity"]):
+                build.packer.omit("privacy", chunk["chunk_id"])
+                continue
+            build.packer.add(section, _chunk_item(chunk), chunk["hash"])
+
+    return {"handoff": packet, "relevant_decisions": decisions, "retrieved_evidence": evidence}
+
+
+# --------------------------------------------------------------------------- rendering
+
+def render_text(acb: Mapping[str, Any]) -> str:
+    """The prompt text of an ACB: one heading per non-empty section, items between."""
+    parts = []
+    for section in acb["sections"]:
+        if not section["items"]:
+            continue
+        body = "\n\n".join(item["text"] for item in section["items"])
+        parts.append(header(section["name"]) + body)
+    return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def summarize(acb: Mapping[str, Any]) -> Iterable[str]:
+    """One line per section for people (the CLI prints it on stderr)."""
+    for section in acb["sections"]:
+        count, used = len(section["items"]), section["token_est"]
+        yield f"{section['name']:<20} {count:>4} items {used:>6} tokens"

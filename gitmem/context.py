@@ -1,0 +1,207 @@
+"""In-memory copies of what every ACB needs, so the fast path needs no database.
+
+Views, each tenant's decisions (with the supersede chains resolved), open
+tasks and pinned chunks, and each session's recent window and tool results.
+Entries are filled from the index on first use and dropped by `invalidate`
+when the files behind them change (the watcher calls it after each indexed
+batch; the CLI starts empty each time). A fill that raced an invalidation is
+not kept, so a stale copy can never outlive the change that made it stale.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gitmem.db import Database, Row
+from gitmem.store import classify
+
+SESSION_ENTRIES = 512  # sessions whose recent window stays cached (LRU)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ViewChunkRow:
+    """One chunk of a view, with its view's options."""
+
+    path: str
+    anchor: str
+    heading: str
+    line: int
+    text: str
+    token_est: int
+
+
+@dataclass(frozen=True)
+class ViewRow:
+    """A view and its chunks in file order."""
+
+    path: str
+    section: str
+    pinned: bool
+    sensitivity: str
+    channels: tuple[str, ...]
+    max_tokens: int | None
+    title: str
+    chunks: tuple[ViewChunkRow, ...]
+
+
+@dataclass
+class TenantDecisions:
+    """All decisions of a tenant; which are active; what replaced the others."""
+
+    by_id: dict[str, Row] = field(default_factory=dict)
+    active: list[Row] = field(default_factory=list)           # newest first
+    superseded_by: dict[str, str] = field(default_factory=dict)  # id -> latest active id
+
+    def latest(self, decision_id: str) -> str | None:
+        """The active end of the chain `decision_id` belongs to (itself if active)."""
+        if decision_id in self.superseded_by:
+            return self.superseded_by[decision_id]
+        return decision_id if decision_id in self.by_id else None
+
+
+def resolve_decisions(rows: list[Row]) -> TenantDecisions:
+    """Mark superseded decisions and map each to the latest decision of its chain."""
+    by_id = {row["decision_id"]: row for row in rows}
+    replaced_by: dict[str, list[str]] = {}
+    for row in rows:
+        for old in row["supersedes"]:
+            replaced_by.setdefault(old, []).append(row["decision_id"])
+    for successors in replaced_by.values():
+        successors.sort(key=lambda d: (by_id[d]["ts"], d))
+
+    def is_active(row: Row) -> bool:
+        return row["status"] == "active" and row["decision_id"] not in replaced_by
+
+    def follow(decision_id: str) -> str | None:
+        seen: set[str] = set()
+        current = decision_id
+        while current in replaced_by and current not in seen:
+            seen.add(current)
+            current = replaced_by[current][-1]
+        row = by_id.get(current)
+        return current if row is not None and is_active(row) else None
+
+    result = TenantDecisions(by_id=by_id)
+    for row in rows:
+        if is_active(row):
+            result.active.append(row)
+        else:
+            latest = follow(row["decision_id"])
+            result.superseded_by[row["decision_id"]] = latest or ""
+    result.active.sort(key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
+    return result
+
+
+class ContextCache:
+    """Cached read-path data of one store, invalidated by path."""
+
+    def __init__(self, db_provider: Callable[[], Database]) -> None:
+        self._db = db_provider
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._views: tuple[ViewRow, ...] | None = None
+        self._decisions: dict[str, TenantDecisions] = {}
+        self._tasks: dict[str, list[Row]] = {}
+        self._pinned: dict[str, list[Row]] = {}
+        self._sessions: OrderedDict[tuple[str, str, str, int], list[Row]] = OrderedDict()
+
+    # ------------------------------------------------------------------ invalidation
+
+    def invalidate(self, paths: Iterable[str] | None = None) -> None:
+        """Drop what the changed store-relative `paths` affect (None: everything)."""
+        kinds = None if paths is None else {classify(p) for p in paths}
+        with self._lock:
+            self._generation += 1
+            if kinds is None or "view" in kinds or "policy" in kinds:
+                self._views = None
+            if kinds is None or "decision" in kinds:
+                self._decisions.clear()
+            if kinds is None or "task" in kinds:
+                self._tasks.clear()
+            if kinds is None or "events" in kinds:
+                self._pinned.clear()
+                self._sessions.clear()
+
+    def _fill(self, load: Callable[[], T], store: Callable[[T], None]) -> T:
+        with self._lock:
+            generation = self._generation
+        value = load()
+        with self._lock:
+            if generation == self._generation:
+                store(value)
+        return value
+
+    # ------------------------------------------------------------------ reads
+
+    def views(self) -> tuple[ViewRow, ...]:
+        """Every view with its chunks."""
+        with self._lock:
+            if self._views is not None:
+                return self._views
+
+        def keep(value: tuple[ViewRow, ...]) -> None:
+            self._views = value
+        return self._fill(self._load_views, keep)
+
+    def _load_views(self) -> tuple[ViewRow, ...]:
+        grouped: dict[str, list[Row]] = {}
+        for row in self._db().fetchall("all_views"):
+            grouped.setdefault(row["path"], []).append(row)
+        views = []
+        for path, rows in grouped.items():
+            first = rows[0]
+            views.append(ViewRow(
+                path=path, section=first["section"], pinned=first["pinned"],
+                sensitivity=first["sensitivity"], channels=tuple(first["channels"]),
+                max_tokens=first["max_tokens"], title=first["title"],
+                chunks=tuple(ViewChunkRow(path, r["anchor"], r["heading"], r["line"], r["text"],
+                                          r["token_est"]) for r in rows)))
+        return tuple(views)
+
+    def decisions(self, tenant: str) -> TenantDecisions:
+        """The tenant's decisions, chains resolved."""
+        with self._lock:
+            if tenant in self._decisions:
+                return self._decisions[tenant]
+        return self._fill(
+            lambda: resolve_decisions(self._db().fetchall("tenant_decisions", {"tenant": tenant})),
+            lambda value: self._decisions.__setitem__(tenant, value))
+
+    def open_tasks(self, tenant: str) -> list[Row]:
+        """The tenant's tasks that are open, doing or blocked, newest first."""
+        return self._cached(self._tasks, tenant, "tenant_open_tasks", {"tenant": tenant})
+
+    def pinned(self, tenant: str, limit: int = 200) -> list[Row]:
+        """Chunks tagged `pinned`, newest first."""
+        return self._cached(self._pinned, tenant, "pinned_chunks",
+                            {"tenant": tenant, "limit": limit})
+
+    def _cached(self, table: dict[str, list[Row]], key: str, query: str,
+                params: dict[str, Any]) -> list[Row]:
+        with self._lock:
+            if key in table:
+                return table[key]
+        return self._fill(lambda: self._db().fetchall(query, params),
+                          lambda value: table.__setitem__(key, value))
+
+    def session(self, kind: str, tenant: str, session: str, limit: int) -> list[Row]:
+        """The session's latest events (`recent`) or tool results (`tools`), newest first."""
+        key = (kind, tenant, session, limit)
+        with self._lock:
+            rows = self._sessions.get(key)
+            if rows is not None:
+                self._sessions.move_to_end(key)
+                return rows
+        query = "session_recent" if kind == "recent" else "session_tools"
+
+        def keep(value: list[Row]) -> None:
+            self._sessions[key] = value
+            while len(self._sessions) > SESSION_ENTRIES:
+                self._sessions.popitem(last=False)
+        return self._fill(lambda: self._db().fetchall(
+            query, {"tenant": tenant, "session": session, "limit": limit}), keep)
