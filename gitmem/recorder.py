@@ -76,6 +76,17 @@ def _redact(value: Any, policies: Policies) -> Any:
     return value
 
 
+def _as_list(value: Any) -> Any:
+    """A list for list-like values; anything else is left for validation to name."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return list(value)
+    return value
+
+
 def cut_excerpt(data: bytes, limit: int) -> bytes:
     """At most `limit` bytes of `data`, ending at a line end when one is near."""
     if len(data) <= limit:
@@ -195,8 +206,8 @@ class Recorder:
             "actor": obj.get("actor") or dict(DEFAULT_ACTOR),
             "kind": obj.get("kind") or "message",
             "content": obj.get("content", {}),
-            "refs": list(obj.get("refs") or []),
-            "tags": list(obj.get("tags") or []),
+            "refs": _as_list(obj.get("refs")),
+            "tags": _as_list(obj.get("tags")),
             "sensitivity": obj.get("sensitivity") or "none",
             "hash": "sha256:" + "0" * 64,
         }
@@ -283,39 +294,41 @@ class Recorder:
     def _decision_file(self, full: dict[str, Any], when: datetime) -> _Staged:
         content = full["content"]
         content.setdefault("decision_id", ids.new_id("dec", when))
-        for dec in content.get("supersedes", []):
-            self._require_decision(dec, "content.supersedes")
-        try:
-            decision = Decision(
-                id=content["decision_id"], ts=full["ts"], tenant_id=full["tenant_id"],
-                scope=content.get("scope", "project"), status="active",
-                refs=tuple(full["refs"]), text=content["text"],
-                title=content.get("title", ""),
-                rationale=tuple(content.get("rationale", ())),
-                constraints=tuple(content.get("constraints", ())),
-                alternatives=tuple(content.get("alternatives", ())),
-                consequences=tuple(content.get("consequences", ())),
-                confidence=content.get("confidence"),
-                supersedes=tuple(content.get("supersedes", ())),
-                sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
-        except TypeError as exc:
-            raise ValidationError(f"bad decision content: {exc}", field="content") from None
+        decision = Decision(
+            id=content["decision_id"], ts=full["ts"], tenant_id=full["tenant_id"],
+            scope=content.get("scope", "project"), status="active",
+            refs=tuple(full["refs"]), text=content["text"],
+            title=content.get("title", ""),
+            rationale=_strings(content, "rationale"),
+            constraints=_strings(content, "constraints"),
+            alternatives=_strings(content, "alternatives"),
+            consequences=_strings(content, "consequences"),
+            confidence=content.get("confidence"),
+            supersedes=_strings(content, "supersedes"),
+            sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
         rel = f"decisions/{decision.id}.md"
         text = decision_to_text(decision)
         try:
             parse_decision(text, rel, full["tenant_id"])
         except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field)) from None
+            raise ValidationError(exc.detail, field=_event_field(exc.field, "decision_id")) \
+                from None
+        for dec in decision.supersedes:
+            self._require_decision(dec, "content.supersedes")
+        if (self.store / rel).exists():
+            raise ValidationError(f"decision {decision.id} already exists and is never "
+                                  "rewritten; record a new decision that supersedes it",
+                                  field="content.decision_id")
         return _Staged(self.store / rel, text.encode())
 
     def _task_file(self, full: dict[str, Any], when: datetime) -> _Staged:
         content = full["content"]
         task_id = content["task_id"]
         existing: Task | None = None
-        path = self.store / "tasks" / f"{task_id}.md"
+        rel = f"tasks/{task_id}.md"
+        path = self.store / rel
         if path.is_file():
-            existing = parse_task(path.read_text(encoding="utf-8"), f"tasks/{task_id}.md",
-                                  full["tenant_id"])
+            existing = parse_task(path.read_text(encoding="utf-8"), rel, full["tenant_id"])
         if existing is None:
             if not content.get("title"):
                 raise ValidationError("a new task needs a title", field="content.title")
@@ -331,8 +344,13 @@ class Recorder:
                 details=content.get("text", existing.details),
                 owner=content.get("owner", existing.owner),
                 refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
-        return _Staged(self.store / "tasks" / f"{task_id}.md", task_to_text(task).encode(),
-                       replace_existing=existing is not None)
+        text = task_to_text(task)
+        try:  # the file must stay valid: a person reads it and the indexer parses it
+            parse_task(text, rel, full["tenant_id"])
+        except FormatError as exc:
+            raise ValidationError(exc.detail, field=_event_field(exc.field, "task_id")) \
+                from None
+        return _Staged(path, text.encode(), replace_existing=existing is not None)
 
     def _summary_file(self, full: dict[str, Any], when: datetime) -> _Staged:
         content = full["content"]
@@ -344,14 +362,15 @@ class Recorder:
         summary = Summary(
             id=content["summary_id"], ts=full["ts"], tenant_id=full["tenant_id"],
             scope=scope, refs=tuple(full["refs"]), text=content["text"],
-            session_id=full["session_id"], decisions=tuple(content.get("decisions", ())),
+            session_id=full["session_id"], decisions=_strings(content, "decisions"),
             sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
         rel = f"summaries/{scope}/{summary.id}.md"
         text = summary_to_text(summary)
         try:
             parse_summary(text, rel, full["tenant_id"])
         except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field)) from None
+            raise ValidationError(exc.detail, field=_event_field(exc.field, "summary_id")) \
+                from None
         return _Staged(self.store / rel, text.encode())
 
     # ------------------------------------------------------------------ commit
@@ -407,11 +426,31 @@ class Recorder:
             fsync_dir(directory)
 
 
-def _event_field(name: str | None) -> str:
-    mapping = {"refs": "refs", "body": "content.text", "id": "content.decision_id"}
+_EVENT_LEVEL = ("refs", "tags", "sensitivity", "session_id", "tenant_id", "ts")
+
+
+def _event_field(name: str | None, id_key: str) -> str:
+    """The event field behind a field of the Markdown file an event produces."""
     if name is None:
         return "content"
-    return mapping.get(name, f"content.{name}")
+    if name in _EVENT_LEVEL:
+        return name
+    if name == "body":
+        return "content.text"
+    return f"content.{id_key}" if name == "id" else f"content.{name}"
+
+
+def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A list-of-strings content field (a single string becomes a one-item list)."""
+    value = content.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = content[key] = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError(f"expected a list of strings, got {value!r}",
+                              field=f"content.{key}")
+    return tuple(value)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -55,6 +55,12 @@ def git(cwd: Path, *args: str) -> str:
     return result.stdout
 
 
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (except .git/): relative path -> bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.relative_to(root).parts[0] != ".git"}
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """A fresh git repository with an initialized store at repo/memory."""

@@ -1,0 +1,409 @@
+"""The write path: ids, privacy before disk, excerpts, all-or-nothing writes, torn lines."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import snapshot
+
+from gitmem.errors import FormatError, PrivacyError, ValidationError
+from gitmem.ids import ULID_ID
+from gitmem.memory import Memory
+from gitmem.policies import load_policies
+from gitmem.recorder import Recorder, append_lines, cut_excerpt
+from gitmem.records import content_hash, parse_decision, parse_event_line, parse_task
+from gitmem.store import artifact_path, day_file
+
+NOW = datetime(2026, 2, 9, 5, 12, 33, tzinfo=UTC)
+DAY = "events/2026-02/2026-02-09.jsonl"
+EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+SECRET = "sk-" + "A1b2C3d4E5f6G7h8J9k0L1m2"  # matches the default `sk-...` pattern
+
+
+@pytest.fixture
+def store(repo: Path) -> Path:
+    return repo / "memory"
+
+
+@pytest.fixture
+def recorder(store: Path) -> Recorder:
+    return Recorder(store, load_policies(store), now=lambda: NOW)
+
+
+def lines(store: Path, rel: str = DAY) -> list[bytes]:
+    return (store / rel).read_bytes().split(b"\n")
+
+
+def events_on_disk(store: Path, rel: str = DAY) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (store / rel).read_bytes().splitlines() if line]
+
+
+def grep_tree(root: Path, needle: str) -> list[str]:
+    """Files under root (including .git objects) whose bytes contain `needle`."""
+    data = needle.encode()
+    return [str(p) for p in root.rglob("*") if p.is_file() and data in p.read_bytes()]
+
+
+# ----------------------------------------------------------------------------- basics
+
+
+def test_record_assigns_id_ts_hash_and_defaults(recorder: Recorder, store: Path) -> None:
+    event = recorder.record({"content": {"text": "We deploy on Fridays"}})
+    assert ULID_ID.match(event.id) and event.id.startswith("evt_")
+    assert event.ts == "2026-02-09T05:12:33+00:00"
+    assert event.hash == content_hash("message", {"text": "We deploy on Fridays"})
+    assert (event.tenant_id, event.session_id, event.channel, event.kind, event.sensitivity) == (
+        "default", "default", "private", "message", "none")
+    assert event.actor.type == "human"
+    on_disk = events_on_disk(store)
+    assert on_disk == [event.to_dict()]
+    assert (store / DAY).read_bytes().endswith(b"\n")
+
+
+def test_ids_are_unique_and_sorted_in_write_order(recorder: Recorder, store: Path) -> None:
+    ids = [recorder.record({"content": {"text": f"m{i}"}}).id for i in range(50)]
+    assert len(set(ids)) == 50 and ids == sorted(ids)
+    assert [e["id"] for e in events_on_disk(store)] == ids
+
+
+def test_given_id_ts_and_matching_hash_are_kept(recorder: Recorder, store: Path) -> None:
+    content = {"text": "hello"}
+    obj = {"id": "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "ts": "2026-03-01T10:00:00+09:00",
+           "content": content, "hash": content_hash("message", content)}
+    event = recorder.record(obj)
+    assert (event.id, event.ts) == (obj["id"], obj["ts"])
+    # the day file follows the event's own offset
+    assert (store / "events/2026-03/2026-03-01.jsonl").is_file()
+
+
+def test_given_hash_that_does_not_match_is_refused(recorder: Recorder, store: Path) -> None:
+    before = snapshot(store)
+    with pytest.raises(ValidationError) as caught:
+        recorder.record({"content": {"text": "x"}, "hash": "sha256:" + "0" * 64})
+    assert caught.value.field == "hash" and "does not match" in str(caught.value)
+    assert snapshot(store) == before
+
+
+def test_actor_shorthand(recorder: Recorder) -> None:
+    event = recorder.record({"actor": "tool:shell", "kind": "tool_call",
+                             "content": {"tool": "shell", "args": {"cmd": "ls"}}})
+    assert (event.actor.type, event.actor.id) == ("tool", "shell")
+
+
+# ----------------------------------------------------------------------------- privacy
+
+
+def test_redaction_happens_before_anything_touches_disk(repo: Path, recorder: Recorder,
+                                                        store: Path) -> None:
+    big = ("line of harmless output\n" * 600) + f"export OPENAI_KEY={SECRET}\n"
+    recorder.record({"content": {"text": f"my key is {SECRET}", "nested": [{"k": SECRET}]},
+                     "tags": [f"leak:{SECRET}"]})
+    recorder.record({"kind": "tool_result", "content": {"tool": "shell", "output": big}})
+    recorder.record({"kind": "artifact", "content": {"name": "env", "data": f"KEY={SECRET}\n"}})
+    recorder.decide(f"Rotate {SECRET} weekly", ["evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"],
+                    rationale=[f"password: hunter2 and {SECRET}"])
+    recorder.task(f"Revoke {SECRET}", details=f"token={SECRET}")
+    recorder.record({"kind": "summary", "refs": ["evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"],
+                     "content": {"text": f"We leaked {SECRET}"}})
+    recorder.handoff("coder", f"Use {SECRET} to deploy")
+    assert list((store / "artifacts").rglob("*"))  # an artifact was written
+    assert grep_tree(repo, SECRET) == []
+    assert grep_tree(repo, "hunter2") == []
+    assert b"[REDACTED]" in (store / DAY).read_bytes()
+
+
+def test_secret_sensitivity_is_refused_with_nothing_written(recorder: Recorder,
+                                                            store: Path) -> None:
+    recorder.record({"content": {"text": "before"}})
+    before = snapshot(store.parent)
+    with pytest.raises(PrivacyError) as caught:
+        recorder.record({"content": {"text": "the vault code is 1234"}, "sensitivity": "secret"})
+    assert "never stored" in str(caught.value) and "nothing was written" in str(caught.value)
+    with pytest.raises(PrivacyError):
+        recorder.record({"kind": "tool_result", "sensitivity": "secret",
+                         "content": {"tool": "t", "output": "x" * 100_000}})
+    assert snapshot(store.parent) == before
+    assert grep_tree(store.parent, "1234") == []
+
+
+def test_secret_never_reaches_the_index(memory: Memory, dsn: str, schema: str) -> None:
+    memory.record({"content": {"text": f"key {SECRET}"}, "tags": [f"t:{SECRET}"]})
+    memory.record({"kind": "tool_result",
+                   "content": {"tool": "sh", "output": ("ok\n" * 5000) + SECRET}})
+    memory.decide(f"Never paste {SECRET}", ["evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"])
+    memory.sync()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (schema,)).fetchall()]
+        assert "events" in tables and "chunks" in tables
+        for table in tables:
+            hits = conn.execute(
+                f'SELECT count(*) FROM "{schema}"."{table}" t WHERE t::text LIKE %s',
+                (f"%{SECRET}%",)).fetchone()
+            assert hits == (0,), table
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".events').fetchone() == (3,)
+
+
+# ----------------------------------------------------------------------------- tool output
+
+
+def test_large_tool_output_becomes_excerpt_plus_artifact(recorder: Recorder,
+                                                         store: Path) -> None:
+    limit = recorder.policies.budgets.max_excerpt_bytes
+    output = "".join(f"{i:05d} some output line\n" for i in range(2000))
+    assert len(output.encode()) > limit
+    event = recorder.record({"kind": "tool_result",
+                             "content": {"tool": "fs.read_file", "path": "big.log",
+                                         "output": output}})
+    content = event.content
+    assert content["truncated"] is True and "output" not in content
+    excerpt = content["excerpt_text"].encode()
+    assert 0 < len(excerpt) <= limit and output.encode().startswith(excerpt)
+    assert excerpt.endswith(b"\n")  # cut at a line end
+    import hashlib
+
+    digest = hashlib.sha256(output.encode()).hexdigest()
+    assert content["artifact_id"] == f"art_{digest}"
+    path = artifact_path(store, content["artifact_id"])
+    assert path.relative_to(store).parts == ("artifacts", digest[:2], digest)
+    assert path.read_bytes() == output.encode()
+    assert content["bytes"] == len(output.encode()) and content["total_lines"] == 2000
+    assert content["line_range"] == [1, excerpt.count(b"\n")]
+    # the same output again reuses the artifact
+    again = recorder.record({"kind": "tool_result",
+                             "content": {"tool": "fs.read_file", "output": output}})
+    assert again.content["artifact_id"] == content["artifact_id"]
+    assert len([p for p in (store / "artifacts").rglob("*") if p.is_file()
+                and p.name != ".gitkeep"]) == 1
+    assert not list((store / "artifacts").rglob(".tmp-*"))
+
+
+def test_small_tool_output_stays_inline(recorder: Recorder, store: Path) -> None:
+    event = recorder.record({"kind": "tool_result",
+                             "content": {"tool": "sh", "output": "a\nb\n"}})
+    assert event.content["excerpt_text"] == "a\nb\n" and event.content["truncated"] is False
+    assert "artifact_id" not in event.content
+    assert [p.name for p in (store / "artifacts").rglob("*")] == [".gitkeep"]
+
+
+def test_cut_excerpt_never_splits_a_utf8_character() -> None:
+    data = ("é" * 1000).encode()
+    cut = cut_excerpt(data, 301)
+    assert len(cut) <= 301 and cut.decode("utf-8") == "é" * 150
+    assert cut_excerpt(b"short", 100) == b"short"
+
+
+def test_tool_output_of_wrong_type(recorder: Recorder, store: Path) -> None:
+    before = snapshot(store)
+    with pytest.raises(ValidationError) as caught:
+        recorder.record({"kind": "tool_result", "content": {"tool": "sh", "output": 5}})
+    assert caught.value.field == "content.output"
+    assert snapshot(store) == before
+
+
+# ----------------------------------------------------------------------------- rejected writes
+
+
+@pytest.mark.parametrize(("obj", "field"), [
+    ({"kind": "gossip", "content": {"text": "x"}}, "kind"),
+    ({"content": {"text": "x"}, "tags": 5}, "tags"),
+    ({"content": {"text": "x"}, "colour": "red"}, "colour"),
+    ({"content": {"text": "x"}, "ts": "2026-02-09T05:12:33"}, "ts"),
+    ({"content": {"text": "x"}, "id": "evt_nope"}, "id"),
+    ({"content": {"text": "x"}, "refs": ["nope"]}, "refs"),
+    ({"content": {"text": 5}}, "content.text"),
+    ({"content": "just text"}, "content"),
+    ({"content": {"text": "x", "score": float("nan")}}, "content"),
+    ({"content": {"text": "a\u0000b"}}, "content.text"),
+    ({"kind": "decision", "content": {"text": "x"}}, "refs"),
+    ({"kind": "summary", "content": {"text": "x"}}, "refs"),
+    ({"kind": "tool_result", "content": {"tool": "sh", "output": "x" * 50_000},
+      "channel": "radio"}, "channel"),
+    ({"kind": "artifact", "content": {"data": "payload"}, "sensitivity": "classified"},
+     "sensitivity"),
+    ({"kind": "decision", "refs": [EVT], "content": {"text": "x", "supersedes": 5}},
+     "content.supersedes"),
+    ({"kind": "decision", "refs": [EVT], "content": {"text": "x", "rationale": [1]}},
+     "content.rationale"),
+    ({"kind": "decision", "refs": [EVT], "content": {"text": "x", "confidence": "high"}},
+     "content.confidence"),
+    ({"kind": "summary", "refs": [EVT], "content": {"text": "x", "summary_id": "../x"}},
+     "content.summary_id"),
+    ({"kind": "task_update", "content": {"title": "x", "owner": 5}}, "content.owner"),
+    ({"kind": "task_update", "content": {"title": "x", "task_id": "../x"}}, "content.task_id"),
+    ({"kind": "task_update", "content": {"status": "open"}}, "content.title"),
+])
+def test_rejected_write_leaves_every_file_byte_identical(
+        recorder: Recorder, repo: Path, obj: dict[str, Any], field: str) -> None:
+    recorder.record({"content": {"text": "already here"}})
+    recorder.task("Existing task")
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.record(obj)
+    assert caught.value.field == field, caught.value
+    assert snapshot(repo) == before
+
+
+def test_batch_with_one_bad_line_writes_nothing(recorder: Recorder, repo: Path) -> None:
+    recorder.record({"content": {"text": "already here"}})
+    before = snapshot(repo)
+    batch = [{"content": {"text": "one"}},
+             {"kind": "tool_result", "content": {"tool": "sh", "output": "y" * 50_000}},
+             {"kind": "decision", "refs": ["evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"],
+              "content": {"text": "d"}},
+             {"content": {"text": "four"}, "tags": 5},
+             {"content": {"text": "five"}}]
+    with pytest.raises(FormatError) as caught:
+        recorder.record_many(batch, "events.jsonl", [1, 3, 4, 7, 9])
+    assert (caught.value.path, caught.value.line, caught.value.field) == (
+        "events.jsonl", 7, "tags")
+    assert str(caught.value).startswith("events.jsonl:7: field 'tags'")
+    assert snapshot(repo) == before
+
+
+def test_batch_with_a_secret_names_its_position(recorder: Recorder, repo: Path) -> None:
+    before = snapshot(repo)
+    with pytest.raises(PrivacyError) as caught:
+        recorder.record_many([{"content": {"text": "a"}},
+                              {"content": {"text": "b"}, "sensitivity": "secret"}], "<stdin>")
+    assert str(caught.value).startswith("<stdin>:2: ")
+    assert snapshot(repo) == before
+
+
+def test_batch_writes_all_lines_in_order(recorder: Recorder, store: Path) -> None:
+    events = recorder.record_many([{"content": {"text": f"n{i}"}} for i in range(20)])
+    assert [e["id"] for e in events_on_disk(store)] == [e.id for e in events]
+
+
+# ----------------------------------------------------------------------------- torn lines
+
+
+def test_torn_last_line_stays_its_own_line(recorder: Recorder, store: Path) -> None:
+    first = recorder.record({"content": {"text": "first"}})
+    fragment = b'{"id":"evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3","ts":"2026-02-09T0'
+    with (store / DAY).open("ab") as handle:
+        handle.write(fragment)  # a writer crashed mid-line
+    second = recorder.record({"content": {"text": "second"}})
+    raw = lines(store)
+    assert raw[-1] == b""  # the file ends with a newline
+    assert raw[:-1] == [first.to_line().rstrip("\n").encode(), fragment,
+                        second.to_line().rstrip("\n").encode()]
+    assert parse_event_line(raw[2], path=DAY, line=3) == second
+    with pytest.raises(FormatError) as caught:
+        parse_event_line(raw[1], path=DAY, line=2)
+    assert caught.value.line == 2 and "malformed JSON" in str(caught.value)
+
+
+def test_append_lines_creates_the_day_file(tmp_path: Path) -> None:
+    target = tmp_path / "events" / "2026-02" / "2026-02-09.jsonl"
+    append_lines(target, [b"a\n", b"b\n"])
+    append_lines(target, [b"c\n"])
+    assert target.read_bytes() == b"a\nb\nc\n"
+
+
+def test_day_file_uses_the_events_own_offset(store: Path) -> None:
+    ts = datetime.fromisoformat("2026-02-09T23:30:00-05:00")
+    assert day_file(store, ts) == store / "events/2026-02/2026-02-09.jsonl"
+
+
+# ----------------------------------------------------------------------------- decisions, tasks
+
+
+def test_decision_writes_its_file_and_event(recorder: Recorder, store: Path) -> None:
+    ref = recorder.record({"content": {"text": "FTS is enough"}}).id
+    event = recorder.decide("Use PostgreSQL FTS", [ref], rationale=["no new service"],
+                            title="Retrieval", alternatives=["a vector DB"], confidence=0.9)
+    dec_id = event.content["decision_id"]
+    rel = f"decisions/{dec_id}.md"
+    decision = parse_decision((store / rel).read_text(), rel, "default")
+    assert (decision.text, decision.refs, decision.rationale, decision.title) == (
+        "Use PostgreSQL FTS", (ref,), ("no new service",), "Retrieval")
+    assert decision.confidence == 0.9 and decision.status == "active"
+    assert event.kind == "decision" and event.refs == (ref,)
+    # a later decision supersedes it: the old file is never rewritten
+    old_bytes = (store / rel).read_bytes()
+    newer = recorder.decide("Use PostgreSQL FTS with bounded pools", [ref],
+                            supersedes=[dec_id])
+    new_rel = f"decisions/{newer.content['decision_id']}.md"
+    assert parse_decision((store / new_rel).read_text(), new_rel, "default").supersedes == (
+        dec_id,)
+    assert (store / rel).read_bytes() == old_bytes
+
+
+def test_decision_with_dangling_supersedes_is_refused(recorder: Recorder, repo: Path) -> None:
+    ref = recorder.record({"content": {"text": "x"}}).id
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.decide("Replace it", [ref], supersedes=["dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"])
+    assert caught.value.field == "content.supersedes"
+    assert "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3" in str(caught.value)
+    assert snapshot(repo) == before
+
+
+def test_decision_without_refs_is_refused(recorder: Recorder, repo: Path) -> None:
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.decide("Unfounded", [])
+    assert caught.value.field == "refs" and "at least one source id" in str(caught.value)
+    assert snapshot(repo) == before
+
+
+def test_task_create_and_update(recorder: Recorder, store: Path) -> None:
+    created = recorder.task("Write the onboarding guide", owner="alice", details="Outline")
+    task_id = created.content["task_id"]
+    rel = f"tasks/{task_id}.md"
+    task = parse_task((store / rel).read_text(), rel, "default")
+    assert (task.title, task.status, task.owner, task.details) == (
+        "Write the onboarding guide", "open", "alice", "Outline")
+    updated = recorder.task("Write the onboarding guide", task_id=task_id, status="done")
+    assert updated.content["task_id"] == task_id and updated.kind == "task_update"
+    task = parse_task((store / rel).read_text(), rel, "default")
+    assert (task.status, task.owner, task.details, task.ts) == ("done", "alice", "Outline",
+                                                                created.ts)
+    assert updated.id in task.refs
+    assert [e["kind"] for e in events_on_disk(store)] == ["task_update", "task_update"]
+    assert len(list((store / "tasks").glob("tsk_*.md"))) == 1
+
+
+def test_task_update_with_bad_status_changes_nothing(recorder: Recorder, repo: Path) -> None:
+    task_id = recorder.task("A task").content["task_id"]
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.task("A task", task_id=task_id, status="later")
+    assert caught.value.field == "content.status"
+    assert snapshot(repo) == before
+
+
+def test_handoff_with_unknown_decision_is_refused(recorder: Recorder, repo: Path) -> None:
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.handoff("coder", "Fix it", decisions=["dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"])
+    assert caught.value.field == "decisions"
+    assert snapshot(repo) == before
+    packet = recorder.handoff("coder", "Fix it")
+    assert (repo / "memory" / "handoffs" / f"{packet.id}.yaml").is_file()
+
+
+def test_single_strings_become_one_item_lists(recorder: Recorder, store: Path) -> None:
+    event = recorder.record({"kind": "decision", "refs": EVT, "tags": "urgent",
+                             "content": {"text": "x", "rationale": "because"}})
+    assert event.tags == ("urgent",) and event.refs == (EVT,)
+    assert event.content["rationale"] == ["because"]
+    rel = f"decisions/{event.content['decision_id']}.md"
+    assert parse_decision((store / rel).read_text(), rel, "default").rationale == ("because",)
+
+
+def test_an_existing_decision_is_never_rewritten(recorder: Recorder, repo: Path) -> None:
+    dec = recorder.decide("First", [EVT]).content["decision_id"]
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.record({"kind": "decision", "refs": [EVT],
+                         "content": {"text": "Second", "decision_id": dec}})
+    assert caught.value.field == "content.decision_id" and "supersedes" in str(caught.value)
+    assert snapshot(repo) == before
