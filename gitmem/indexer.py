@@ -338,3 +338,15 @@ def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
         "index": {k: int(v) for k, v in counts.items()},
         "files_indexed": len(states),
     }
+
+
+def index_digest(db: Database) -> dict[str, str]:
+    """A sha256 per index table over its rows in key order: equal dicts, equal indexes.
+
+    Stat columns of source_files (size, mtime_ns, inode) are left out: they differ
+    between checkouts of the same commit. Text forms are fixed (UTC, ISO dates).
+    """
+    with db.transaction() as conn:
+        db.execute("digest_settings", None, conn)
+        return {str(row["name"]): str(row["digest"])
+                for row in db.fetchall("index_digest", None, conn)}
