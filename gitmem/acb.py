@@ -289,12 +289,12 @@ def _loadable_views(build: _Build, section_name: str) -> list[ViewRow]:
     for view in build.cache.views():
         if view.section != section_name:
             continue
-        listed = view.path in defaults
-        if not (listed or view.pinned):
-            continue
         if (view.path in rule.suppress_views or view.sensitivity in rule.suppress_sensitivity
                 or (view.channels and request.channel not in view.channels)):
-            build.packer.omit("privacy", view.path)
+            build.packer.omit("privacy", view.path)  # said even when not a default view
+            continue
+        listed = view.path in defaults
+        if not (listed or view.pinned):
             continue
         rank = defaults.index(view.path) if listed else len(defaults)
         chosen.append((0 if view.pinned else 1, rank, view.path, view))

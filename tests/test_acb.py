@@ -1,0 +1,357 @@
+"""build_acb: one test per rule of issue 3, on a real store and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitmem import tokens
+from gitmem.acb import render_text
+from gitmem.config import Config
+from gitmem.errors import ValidationError
+from gitmem.memory import Memory
+from tests.conftest import Cli, git
+
+NOW = "2026-03-01T12:00:00+00:00"
+
+
+def say(memory: Memory, text: str, *, ts: str = "2026-03-01T10:00:00+00:00", **fields: Any) -> str:
+    """Record a message; its event id."""
+    return memory.record({"content": {"text": text}, "ts": ts, **fields}).id
+
+
+def section(acb: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """The items of one section."""
+    return next(s["items"] for s in acb["sections"] if s["name"] == name)
+
+
+def all_items(acb: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item for s in acb["sections"] for item in s["items"]]
+
+
+def texts(acb: dict[str, Any]) -> str:
+    return "\n".join(item["text"] for item in all_items(acb))
+
+
+def omitted(acb: dict[str, Any], reason: str) -> list[str]:
+    return [c for o in acb["omissions"] if o["reason"] == reason for c in o["candidates"]]
+
+
+def test_sections_come_in_priority_order_with_item_fields(memory: Memory) -> None:
+    evt = say(memory, "The release train leaves every Tuesday", session_id="s1")
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "release train"})
+    assert [s["name"] for s in acb["sections"]] == [
+        "identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
+        "recent_window", "tool_state"]
+    item = section(acb, "retrieved_evidence")[0]
+    assert item["id"] == evt and evt in item["refs"]
+    assert item["source"] == "events/2026-03/2026-03-01.jsonl:1"
+    assert item["token_est"] == tokens.count(item["text"])
+    assert 0 < item["score"] <= 1
+    view = section(acb, "identity")[0]
+    assert view["source"] == "views/identity.md#identity" and view["type"] == "view"
+
+
+def test_request_fields_are_validated(memory: Memory) -> None:
+    with pytest.raises(ValidationError, match="max_tokens"):
+        memory.build_acb({"max_tokens": "lots"})
+    with pytest.raises(ValidationError, match="channel"):
+        memory.build_acb({"channel": "everyone"})
+    with pytest.raises(ValidationError, match="unknown field"):
+        memory.build_acb({"query": "typo for query_text"})
+    with pytest.raises(ValidationError, match="now"):
+        memory.build_acb({"now": "yesterday"})
+
+
+def test_public_channel_never_shows_preferences_or_sensitive_events(memory: Memory) -> None:
+    public_ok = say(memory, "Public roadmap: the cluster migration ships in May", channel="public")
+    high = say(memory, "Alice's salary review and the cluster budget", channel="public",
+               sensitivity="high")
+    acb = memory.build_acb({"channel": "public", "now": NOW, "query_text": "cluster"})
+    rendered = json.dumps(acb["sections"])
+    assert "views/preferences.md" not in rendered and "salary" not in rendered
+    assert public_ok in rendered
+    assert "views/preferences.md" in omitted(acb, "privacy")
+    assert high in omitted(acb, "privacy")
+    assert "salary" not in json.dumps(acb["omissions"])  # ids only, never text
+    private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "cluster"})
+    assert high in json.dumps(private["sections"])
+
+
+def test_public_channel_does_not_load_private_channel_events(memory: Memory) -> None:
+    private_evt = say(memory, "Private chat about the cluster password rotation")
+    acb = memory.build_acb({"channel": "public", "now": NOW, "query_text": "cluster rotation"})
+    assert private_evt not in json.dumps(acb["sections"])
+    assert private_evt in omitted(acb, "privacy")
+
+
+def test_superseded_decision_never_appears_and_chain_resolves(memory: Memory) -> None:
+    evt = say(memory, "Which database backs the session cache?")
+    first = memory.decide("Use Redis for the session cache", [evt])
+    second = memory.decide("Use PostgreSQL unlogged tables for the session cache", [evt],
+                           supersedes=[first.content["decision_id"]])
+    third = memory.decide("Use PostgreSQL with a TTL sweeper for the session cache", [evt],
+                          supersedes=[second.content["decision_id"]])
+    acb = memory.build_acb({"now": NOW, "query_text": "session cache database"})
+    ids = [i["id"] for i in section(acb, "relevant_decisions")]
+    assert third.content["decision_id"] in ids
+    assert first.content["decision_id"] not in ids
+    assert second.content["decision_id"] not in ids
+    assert "Redis" not in texts(acb)
+    assert {first.content["decision_id"], second.content["decision_id"]} <= set(
+        omitted(acb, "superseded"))
+    decision = next(i for i in section(acb, "relevant_decisions")
+                    if i["id"] == third.content["decision_id"])
+    assert decision["refs"] == [evt] and decision["source"].startswith("decisions/")
+
+
+def test_decision_superseded_by_status_edit_is_inactive(memory: Memory) -> None:
+    evt = say(memory, "Decide the log format")
+    dec = memory.decide("Logs are plain text", [evt]).content["decision_id"]
+    path = memory.store / "decisions" / f"{dec}.md"
+    path.write_text(path.read_text().replace("status: active", "status: superseded"))
+    acb = memory.build_acb({"now": NOW, "query_text": "log format"})
+    assert dec not in [i["id"] for i in section(acb, "relevant_decisions")]
+
+
+def test_decisions_are_ranked_by_relevance(memory: Memory) -> None:
+    evt = say(memory, "context")
+    memory.decide("Deploys happen on Tuesdays from the blue cluster", [evt],
+                  ts="2026-02-01T00:00:00+00:00")
+    for n in range(5):
+        memory.decide(f"Unrelated policy number {n} about office plants", [evt],
+                      ts=f"2026-02-2{n}T00:00:00+00:00")
+    acb = memory.build_acb({"now": NOW, "query_text": "when do deploys happen"})
+    first = section(acb, "relevant_decisions")[0]
+    assert "Tuesdays" in first["text"] and first["score"] > 0
+
+
+@pytest.mark.parametrize("budget", [65000, 3000, 800])
+def test_caps_hold(memory: Memory, budget: int) -> None:
+    filler = " ".join(["the deploy pipeline and the cluster budget"] * 40)
+    memory.record_many([{"content": {"text": f"{n} {filler}"}, "session_id": "s1",
+                         "ts": f"2026-02-{1 + n % 28:02d}T10:00:00+00:00"} for n in range(300)])
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "max_tokens": budget,
+                            "query_text": "deploy pipeline cluster"})
+    budgets = memory.policies.budgets
+    scale = budget / budgets.total
+    available = budget - int(budgets.reserve * scale)
+    assert acb["token_used_est"] <= available
+    assert acb["budget_tokens"] == budget
+    for s in acb["sections"]:
+        assert s["token_est"] <= int(budgets.sections[s["name"]].max_tokens * scale)
+        assert sum(i["token_est"] for i in s["items"]) <= s["token_est"]
+    assert tokens.count(render_text(acb)) <= available
+    assert omitted(acb, "budget")
+
+
+def test_five_identical_events_appear_once(memory: Memory) -> None:
+    ids = [say(memory, "The staging database is read-only until Friday", session_id="s1",
+               ts=f"2026-03-01T0{n}:00:00+00:00") for n in range(5)]
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "staging database"})
+    shown = [i for i in all_items(acb) if "read-only until Friday" in i["text"]]
+    assert len(shown) == 1
+    assert set(ids) - {shown[0]["id"]} == set(omitted(acb, "duplicate"))
+
+
+def test_huge_tool_output_yields_only_its_excerpt(memory: Memory) -> None:
+    big = "".join(f"line {n}: build log output with deploy details\n" for n in range(25000))
+    assert len(big) > 1_000_000
+    evt = memory.record({"kind": "tool_result", "session_id": "s1", "ts": NOW,
+                         "content": {"tool": "shell", "path": "build.log", "output": big}})
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "build log deploy"})
+    rendered = texts(acb)
+    limit = memory.policies.budgets.max_excerpt_bytes
+    assert "line 0:" in rendered and "line 24999" not in rendered
+    assert len(rendered.encode()) < limit + 20000
+    entry = next(o for o in acb["omissions"] if o["reason"] == "truncated_tool_output")
+    assert entry["candidates"] == [evt.id]
+    assert entry["artifact_id"] == evt.content["artifact_id"]
+    assert memory.get_artifact(entry["artifact_id"]) == big.encode()
+
+
+def test_pinned_view_appears_for_unrelated_query(memory: Memory) -> None:
+    (memory.store / "views" / "oncall.md").write_text(
+        "---\nsection: rules\npinned: true\n---\n# On call\n\nPage Dana for database outages.\n")
+    acb = memory.build_acb({"now": NOW, "query_text": "what colour is the logo"})
+    assert any("Page Dana" in i["text"] for i in section(acb, "rules"))
+
+
+def test_pinned_event_is_included_regardless_of_score(memory: Memory) -> None:
+    pinned = say(memory, "Never deploy during the quarterly audit", tags=["pinned"],
+                 ts="2026-01-02T00:00:00+00:00")
+    acb = memory.build_acb({"now": NOW, "query_text": "logo colour"})
+    item = next(i for i in section(acb, "retrieved_evidence") if i["id"] == pinned)
+    assert item["pinned"] is True
+
+
+def test_paraphrased_question_finds_the_fact(memory: Memory) -> None:
+    fact = say(memory, "Our deploy pipeline runs on the blue cluster in Frankfurt",
+               ts="2026-02-01T09:00:00+00:00")
+    for n in range(40):
+        say(memory, f"Standup note {n}: reviewed tickets, fixed flaky tests, lunch at noon",
+            ts=f"2026-02-{1 + n % 27:02d}T11:00:00+00:00")
+    acb = memory.build_acb({"now": NOW, "query_text":
+                            "Which city hosts the cluster our deployments run on?"})
+    evidence = section(acb, "retrieved_evidence")
+    assert evidence and evidence[0]["id"] == fact
+
+
+def test_or_semantics_and_rare_terms_outweigh_common_ones(memory: Memory) -> None:
+    rare = say(memory, "The kafka consumer lag alarm fired", ts="2026-01-10T00:00:00+00:00")
+    for n in range(60):
+        say(memory, f"The alarm for service {n} is fine", ts="2026-02-28T00:00:00+00:00")
+    acb = memory.build_acb({"now": NOW, "query_text": "why did the kafka alarm fire?"})
+    assert section(acb, "retrieved_evidence")[0]["id"] == rare
+    terms = {t["term"]: t["idf"] for t in acb["provenance"]["query_terms"]}
+    assert terms["kafka"] > terms["alarm"]
+
+
+def test_quoted_phrase_is_kept(memory: Memory) -> None:
+    exact = say(memory, "We moved the blue cluster to the new region")
+    say(memory, "The cluster is blue-green deployed; blue is idle", ts=NOW)
+    acb = memory.build_acb({"now": NOW, "query_text": '"blue cluster"'})
+    assert acb["provenance"]["query_terms"][0]["phrase"] is True
+    assert section(acb, "retrieved_evidence")[0]["id"] == exact
+
+
+def test_actor_names_and_tags_are_searchable(memory: Memory) -> None:
+    by_alice = say(memory, "I will take the migration", actor={"type": "human", "id": "alice"})
+    tagged = say(memory, "Rotate the certificates", tags=["project:zephyr"])
+    acb = memory.build_acb({"now": NOW, "query_text": "what did alice say"})
+    assert section(acb, "retrieved_evidence")[0]["id"] == by_alice
+    acb = memory.build_acb({"now": NOW, "query_text": "zephyr"})
+    assert section(acb, "retrieved_evidence")[0]["id"] == tagged
+
+
+def test_retrieval_is_bounded(memory: Memory) -> None:
+    memory.record_many([{"content": {"text": f"deploy note {n} about the pipeline"},
+                         "ts": f"2026-02-{1 + n % 28:02d}T{n % 24:02d}:00:00+00:00"}
+                        for n in range(2600)])
+    acb = memory.build_acb({"now": NOW, "query_text": "deploy pipeline"})
+    prov = acb["provenance"]
+    assert 0 < prov["candidate_pool_size"] <= 2000
+    assert prov["retrieved"] <= 200
+    assert len(section(acb, "retrieved_evidence")) <= 200
+
+
+def test_recent_window_and_tool_state_are_the_sessions_own(memory: Memory) -> None:
+    mine = say(memory, "hello from my session", session_id="mine")
+    other = say(memory, "hello from elsewhere", session_id="other")
+    tool = memory.record({"kind": "tool_result", "session_id": "mine", "ts": NOW,
+                          "content": {"tool": "ls", "output": "README.md\nsetup.py\n"}}).id
+    acb = memory.build_acb({"session_id": "mine", "now": NOW})
+    assert [i["id"] for i in section(acb, "recent_window")] == [mine]
+    assert [i["id"] for i in section(acb, "tool_state")] == [tool]
+    assert other not in json.dumps(acb["sections"])
+    assert acb["provenance"]["path"] == "fast"
+
+
+def test_catch_up_on_read_sees_a_line_appended_by_hand(memory: Memory) -> None:
+    say(memory, "first", session_id="s1")
+    memory.build_acb({"session_id": "s1", "now": NOW})  # index and cache are warm
+    written = memory.record({"content": {"text": "appended by hand"}, "session_id": "s1",
+                             "ts": "2026-03-01T11:00:00+00:00"})
+    path = memory.store / "events" / "2026-03" / "2026-03-01.jsonl"
+    line = written.to_line().replace(written.id, written.id[:-1] + "Z")
+    with path.open("a") as handle:
+        handle.write(line)
+    acb = memory.build_acb({"session_id": "s1", "now": NOW})
+    assert written.id[:-1] + "Z" in [i["id"] for i in section(acb, "recent_window")]
+
+
+def test_task_state_shows_open_tasks_only(memory: Memory) -> None:
+    open_task = memory.task("Write the migration guide", session_id="s1").content["task_id"]
+    done = memory.task("Ship 1.0").content["task_id"]
+    memory.task("Ship 1.0", task_id=done, status="done")
+    acb = memory.build_acb({"session_id": "s1", "now": NOW})
+    ids = [i["id"] for i in section(acb, "task_state")]
+    assert ids == [open_task]
+
+
+def test_policy_hashes_and_scoring_in_provenance(memory: Memory) -> None:
+    acb = memory.build_acb({"now": NOW, "query_text": "anything"})
+    prov = acb["provenance"]
+    assert set(prov["policy_hashes"]) == {"manifest.json", "policies/budgets.yaml",
+                                          "policies/privacy.yaml", "policies/channels.yaml"}
+    assert prov["scoring"] == {"alpha": 0.6, "beta": 0.3, "gamma": 0.1,
+                               "recency_tau_days": 7.0}
+    assert prov["timings_ms"]["total"] > 0
+    budgets = memory.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("alpha: 0.6", "alpha: 0.7"))
+    changed = memory.build_acb({"now": NOW, "query_text": "anything"})
+    assert changed["provenance"]["scoring"]["alpha"] == 0.7
+    assert (changed["provenance"]["policy_hashes"]["policies/budgets.yaml"]
+            != prov["policy_hashes"]["policies/budgets.yaml"])
+
+
+def test_handoff_loads_only_packet_decisions_and_evidence(memory: Memory) -> None:
+    evt = say(memory, "The layout refactor must keep events append-only", session_id="s1")
+    noise = say(memory, "Unrelated chatter about lunch", session_id="s1")
+    dec = memory.decide("Keep the events layout", [evt]).content["decision_id"]
+    packet = memory.create_handoff("implementer", "Refactor memory layout", decisions=[dec],
+                                   refs=[evt], from_agent="planner",
+                                   open_questions=["Do we store secrets?"])
+    acb = memory.build_acb({"agent_id": "implementer", "handoff_id": packet.id, "now": NOW,
+                            "session_id": "s1"})
+    assert [s["name"] for s in acb["sections"]] == [
+        "handoff", "relevant_decisions", "retrieved_evidence"]
+    assert "Refactor memory layout" in section(acb, "handoff")[0]["text"]
+    assert [i["id"] for i in section(acb, "relevant_decisions")] == [dec]
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [evt]
+    assert noise not in json.dumps(acb)
+    with pytest.raises(ValidationError, match="addressed to agent"):
+        memory.build_acb({"agent_id": "someone-else", "handoff_id": packet.id})
+
+
+def test_same_request_gives_the_same_acb(memory: Memory) -> None:
+    for n in range(20):
+        say(memory, f"note {n} on the cache eviction policy", session_id="s1",
+            ts=f"2026-02-{1 + n:02d}T00:00:00+00:00")
+    request = {"session_id": "s1", "now": NOW, "query_text": "cache eviction"}
+    first, second = memory.build_acb(request), memory.build_acb(request)
+    for key in ("acb_id", "sections", "omissions"):
+        assert first[key] == second[key]
+
+
+def test_same_acb_after_reindex_from_a_fresh_clone(config: Config, tmp_path: Path,
+                                                   dsn: str, schema: str) -> None:
+    with Memory(config) as memory:
+        evt = say(memory, "The cache uses LRU eviction", session_id="s1")
+        memory.decide("Evict least recently used entries", [evt])
+        for n in range(10):
+            say(memory, f"cache note {n}", session_id="s1", ts=f"2026-02-1{n}T00:00:00+00:00")
+        request = {"session_id": "s1", "now": NOW, "query_text": "cache eviction"}
+        original = memory.build_acb(request)
+    root = config.store.parent
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "memory")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(root), str(clone))
+    other = Config(store=clone / "memory", dsn=dsn, schema=schema + "_clone")
+    try:
+        with Memory(other) as cloned:
+            cloned.reindex()
+            again = cloned.build_acb(request)
+        for key in ("acb_id", "sections", "omissions"):
+            assert again[key] == original[key]
+    finally:
+        with Memory(other) as cloned:
+            cloned.db.drop_schema()
+        shutil.rmtree(clone)
+
+
+def test_cli_acb_json_and_text(cli: Cli, memory: Memory) -> None:
+    say(memory, "The on-call rotation changes on Mondays", session_id="s1")
+    result = cli("acb", "when does on-call change?", "--session", "s1", "--now", NOW)
+    bundle = json.loads(result.stdout)
+    assert bundle["acb_id"].startswith("acb_")
+    assert "Mondays" in json.dumps(bundle["sections"])
+    text = cli("acb", "when does on-call change?", "--session", "s1", "--format", "text").stdout
+    assert "## Retrieved evidence" in text and "Mondays" in text
+    bad = cli("acb", "--max-tokens", "0", ok=False)
+    assert bad.exit_code == 1 and "max_tokens" in bad.output
