@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import snapshot
 
 from gitmem.errors import FormatError, PrivacyError, ValidationError
 from gitmem.ids import ULID_ID
@@ -18,6 +17,7 @@ from gitmem.policies import load_policies
 from gitmem.recorder import Recorder, append_lines, cut_excerpt
 from gitmem.records import content_hash, parse_decision, parse_event_line, parse_task
 from gitmem.store import artifact_path, day_file
+from tests.conftest import snapshot
 
 NOW = datetime(2026, 2, 9, 5, 12, 33, tzinfo=UTC)
 DAY = "events/2026-02/2026-02-09.jsonl"

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import git
 
 from gitmem.config import find_store, load_config
 from gitmem.errors import ConfigError, StoreError
@@ -21,6 +20,7 @@ from gitmem.store import (
     read_artifact,
     write_new,
 )
+from tests.conftest import git
 
 
 def tree(root: Path) -> dict[str, bytes]:
