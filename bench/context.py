@@ -1,0 +1,67 @@
+"""What every measurement gets: the corpus, the database, a scratch directory.
+
+The corpus's index is built once per run, by the reindex measurement (timed)
+or on first use by any later measurement (untimed), and shared from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.corpus import Corpus
+from bench.pg import Schemas
+from gitmem import indexer
+from gitmem.config import Config
+from gitmem.db import Database
+from gitmem.policies import Policies, load_policies
+
+
+class Skip(Exception):
+    """A measurement cannot run here (a missing module, no daemon, ...); the message says why."""
+
+
+@dataclass
+class Context:
+    """One benchmark run: size, corpus, database, scratch space, shared state."""
+
+    size: str
+    seed: int
+    dsn: str
+    corpus: Corpus
+    scratch: Path
+    schemas: Schemas
+    repeat: int = 1
+    shared: dict[str, Any] = field(default_factory=dict)
+    indexed: bool = False
+    _index: Database | None = None
+
+    @property
+    def policies(self) -> Policies:
+        """The corpus store's policies."""
+        return load_policies(self.corpus.store)
+
+    def index_config(self) -> Config:
+        """The configuration of the corpus's index in this run's schema."""
+        return Config(store=self.corpus.store, dsn=self.dsn, schema=self.schemas.name("idx"))
+
+    def index_database(self) -> Database:
+        """The connection pool onto the corpus's index schema (maybe still empty)."""
+        if self._index is None:
+            self._index = Database(self.dsn, self.index_config().schema, max_size=4)
+        return self._index
+
+    def ensure_index(self) -> Database:
+        """The corpus's index, reindexed first (untimed) when no measurement built it yet."""
+        db = self.index_database()
+        if not self.indexed:
+            indexer.reindex(db, self.corpus.store, self.policies)
+            self.indexed = True
+        return db
+
+    def close(self) -> None:
+        """Close the shared connections (schemas are dropped by the caller)."""
+        if self._index is not None:
+            self._index.close()
+            self._index = None

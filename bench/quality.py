@@ -1,0 +1,208 @@
+"""Retrieval quality: does a question's evidence land in the first 2,000 tokens?
+
+A retriever maps a question to ranked `Item`s (the ids each stands for and its
+size in tokens). `pack` fills the budget greedily in rank order; a question
+counts as answered when every evidence id of it is inside the packed items.
+The same scoring serves both sides:
+
+- the BM25 baseline (`rank_bm25.BM25Okapi`) over the question's tenant's
+  chunks, the ones its channel may load, tokenised into PostgreSQL's english
+  lexemes so both sides see the same words;
+- gitmem: `acb_retriever(build_acb)` turns the ACB's retrieved_evidence
+  section into items (plug in the build function when it exists).
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rank_bm25 import BM25Okapi
+
+from bench import pg
+from bench.context import Context
+from bench.stats import Metric
+
+BUDGET_TOKENS = 2000
+RANKED_MAX = 200   # like retrieved_chunks_max: no retriever ranks more than this
+_LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
+Question = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One ranked piece of evidence: the ids it stands for and its token count."""
+
+    ids: frozenset[str]
+    tokens: int
+
+
+Retriever = Callable[[Question], Sequence[Item]]
+
+
+def pack(items: Sequence[Item], budget: int = BUDGET_TOKENS) -> list[Item]:
+    """Items taken in rank order while they fit the budget (a too-big one is skipped)."""
+    packed: list[Item] = []
+    left = budget
+    for item in items:
+        if item.tokens <= left:
+            packed.append(item)
+            left -= item.tokens
+    return packed
+
+
+def answered(question: Question, items: Sequence[Item], budget: int = BUDGET_TOKENS) -> bool:
+    """Whether every evidence id of the question is inside the packed items."""
+    inside = set().union(*(item.ids for item in pack(items, budget)))
+    return all(ref in inside for ref in question["evidence"])
+
+
+@dataclass
+class QualityReport:
+    """Answered questions overall and per category, and which were missed."""
+
+    name: str
+    total: int = 0
+    hits: int = 0
+    ranked_hits: int = 0   # evidence anywhere in the ranked list (before the budget)
+    by_category: dict[str, list[int]] = field(default_factory=dict)   # [hits, total]
+    misses: list[str] = field(default_factory=list)
+
+    @property
+    def share(self) -> float:
+        """Share of questions answered within the budget."""
+        return self.hits / self.total if self.total else 0.0
+
+    def metrics(self, target: str = "") -> list[Metric]:
+        """The report as metric rows."""
+        categories = {k: round(h / t, 3) for k, (h, t) in sorted(self.by_category.items())}
+        return [
+            Metric("quality", f"{self.name}: evidence in first {BUDGET_TOKENS} tokens",
+                   round(self.share, 3), "share", samples=self.total, target=target,
+                   extra={"by_category": categories, "misses": self.misses}),
+            Metric("quality", f"{self.name}: evidence in top {RANKED_MAX}",
+                   round(self.ranked_hits / self.total, 3) if self.total else 0.0, "share",
+                   samples=self.total),
+        ]
+
+
+def score(questions: Sequence[Question], retriever: Retriever, name: str,
+          budget: int = BUDGET_TOKENS) -> QualityReport:
+    """Run every question through `retriever` and score the packed evidence."""
+    report = QualityReport(name)
+    for question in questions:
+        items = list(retriever(question))[:RANKED_MAX]
+        hit = answered(question, items, budget)
+        ranked = set().union(*(item.ids for item in items))
+        report.total += 1
+        report.hits += hit
+        report.ranked_hits += all(ref in ranked for ref in question["evidence"])
+        for category in question["categories"]:
+            counts = report.by_category.setdefault(category, [0, 0])
+            counts[0] += hit
+            counts[1] += 1
+        if not hit:
+            report.misses.append(question["id"])
+    return report
+
+
+# --------------------------------------------------------------------------- BM25
+
+def lexemes(tsvector: str) -> list[str]:
+    """A tsvector's text as a token list (each lexeme repeated by its frequency)."""
+    out: list[str] = []
+    for match in _LEXEME.finditer(tsvector):
+        word = match.group(1).replace("''", "'")
+        positions = match.group(2)
+        out.extend([word] * (positions.count(",") + 1 if positions else 1))
+    return out
+
+
+class _TenantIndex:
+    """BM25 over one tenant's loadable chunks, plus postings to find candidates fast."""
+
+    def __init__(self, rows: Iterator[tuple[str, str, int, str]]) -> None:
+        self.ids: list[frozenset[str]] = []
+        self.tokens: list[int] = []
+        self.postings: dict[str, array[int]] = {}
+        self.bm25 = BM25Okapi(self._documents(rows))
+
+    def _documents(self, rows: Iterator[tuple[str, str, int, str]]) -> Iterator[list[str]]:
+        for number, (chunk_id, source_id, token_est, tsv) in enumerate(rows):
+            self.ids.append(frozenset((chunk_id.split("#", 1)[0], source_id)))
+            self.tokens.append(token_est)
+            words = lexemes(tsv)
+            for word in set(words):
+                self.postings.setdefault(word, array("I")).append(number)
+            yield words
+
+    def rank(self, query: list[str]) -> list[Item]:
+        """The top chunks for the query's lexemes, best first (ties: chunk order)."""
+        candidates = sorted({doc for word in query for doc in self.postings.get(word, ())})
+        if not candidates:
+            return []
+        scores = self.bm25.get_batch_scores(query, candidates)
+        best = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i]))
+        return [Item(self.ids[candidates[i]], self.tokens[candidates[i]])
+                for i in best[:RANKED_MAX]]
+
+
+class BM25Retriever:
+    """The baseline: BM25 over the asking tenant's chunks that its channel may load."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.schema = ctx.ensure_index().schema
+        self.privacy = ctx.policies.privacy
+        self._key: tuple[str, str] | None = None
+        self._index: _TenantIndex | None = None
+
+    def __call__(self, question: Question) -> list[Item]:
+        suppressed = sorted(self.privacy.rule(question["channel"]).suppress_sensitivity)
+        key = (question["tenant_id"], ",".join(suppressed))
+        with pg.connect(self.ctx.dsn) as conn:
+            if key != self._key or self._index is None:
+                self._index = None  # free the previous tenant's index first
+                self._index = _TenantIndex(pg.tenant_lexemes(conn, self.schema, key[0],
+                                                             suppressed))
+                self._key = key
+            query = sorted(set(lexemes(pg.query_lexemes(conn, question["question"]))))
+        return self._index.rank(query)
+
+
+# --------------------------------------------------------------------------- gitmem
+
+def items_from_acb(acb: dict[str, Any], section: str = "retrieved_evidence") -> list[Item]:
+    """The items of one ACB section, in order, as scoring items (ids from their refs)."""
+    items: list[Item] = []
+    for part in acb.get("sections", []):
+        if part.get("name") != section:
+            continue
+        for item in part.get("items", []):
+            ids = {ref.split("#", 1)[0] for ref in item.get("refs", [])}
+            ids.update(str(item[k]).split("#", 1)[0] for k in ("id", "chunk_id", "source_id")
+                       if item.get(k))
+            items.append(Item(frozenset(ids), int(item.get("token_est", 0))))
+    return items
+
+
+def acb_retriever(build: Callable[[dict[str, Any]], dict[str, Any]],
+                  intent: str = "recall") -> Retriever:
+    """A retriever asking gitmem: `build` takes a build_acb request, returns the ACB."""
+    def retrieve(question: Question) -> list[Item]:
+        request = {k: question[k] for k in ("tenant_id", "session_id", "agent_id", "channel",
+                                            "now")}
+        return items_from_acb(build({**request, "intent": intent,
+                                     "query_text": question["question"]}))
+    return retrieve
+
+
+def measure_bm25(ctx: Context) -> list[Metric]:
+    """The BM25 baseline's share of questions answered within 2,000 tokens."""
+    questions = sorted(ctx.corpus.questions(), key=lambda q: (q["tenant_id"], q["id"]))
+    report = score(questions, BM25Retriever(ctx), "bm25 baseline")
+    ctx.shared["quality_bm25"] = report
+    return report.metrics()

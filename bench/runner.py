@@ -1,0 +1,156 @@
+"""One benchmark run: find or generate the corpus, take every measurement, report.
+
+Timings are measured, never asserted: a run fails (exit 1) only when a
+measurement breaks. Schemas (`bench_<pid>_*`) and scratch files are removed
+at the end, whatever happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import pg
+from bench.context import Context, Skip
+from bench.corpus import CACHE_DIR, corpus_dir, ensure_corpus
+from bench.plan import SHAPES
+from bench.registry import MEASUREMENTS, Measurement
+from bench.report import machine, table
+from bench.stats import Metric, timed
+from gitmem.db import redact_dsn
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python bench/run.py",
+        description="gitmem benchmark: corpus, record throughput, reindex vs raw COPY, "
+                    "retrieval quality. Prints a table; writes JSON.",
+        epilog="example: python bench/run.py --size tiny --out /tmp/bench.json")
+    parser.add_argument("--size", choices=list(SHAPES), default="tiny",
+                        help="corpus size: tiny (~1k events, CI), 10k, 100k, 1m")
+    parser.add_argument("--dsn", default=None,
+                        help="PostgreSQL DSN, or 'embedded' (default: $GITMEM_BENCH_DSN, "
+                             f"else {pg.DEFAULT_DSN})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON results file (default: bench/results/<size>-<time>.json)")
+    parser.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="repeat the reindex / raw COPY timing N times (median reported)")
+    parser.add_argument("--only", default="",
+                        help="comma-separated measurement names (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the measurements and exit")
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="corpus cache directory")
+    return parser
+
+
+def _selected(only: set[str], m: Measurement) -> bool:
+    return m.name in only if only else not m.slow
+
+
+def run_all(ctx: Context, only: set[str]) -> dict[str, Any]:
+    """Take the selected measurements; metrics, skips, pending ones and failures."""
+    metrics: list[Metric] = []
+    skipped: list[dict[str, str]] = []
+    pending: list[dict[str, str]] = []
+    failed: list[dict[str, str]] = []
+    for m in MEASUREMENTS:
+        if not _selected(only, m):
+            continue
+        if m.run is None:
+            pending.append({"name": m.name, "description": m.description,
+                            "needs": ", ".join(m.needs)})
+            continue
+        missing = m.missing()
+        if missing:
+            skipped.append({"name": m.name, "reason": f"needs {', '.join(missing)}"})
+            continue
+        _say(f"· {m.name}: {m.description}")
+        try:
+            with timed() as clock:
+                found = m.run(ctx)
+        except Skip as exc:
+            skipped.append({"name": m.name, "reason": str(exc)})
+            continue
+        except Exception as exc:
+            failed.append({"name": m.name, "error": f"{type(exc).__name__}: {exc}",
+                           "traceback": traceback.format_exc()})
+            _say(traceback.format_exc())
+            continue
+        _say(f"  done in {clock.s:.1f} s")
+        metrics.extend(found)
+    return {"metrics": metrics, "skipped": skipped, "pending": pending, "failed": failed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the benchmark, print the table, write the JSON."""
+    args = _parser().parse_args(argv)
+    if args.list:
+        for m in MEASUREMENTS:
+            state = "planned" if m.run is None else ("optional" if m.slow else "default")
+            print(f"{m.name:16} {state:9} {m.description}")
+        return 0
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    unknown = only - {m.name for m in MEASUREMENTS}
+    if unknown:
+        _parser().error(f"unknown measurement(s): {', '.join(sorted(unknown))}")
+    started = datetime.now(UTC)
+    dsn = pg.resolve_dsn(args.dsn)
+    _say(f"gitmem bench: size {args.size}, seed {args.seed}, database {redact_dsn(dsn)}")
+    cached = (corpus_dir(args.size, args.seed, args.cache) / "corpus.json").is_file()
+    corpus = ensure_corpus(args.size, args.seed, args.cache,
+                           lambda n, total: _say(f"  corpus: {n:,} / ~{total:,} writes"))
+    info = corpus.info
+    _say(f"corpus: {info['events']:,} events at {corpus.root} "
+         f"({'cached' if cached else 'generated'})")
+    scratch = args.cache.parent / "scratch" / f"run-{os.getpid()}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    schemas = pg.Schemas(dsn)
+    ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat)
+    try:
+        outcome = run_all(ctx, only)
+    finally:
+        ctx.close()
+        schemas.drop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
+    corpus_metrics = [
+        Metric("corpus", "events written (record_many / decide / task)", info["events"],
+               "events", extra={"counts": info["counts"], "tenants": info["tenants"],
+                                "sessions": info["sessions"], "store_mb":
+                                round(info["store_bytes"] / (1 << 20), 1)}),
+        Metric("corpus", "generation (through the write path)", info["generation_s"], "s",
+               extra={"events_per_s": info["events_per_s"], "cached": cached}),
+    ]
+    metrics = corpus_metrics + outcome["metrics"]
+    notes = [f"skipped {s['name']}: {s['reason']}" for s in outcome["skipped"]]
+    notes += [f"pending {p['name']}: {p['description']}" for p in outcome["pending"]]
+    notes += [f"FAILED {f['name']}: {f['error']}" for f in outcome["failed"]]
+    print(table(metrics, notes), end="")
+    document = {
+        "benchmark": "gitmem", "size": args.size, "seed": args.seed,
+        "started": started.isoformat(timespec="seconds"),
+        "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
+        "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
+        "corpus": {**info, "path": str(corpus.root)},
+        "metrics": [m.to_dict() for m in metrics],
+        "skipped": outcome["skipped"], "pending": outcome["pending"],
+        "failed": outcome["failed"],
+    }
+    out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    _say(f"results: {out}")
+    return 1 if outcome["failed"] else 0
