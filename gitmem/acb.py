@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitmem import retrieval, tokens
+from gitmem import consistency, retrieval, tokens
 from gitmem.context import ContextCache, TenantDecisions, ViewRow
 from gitmem.db import Database, Row
 from gitmem.errors import ValidationError
@@ -230,6 +230,10 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
         step = time.perf_counter()
         fillers[name](section)
         build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
+    for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
+            (i for s in build.packer.sections.values() for i in s.items), db,
+            request.tenant_id, lambda: cache.decisions(request.tenant_id)):
+        build.packer.omit("conflict", summary_id)
     sections = [{"name": s.name, "items": s.items, "token_est": s.used}
                 for s in build.packer.sections.values()]
     omissions = build.packer.omissions()

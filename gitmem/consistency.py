@@ -1,0 +1,177 @@
+"""Does a summary still agree with what it cites? (SCN-009, P4)
+
+A summary is written once and never rewritten, so it goes stale: it may
+state a decision as current that a later decision superseded, or cite events
+that do not exist or belong to another session. `summary_conflicts` is the
+one check, a pure function; `flag_summaries` runs it on the summaries an ACB
+packed (build_acb attaches the conflicts to the item and lists the summary
+under an omission-like `conflict` entry), and `check_tree` runs it over the
+files of a whole store for `gitmem verify`.
+
+Conflict kinds:
+- superseded_decision: `decisions` names a decision that is superseded
+  (by a later decision's `supersedes`, or by `status: superseded`);
+- unknown_decision: `decisions` names a decision that does not exist;
+- missing_ref: `refs` names an id that exists nowhere in the tenant's memory;
+- foreign_session_ref: a session summary cites an event of another session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitmem.context import TenantDecisions, resolve_decisions
+from gitmem.db import Database
+from gitmem.errors import FormatError
+from gitmem.records import (
+    field_line,
+    iter_lines,
+    parse_decision,
+    parse_event_line,
+    parse_summary,
+    parse_task,
+    parse_ts,
+)
+from gitmem.store import iter_store_files
+
+NO_SESSION = ""  # a cited record that has no session (decision, task, artifact)
+
+
+@dataclass(frozen=True)
+class SummaryFacts:
+    """What the check needs to know about one summary."""
+
+    summary_id: str
+    session_id: str
+    scope: str
+    decisions: tuple[str, ...]
+    refs: tuple[str, ...]
+
+
+def summary_conflicts(summary: SummaryFacts, chain: TenantDecisions,
+                      ref_sessions: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Every way `summary` disagrees with the decisions and records it cites.
+
+    `ref_sessions` maps each cited id that exists to its session
+    (NO_SESSION for records without one); an id absent from it is missing.
+    """
+    found: list[dict[str, Any]] = []
+    for decision_id in summary.decisions:
+        if decision_id not in chain.by_id:
+            found.append({"kind": "unknown_decision", "decision": decision_id})
+        elif decision_id in chain.superseded_by:
+            found.append({"kind": "superseded_decision", "decision": decision_id,
+                          "superseded_by": chain.superseded_by[decision_id] or None})
+    for ref in summary.refs:
+        if ref not in ref_sessions:
+            found.append({"kind": "missing_ref", "ref": ref})
+            continue
+        session = ref_sessions[ref]
+        if (summary.scope == "session" and summary.session_id and session != NO_SESSION
+                and session != summary.session_id):
+            found.append({"kind": "foreign_session_ref", "ref": ref, "session": session})
+    return found
+
+
+def index_conflicts(db: Database, tenant: str, summary_ids: Sequence[str],
+                    chain: TenantDecisions) -> dict[str, list[dict[str, Any]]]:
+    """Conflicts of the given summaries, read from the index (only those with any)."""
+    if not summary_ids:
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in db.fetchall("summary_sources", {"tenant": tenant, "ids": list(summary_ids)}):
+        facts = SummaryFacts(row["summary_id"], row["session_id"], row["scope"],
+                             tuple(row["decisions"]), tuple(row["refs"]))
+        sessions = {ref: session or NO_SESSION for ref, session in row["ref_sessions"].items()}
+        conflicts = summary_conflicts(facts, chain, sessions)
+        if conflicts:
+            out[facts.summary_id] = conflicts
+    return out
+
+
+def flag_summaries(items: Iterable[dict[str, Any]], db: Callable[[], Database], tenant: str,
+                   chain: Callable[[], TenantDecisions]) -> list[str]:
+    """Attach `conflicts` to every packed summary item that has any; their ids, sorted.
+
+    Costs nothing when no summary was packed (the fast path).
+    """
+    summaries = {item["id"]: item for item in items if item.get("type") == "summary"}
+    if not summaries:
+        return []
+    found = index_conflicts(db(), tenant, sorted(summaries), chain())
+    for summary_id, conflicts in found.items():
+        summaries[summary_id]["conflicts"] = conflicts
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------- whole tree
+
+def check_tree(store: Path, default_tenant: str) -> list[FormatError]:
+    """Summary conflicts over the files of a store (for `gitmem verify`).
+
+    Files that do not parse are skipped here: verify reports them itself.
+    Each problem names the summary file and the line of the field at fault.
+    """
+    ref_sessions: dict[str, dict[str, str]] = {}   # tenant -> id -> session
+    decisions: dict[str, list[dict[str, Any]]] = {}
+    summaries: list[tuple[str, str, Any]] = []
+    for rel, kind in iter_store_files(store):
+        path = store / rel
+        if kind == "events":
+            for number, raw in iter_lines(path.read_bytes()):
+                try:
+                    event = parse_event_line(raw, path=rel, line=number)
+                except FormatError:
+                    continue
+                ref_sessions.setdefault(event.tenant_id, {})[event.id] = event.session_id
+                if "artifact_id" in event.content:
+                    ref_sessions[event.tenant_id][event.content["artifact_id"]] = NO_SESSION
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            if kind == "decision":
+                d = parse_decision(text, rel, default_tenant)
+                decisions.setdefault(d.tenant_id, []).append(
+                    {"decision_id": d.id, "ts": parse_ts(d.ts), "status": d.status,
+                     "supersedes": list(d.supersedes)})
+                ref_sessions.setdefault(d.tenant_id, {})[d.id] = NO_SESSION
+            elif kind == "task":
+                t = parse_task(text, rel, default_tenant)
+                ref_sessions.setdefault(t.tenant_id, {})[t.id] = NO_SESSION
+            elif kind == "summary":
+                s = parse_summary(text, rel, default_tenant)
+                ref_sessions.setdefault(s.tenant_id, {})[s.id] = s.session_id
+                summaries.append((rel, text, s))
+        except FormatError:
+            continue
+    problems: list[FormatError] = []
+    chains = {tenant: resolve_decisions(rows) for tenant, rows in decisions.items()}
+    for rel, text, s in summaries:
+        facts = SummaryFacts(s.id, s.session_id, s.scope, s.decisions, s.refs)
+        conflicts = summary_conflicts(facts, chains.get(s.tenant_id, TenantDecisions()),
+                                      ref_sessions.get(s.tenant_id, {}))
+        for conflict in conflicts:
+            key = "decisions" if "decision" in conflict else "refs"
+            problems.append(FormatError(describe(conflict), path=rel,
+                                        line=field_line(text, key), field=key))
+    return problems
+
+
+def describe(conflict: Mapping[str, Any]) -> str:
+    """One sentence for people, with the next step."""
+    kind = conflict["kind"]
+    if kind == "superseded_decision":
+        by = conflict.get("superseded_by")
+        return (f"states {conflict['decision']} as current, but it is superseded"
+                + (f" by {by}" if by else "") + "; write a new summary")
+    if kind == "unknown_decision":
+        return f"states {conflict['decision']} as current, but no such decision exists"
+    if kind == "missing_ref":
+        return f"cites {conflict['ref']}, which exists nowhere in this memory"
+    if kind == "foreign_session_ref":
+        return (f"is a session summary but cites {conflict['ref']} of session "
+                f"{conflict['session']!r}; use scope: episode or cite this session's events")
+    return str(kind)
