@@ -187,7 +187,6 @@ class _Build:
     policies: Policies
     cache: ContextCache
     db: Callable[[], Database]
-    stats: retrieval.LexemeStats
     now: datetime
     rule: ChannelRule
     packer: Packer
@@ -207,7 +206,7 @@ class _Build:
 
 
 def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
-              db: Callable[[], Database], stats: retrieval.LexemeStats,
+              db: Callable[[], Database],
               index_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Assemble the ACB for `request` (see the module docstring for the rules)."""
     started = time.perf_counter()
@@ -216,7 +215,7 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     max_tokens = min(request.max_tokens or budgets.total, budgets.total)
     scale = max_tokens / budgets.total
     reserve = int(budgets.reserve * scale)
-    build = _Build(request, policies, cache, db, stats, now, policies.privacy.rule(
+    build = _Build(request, policies, cache, db, now, policies.privacy.rule(
         request.channel), Packer(max_tokens - reserve), scale)
     order = budgets.section_order()
     if request.handoff_id:
@@ -393,7 +392,7 @@ class _Evidence:
                                   budgets.alpha, budgets.beta, budgets.gamma,
                                   budgets.recency_tau_days)
         self.result = retrieval.retrieve(
-            db, build.stats, build.request.tenant_id, terms, limits, build.now,
+            db, build.request.tenant_id, terms, limits, build.now,
             lambda c: build.allows(c.sensitivity, c.channel))
         build.provenance.update({
             "path": "retrieval",

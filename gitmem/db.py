@@ -29,7 +29,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 Row = dict[str, Any]
 
 

@@ -207,19 +207,28 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
           policies: Policies) -> FileRows:
     """Bring one file's rows and state in step (inside the caller's transaction)."""
     if a.action == "deleted":
-        db.execute("delete_file_rows", {"path": a.path}, conn)
+        _delete_rows(db, conn, a.path)
         db.execute("delete_file_state", {"path": a.path}, conn)
         return FileRows()
     rows = FileRows()
     if a.action in ("new", "rewrite", "changed", "append"):
         if a.action != "append":
-            db.execute("delete_file_rows", {"path": a.path}, conn)
+            _delete_rows(db, conn, a.path)
         rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line)
         _insert(db, conn, rows)
+        if rows.tables["chunks"]:
+            db.execute("lexemes_add_path", {"path": a.path, "from_line": a.start_line}, conn)
     state = dict(a.state)
     state["errors"] = json.dumps(list(state.get("errors", [])) + _errors_json(rows.errors))
     db.execute("upsert_file_state", state, conn)
     return rows
+
+
+def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str) -> None:
+    """Remove a file's rows, uncounting its chunks' lexemes first."""
+    db.execute("lexemes_remove_path", {"path": path}, conn)
+    db.execute("lexemes_prune", None, conn)
+    db.execute("delete_file_rows", {"path": path}, conn)
 
 
 def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies) -> Assessment:
@@ -279,6 +288,7 @@ def reindex(db: Database, store: Path, policies: Policies,
                 report.rows += _copy(db, conn, batch)
                 batch = FileRows()
         report.rows += _copy(db, conn, batch)
+        db.execute("lexemes_rebuild", None, conn)
         db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)

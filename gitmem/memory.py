@@ -39,7 +39,6 @@ class Memory:
         self._policies = load_policies(self.store)
         self._recorder = Recorder(self.store, self._policies)
         self.cache = ContextCache(lambda: self.db)
-        self.lexeme_stats = retrieval.LexemeStats()
         # How build_acb makes sure the index reflects the files before answering.
         # None: a (stat-based, cheap when nothing changed) sync of the store.
         # The daemon installs its watcher's flush here instead.
@@ -138,7 +137,6 @@ class Memory:
         """Drop and rebuild the index from the files."""
         report = indexer.reindex(self.db, self.store, self.policies, progress)
         self.invalidate(None)
-        self.lexeme_stats.refresh(self.db, force=True)
         return report
 
     def invalidate(self, paths: Iterable[str] | None) -> None:
@@ -164,7 +162,7 @@ class Memory:
         state = {"schema": self.config.schema, "freshness": mode, "caught_up_files": caught,
                  "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
         return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
-                             self.lexeme_stats, state)
+                             state)
 
     def query_decisions(self, tenant_id: str | None = None, *, active_only: bool = True,
                         query_text: str = "") -> list[dict[str, Any]]:

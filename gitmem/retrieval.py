@@ -6,13 +6,13 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 1. *Analyze*: each content word becomes a term — its English stem OR its plain
    lower-case form (so actor names and tags match too); quoted phrases stay
    phrases. Stopwords drop out.
-2. *Estimate document frequency* from the column statistics PostgreSQL keeps
-   for `chunks.tsv` (most common lexemes and their frequencies); a word absent
-   from them is rare, and its pool query below counts it exactly.
+2. *Document frequency* of each term, exact, from `lexeme_df` (kept in step
+   with the chunks by the indexer), per tenant: IDF needs no estimate, and
+   the ranking is the same on any index built from the same files.
 3. *Bounded pools*: per term, its most recent matches (all of them when rare),
-   sized so the union stays <= candidate_pool_max; plus the chunks matching
-   all terms, the decisions/tasks/summaries matching any, and the pinned ones.
-   Never "rank every match" of a common word.
+   sized by IDF so the union stays <= candidate_pool_max; plus the chunks
+   matching all terms, the two rarest together, and the decisions/tasks/
+   summaries matching any. Never "rank every match" of a common word.
 4. *Score* each candidate: alpha * lexical + beta * recency + gamma * importance,
    where lexical is the IDF-weighted share of the query's terms it matches,
    recency is exp(-age / tau). Ties: importance, recency, smaller token_est, id.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,9 +30,8 @@ from typing import Any
 
 from gitmem.db import Database, Row
 
-MAX_TERMS = 12
-RARE_DF = 64          # a word seen in fewer chunks than this needs no estimate
-STATS_TTL_S = 60.0    # column statistics are re-read at most this often
+MAX_TERMS = 12        # the rarest terms of a long question are kept
+MIN_POOL = 50         # the smallest pool any term gets
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
@@ -118,52 +116,18 @@ def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
     return [(row["token"], list(row["lexemes"] or [])) for row in rows]
 
 
-class LexemeStats:
-    """Document-frequency estimates from PostgreSQL's statistics on chunks.tsv."""
+def frequencies(db: Database, tenant: str, terms: Sequence[Term]) -> tuple[list[int], int]:
+    """Exact document frequency of each term in the tenant, and its chunk count.
 
-    def __init__(self) -> None:
-        self._freq: dict[str, float] = {}
-        self._total = 0
-        self._min_freq = 0.0
-        self._loaded_at = -math.inf
-        self._lock = threading.Lock()
-
-    def refresh(self, db: Database, *, force: bool = False) -> None:
-        """Re-read the statistics if older than STATS_TTL_S (or when forced)."""
-        with self._lock:
-            if not force and time.monotonic() - self._loaded_at < STATS_TTL_S:
-                return
-            row = db.fetchone("lexeme_stats")
-            total = db.fetchone("chunk_total")
-            self._total = int(total["total"]) if total else 0
-            if row is None or row["elems"] is None:
-                self._freq, self._min_freq = {}, 0.0
-            else:
-                freqs = list(row["freqs"])
-                self._freq = dict(zip(row["elems"], freqs[:len(row["elems"])], strict=True))
-                # the array ends with min, max and null frequencies of the elements
-                self._min_freq = float(freqs[len(row["elems"])]) if len(freqs) > len(
-                    row["elems"]) else min(freqs, default=0.0)
-            self._loaded_at = time.monotonic()
-
-    @property
-    def total(self) -> int:
-        """Chunks in the index (estimated)."""
-        return self._total
-
-    def estimate(self, term: Term) -> float | None:
-        """Estimated df of a term, or None when it is rarer than the statistics see."""
-        if term.phrase:
-            known = [self._freq[lex] for lex in term.lexemes if lex in self._freq]
-            if len(known) < len(term.lexemes):
-                return None
-            return min(known) * self._total
-        known = [self._freq[lex] for lex in term.lexemes if lex in self._freq]
-        return sum(known) * self._total if known else None
-
-    def ceiling(self) -> float:
-        """The df below which a lexeme may be missing from the statistics."""
-        return max(RARE_DF, self._min_freq * self._total)
+    A word's forms are alternatives, so its df is that of its commonest form; a
+    phrase's is that of its rarest word (an upper bound).
+    """
+    lexemes = sorted({lex for term in terms for lex in term.lexemes} | {""})
+    known = {row["lexeme"]: int(row["df"]) for row in db.fetchall(
+        "lexeme_df", {"tenant": tenant, "lexemes": lexemes})}
+    dfs = [(min if term.phrase else max)(known.get(lex, 0) for lex in term.lexemes)
+           for term in terms]
+    return dfs, known.get("", 0)
 
 
 def idf(df: float, total: int) -> float:
@@ -184,62 +148,59 @@ class Limits:
     tau_days: float
 
 
-def retrieve(db: Database, stats: LexemeStats, tenant: str, terms: Sequence[Term],
-             limits: Limits, now: datetime, allowed: Callable[[Candidate], bool]) -> Retrieval:
+def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
+             now: datetime, allowed: Callable[[Candidate], bool]) -> Retrieval:
     """Bounded candidate pools, scored; suppressed candidates listed by id only."""
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    stats.refresh(db)
-    terms = list(terms)
-    estimates = [stats.estimate(t) for t in terms]
-    order = sorted(range(len(terms)), key=lambda i: (estimates[i] is not None,
-                                                    estimates[i] or 0.0, i))[:MAX_TERMS]
-    terms = [terms[i] for i in order]
-    estimates = [estimates[i] for i in order]
-    per_term = max(50, min(500, limits.pool_max // (len(terms) + 2))) if terms else 0
-    pool: dict[str, None] = {}
-    dfs: list[float] = []
-    statements = [("pool_term", {"tenant": tenant, "query": t.query, "limit": per_term})
-                  for t in terms]
+    dfs, total = frequencies(db, tenant, terms)
+    present = sorted((df, n) for n, df in enumerate(dfs) if df > 0)[:MAX_TERMS]
+    terms = [terms[n] for _, n in present]
+    dfs = [df for df, _ in present]
+    weights = [idf(df, total) for df in dfs]
+    timings["terms"] = _ms(start)
+    if not terms:
+        return Retrieval(terms, weights, [], 0, [], timings)
+    queries = [t.query for t in terms]
+    statements = []
+    for term, df, limit in zip(terms, dfs, pool_sizes(dfs, weights, limits.pool_max),
+                               strict=True):
+        statements.append(("pool_term", {"tenant": tenant, "query": term.query,
+                                         "queries": queries, "limit": min(df, limit)}))
+    extra = max(MIN_POOL, limits.pool_max // 10)
     if len(terms) >= 2:
-        for group in (terms, terms[:2]):  # all terms, and the two rarest together
-            statements.append(("pool_term", {"tenant": tenant, "limit": per_term,
-                                             "query": " & ".join(f"({t.query})" for t in group)}))
-    if terms:
-        statements.append(("pool_records", {"tenant": tenant, "limit": per_term,
-                                            "query": " | ".join(f"({t.query})" for t in terms)}))
-    fetched = db.fetch_many(statements)
-    results, extras = fetched[:len(terms)], fetched[len(terms):]
-    for estimate, rows in zip(estimates, results, strict=True):
-        if len(rows) < per_term:
-            dfs.append(float(len(rows)))           # a complete, exact count
-        else:
-            dfs.append(max(float(per_term), estimate or stats.ceiling()))
+        for group in (terms, terms[:2]):  # every term, and the two rarest together
+            statements.append(("pool_term", {
+                "tenant": tenant, "queries": queries, "limit": extra,
+                "query": " & ".join(f"({t.query})" for t in group)}))
+    statements.append(("pool_records", {"tenant": tenant, "queries": queries, "limit": extra,
+                                        "query": " | ".join(f"({q})" for q in queries)}))
+    pool: dict[str, Row] = {}
+    for rows in db.fetch_many(statements):
         for row in rows:
-            pool.setdefault(row["chunk_id"])
-    for rows in extras:
-        for row in rows:
-            pool.setdefault(row["chunk_id"])
-    ids = list(pool)[:limits.pool_max]
-    timings["pools"] = _ms(start)
-    weights = [idf(df, stats.total) for df in dfs]
-    candidates, suppressed = _features(db, tenant, ids, terms, weights, limits, now, allowed)
-    timings["score"] = round(_ms(start) - timings["pools"], 3)
-    return Retrieval(terms, weights, candidates, len(ids), suppressed, timings)
+            if len(pool) >= limits.pool_max:
+                break
+            pool.setdefault(row["chunk_id"], row)
+    timings["pools"] = round(_ms(start) - timings["terms"], 3)
+    candidates, suppressed = score_rows(pool.values(), weights, limits, now, allowed)
+    timings["score"] = round(_ms(start) - timings["pools"] - timings["terms"], 3)
+    return Retrieval(terms, weights, candidates, len(pool), suppressed, timings)
+
+
+def pool_sizes(dfs: Sequence[int], weights: Sequence[float], pool_max: int) -> list[int]:
+    """Each term's share of the pool: by its IDF weight, never below MIN_POOL.
+
+    A rare term (df under its share) is fetched whole; a common one only its most
+    recent matches, as its low weight can rank few of them above the rest.
+    """
+    budget = int(pool_max * 0.7)
+    total = sum(weights) or 1.0
+    return [max(MIN_POOL, min(df, int(budget * w / total))) for df, w in
+            zip(dfs, weights, strict=True)]
 
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 3)
-
-
-def _features(db: Database, tenant: str, ids: list[str], terms: Sequence[Term],
-              weights: list[float], limits: Limits, now: datetime,
-              allowed: Callable[[Candidate], bool]) -> tuple[list[Candidate], list[str]]:
-    if not ids:
-        return [], []
-    rows = db.fetchall("candidate_features", {"tenant": tenant, "ids": ids,
-                                              "queries": [t.query for t in terms]})
-    return score_rows(rows, weights, limits, now, allowed)
 
 
 def score_rows(rows: Iterable[Row], weights: list[float], limits: Limits, now: datetime,

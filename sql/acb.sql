@@ -5,46 +5,28 @@ SELECT alias, token, lexemes
 FROM ts_debug('english', %(text)s)
 WHERE alias NOT IN ('blank')
 
--- name: lexeme_stats
-SELECT s.most_common_elems::text::text[] AS elems,
-       s.most_common_elem_freqs AS freqs
-FROM pg_stats s
-WHERE s.schemaname = current_schema() AND s.tablename = 'chunks' AND s.attname = 'tsv'
-
--- name: chunk_total
--- The planner's estimate when the table is large, an exact count when it is cheap.
-SELECT CASE WHEN reltuples < 20000 THEN (SELECT count(*) FROM chunks)
-            ELSE reltuples::bigint END AS total
-FROM pg_class WHERE oid = 'chunks'::regclass
-
 -- name: pool_term
--- One term's bounded pool: its most recent matches (all of them when rare).
-SELECT chunk_id FROM chunks
-WHERE tenant_id = %(tenant)s AND tsv @@ %(query)s::tsquery
-ORDER BY ts DESC, chunk_id DESC
-LIMIT %(limit)s
-
--- name: pool_records
--- Decisions, tasks and summaries matching any term (a small partial index).
-SELECT chunk_id FROM chunks
-WHERE tenant_id = %(tenant)s AND source_type <> 'event' AND tsv @@ %(query)s::tsquery
-ORDER BY ts DESC, chunk_id DESC
-LIMIT %(limit)s
-
--- name: pool_pinned
-SELECT chunk_id FROM chunks
-WHERE tenant_id = %(tenant)s AND 'pinned' = ANY (tags)
-ORDER BY ts DESC, chunk_id DESC
-LIMIT %(limit)s
-
--- name: candidate_features
--- Everything scoring needs, without the text: which term queries each chunk matches.
+-- One bounded pool: the most recent matches of a tsquery (all of them when rare),
+-- with everything scoring needs except the text: which term queries each matches.
 SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
        c.sensitivity, c.hash, c.token_est, c.importance,
        ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
              ORDER BY n) AS matches
 FROM chunks c
-WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
+WHERE c.tenant_id = %(tenant)s AND c.tsv @@ %(query)s::tsquery
+ORDER BY c.ts DESC, c.chunk_id DESC
+LIMIT %(limit)s
+
+-- name: pool_records
+-- Decisions, tasks and summaries matching any term (a small partial index).
+SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
+       c.sensitivity, c.hash, c.token_est, c.importance,
+       ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+             ORDER BY n) AS matches
+FROM chunks c
+WHERE c.tenant_id = %(tenant)s AND c.source_type <> 'event' AND c.tsv @@ %(query)s::tsquery
+ORDER BY c.ts DESC, c.chunk_id DESC
+LIMIT %(limit)s
 
 -- name: exact_matches
 -- The naive baseline: every chunk matching any term, with the same features.

@@ -191,3 +191,9 @@ SELECT 'artifacts' AS name, count(*) AS rows,
          sha256(convert_to(t::text, 'UTF8')), ''::bytea
          ORDER BY artifact_id COLLATE "C", event_id COLLATE "C"), ''::bytea)), 'hex') AS digest
 FROM artifacts t
+UNION ALL
+SELECT 'lexeme_df' AS name, count(*) AS rows,
+       encode(sha256(coalesce(string_agg(
+         sha256(convert_to(t::text, 'UTF8')), ''::bytea
+         ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"), ''::bytea)), 'hex') AS digest
+FROM lexeme_df t

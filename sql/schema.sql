@@ -161,3 +161,12 @@ CREATE TABLE IF NOT EXISTS artifacts (
   path        text NOT NULL,
   PRIMARY KEY (artifact_id, event_id)
 );
+
+-- Document frequency of each lexeme per tenant (lexeme '' holds the tenant's chunk
+-- count): exact IDF for ranking, kept in step with chunks in the same transactions.
+CREATE TABLE IF NOT EXISTS lexeme_df (
+  tenant_id text NOT NULL,
+  lexeme    text NOT NULL,
+  df        bigint NOT NULL,
+  PRIMARY KEY (tenant_id, lexeme)
+);

@@ -1,0 +1,51 @@
+-- Named statements keeping lexeme_df (per-tenant document frequencies) exact.
+-- Rows are upserted in (tenant, lexeme) order so concurrent syncs lock them in the
+-- same order and cannot deadlock.
+
+-- name: lexemes_add_path
+-- Count the lexemes of the chunks file %(path)s contributed from line %(from_line)s on.
+INSERT INTO lexeme_df (tenant_id, lexeme, df)
+SELECT tenant_id, lexeme, sum(n) FROM (
+  SELECT c.tenant_id, u.lexeme, count(*) AS n
+  FROM chunks c, unnest(c.tsv) AS u
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
+  GROUP BY c.tenant_id, u.lexeme
+  UNION ALL
+  SELECT c.tenant_id, '', count(*) FROM chunks c
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
+  GROUP BY c.tenant_id
+) counted
+GROUP BY tenant_id, lexeme
+ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"
+ON CONFLICT (tenant_id, lexeme) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df
+
+-- name: lexemes_remove_path
+-- Uncount every chunk of file %(path)s (before its rows are deleted).
+INSERT INTO lexeme_df (tenant_id, lexeme, df)
+SELECT tenant_id, lexeme, -sum(n) FROM (
+  SELECT c.tenant_id, u.lexeme, count(*) AS n
+  FROM chunks c, unnest(c.tsv) AS u
+  WHERE c.path = %(path)s
+  GROUP BY c.tenant_id, u.lexeme
+  UNION ALL
+  SELECT c.tenant_id, '', count(*) FROM chunks c WHERE c.path = %(path)s GROUP BY c.tenant_id
+) counted
+GROUP BY tenant_id, lexeme
+ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"
+ON CONFLICT (tenant_id, lexeme) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df
+
+-- name: lexemes_prune
+DELETE FROM lexeme_df WHERE df <= 0
+
+-- name: lexemes_rebuild
+-- After a bulk load: every tenant's document frequencies from scratch.
+INSERT INTO lexeme_df (tenant_id, lexeme, df)
+SELECT c.tenant_id, u.lexeme, count(*) FROM chunks c, unnest(c.tsv) AS u
+GROUP BY c.tenant_id, u.lexeme
+UNION ALL
+SELECT tenant_id, '', count(*) FROM chunks GROUP BY tenant_id
+
+-- name: lexeme_df
+-- Document frequencies of some lexemes in one tenant; '' gives its chunk count.
+SELECT lexeme, df FROM lexeme_df
+WHERE tenant_id = %(tenant)s AND lexeme = ANY (%(lexemes)s)
