@@ -163,10 +163,9 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
         return Retrieval(terms, weights, [], 0, [], timings)
     queries = [t.query for t in terms]
     statements = []
-    for term, df, limit in zip(terms, dfs, pool_sizes(dfs, weights, limits.pool_max),
-                               strict=True):
+    for term, limit in zip(terms, pool_sizes(dfs, weights, limits.pool_max), strict=True):
         statements.append(("pool_term", {"tenant": tenant, "query": term.query,
-                                         "queries": queries, "limit": min(df, limit)}))
+                                         "queries": queries, "limit": limit}))
     extra = max(MIN_POOL, limits.pool_max // 10)
     if len(terms) >= 2:
         for group in (terms, terms[:2]):  # every term, and the two rarest together
@@ -195,7 +194,7 @@ def pool_sizes(dfs: Sequence[int], weights: Sequence[float], pool_max: int) -> l
     """
     budget = int(pool_max * 0.7)
     total = sum(weights) or 1.0
-    return [max(MIN_POOL, min(df, int(budget * w / total))) for df, w in
+    return [min(df, max(MIN_POOL, int(budget * w / total))) for df, w in
             zip(dfs, weights, strict=True)]
 
 
