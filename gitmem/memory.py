@@ -58,7 +58,9 @@ class Memory:
     def policies(self) -> Policies:
         """The current policies (re-read if a policy file changed on disk)."""
         with self._lock:
-            if self._policies_changed():
+            # Under the daemon the watcher reloads policies when their files change;
+            # otherwise compare content hashes (a few small reads).
+            if self.catch_up is None and self._policies_changed():
                 self._policies = load_policies(self.store)
                 self._recorder = Recorder(self.store, self._policies)
             return self._policies
