@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,8 +41,20 @@ class _Context:
 
 
 def _via_daemon(obj: _Context, method: str, params: dict[str, Any]) -> Any | None:
-    """The daemon's answer when one serves this store, else None (work locally)."""
-    return None
+    """The daemon's answer when one serves this store, else None (work locally).
+
+    `GITMEM_NO_DAEMON=1` always works locally. An error the daemon answers with
+    is raised as the same GitmemError the local work would have raised.
+    """
+    if os.environ.get("GITMEM_NO_DAEMON"):
+        return None
+    from gitmem import client
+    from gitmem.errors import RpcError
+
+    try:
+        return client.call_if_running(obj.config().socket_path, method, params)
+    except RpcError as exc:
+        raise client.local_error(exc) from None
 
 
 def _fail(exc: GitmemError) -> click.ClickException:
@@ -94,12 +107,18 @@ def init(directory: Path, tenant: str) -> None:
     Example:
       gitmem init ~/projects/agent    # git-inits the directory if needed
     """
+    from gitmem.hooks import install
+
     with _errors():
         report = init_store(directory, tenant)
+        installed = install(report.store)
     if report.git_initialized:
         _say(f"initialized a git repository in {directory.resolve()}")
     for rel in report.created:
         _say(f"created {rel}")
+    for message in installed:
+        if not message.endswith("up to date"):
+            _say(f"hook {message}")
     if not report.created:
         _say(f"{report.store} is already a gitmem store; nothing changed")
     click.echo(str(report.store))
@@ -190,16 +209,24 @@ def record(obj: _Context, /, text: str | None, content_json: str | None, tool: s
             raise click.UsageError("--json replaces TEXT and --content; give one of them")
         objs, numbers = _read_jsonl(json_source)
         name = "<stdin>" if json_source == "-" else json_source
-        with _errors(), obj.memory() as memory:
-            events = memory.record_many(objs, name, numbers)
-        for event in events:
-            click.echo(event.id)
+        with _errors():
+            answer = _via_daemon(obj, "record_events",
+                                 {"events": objs, "source": name, "lines": numbers})
+            if answer is None:
+                with obj.memory() as memory:
+                    answer = {"event_ids": [e.id for e in
+                                            memory.record_many(objs, name, numbers)]}
+        for event_id in answer["event_ids"]:
+            click.echo(event_id)
         return
     fields = _event_fields(**values)
     fields["content"] = _content(fields.get("kind", "message"), text, content_json, tool)
-    with _errors(), obj.memory() as memory:
-        event = memory.record(fields)
-    click.echo(event.id)
+    with _errors():
+        answer = _via_daemon(obj, "record_event", fields)
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"event_id": memory.record(fields).id}
+    click.echo(answer["event_id"])
 
 
 def _content(kind: str, text: str | None, content_json: str | None,
@@ -249,9 +276,13 @@ def decide(obj: _Context, /, text: str, refs: tuple[str, ...], **options: Any) -
     for key in ("supersedes", "rationale", "constraints", "alternatives", "consequences"):
         if key in kwargs:
             kwargs[key] = list(kwargs[key])
-    with _errors(), obj.memory() as memory:
-        event = memory.decide(text, list(refs), **kwargs)
-    click.echo(event.content["decision_id"])
+    with _errors():
+        answer = _via_daemon(obj, "decide", {"text": text, "refs": list(refs), **kwargs})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"decision_id": memory.decide(text, list(refs), **kwargs)
+                          .content["decision_id"]}
+    click.echo(answer["decision_id"])
 
 
 @main.command()
@@ -277,9 +308,12 @@ def task(obj: _Context, /, title: str, refs: tuple[str, ...], **options: Any) ->
     kwargs = {k: v for k, v in options.items() if v not in (None, "")}
     if refs:
         kwargs["refs"] = list(refs)
-    with _errors(), obj.memory() as memory:
-        event = memory.task(title, **kwargs)
-    click.echo(event.content["task_id"])
+    with _errors():
+        answer = _via_daemon(obj, "task", {"title": title, **kwargs})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"task_id": memory.task(title, **kwargs).content["task_id"]}
+    click.echo(answer["task_id"])
 
 
 @main.command()
@@ -337,8 +371,11 @@ def status(obj: _Context, as_json: bool) -> None:
       gitmem status
       gitmem status --json | jq .stale
     """
-    with _errors(), obj.memory() as memory:
-        report = memory.status()
+    with _errors():
+        report = _via_daemon(obj, "status", {})
+        if report is None:
+            with obj.memory() as memory:
+                report = memory.status()
     if as_json:
         _emit(report)
         return
@@ -394,3 +431,252 @@ def acb_command(obj: _Context, /, query: str, fmt: str, **fields: Any) -> None:
         click.echo(render_text(bundle), nl=False)
     else:
         _emit(bundle)
+
+
+# --------------------------------------------------------------------------- daemon, socket, git
+
+def _daemon_options(func: F) -> F:
+    options = [
+        click.option("--autocommit/--no-autocommit", default=True, show_default=True,
+                     help="Commit the store's changes to git in batches."),
+        click.option("--commit-interval", type=click.FloatRange(min=0.1), default=300.0,
+                     show_default=True, metavar="SECONDS",
+                     help="Commit this long after the first uncommitted change."),
+        click.option("--commit-max-events", type=click.IntRange(min=1), default=500,
+                     show_default=True, metavar="N",
+                     help="...or as soon as N events wait to be committed."),
+        click.option("--reconcile-interval", type=click.FloatRange(min=0.1), default=300.0,
+                     show_default=True, metavar="SECONDS",
+                     help="Full reconcile of index and files this often."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _daemon_settings(flags: dict[str, Any]) -> Any:
+    from gitmem.daemon import DaemonOptions
+
+    return DaemonOptions(autocommit=flags["autocommit"], commit_interval=flags["commit_interval"],
+                         commit_max_events=flags["commit_max_events"],
+                         reconcile_interval=flags["reconcile_interval"])
+
+
+@main.group()
+def daemon() -> None:
+    """The daemon: file watcher, incremental index sync and the local socket, one per store.
+
+    \b
+    Examples:
+      gitmem daemon start && gitmem daemon status
+      gitmem daemon stop
+    """
+
+
+@daemon.command("run")
+@_daemon_options
+@click.pass_obj
+def daemon_run(obj: _Context, /, **flags: Any) -> None:
+    """Serve this store in the foreground until SIGTERM or Ctrl-C; logs to stderr.
+
+    \b
+    Example:
+      gitmem daemon run --no-autocommit
+    """
+    from gitmem import daemon as lifecycle
+
+    logging.getLogger().setLevel(logging.INFO)
+    with _errors():
+        lifecycle.run(obj.config(), _daemon_settings(flags))
+
+
+@daemon.command("start")
+@_daemon_options
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait until the daemon answers.")
+@click.pass_obj
+def daemon_start(obj: _Context, /, timeout: float, **flags: Any) -> None:
+    """Start the daemon in the background; returns once it answers; prints its pid.
+
+    \b
+    Example:
+      gitmem daemon start --commit-interval 60
+    """
+    from gitmem import daemon as lifecycle
+
+    with _errors():
+        config = obj.config()
+        pid = lifecycle.start(config, _daemon_settings(flags), timeout=timeout)
+    _say(f"gitmem daemon {pid} serves {config.store} on {config.socket_path} "
+         f"(log: {lifecycle.log_path(config)})")
+    click.echo(pid)
+
+
+@daemon.command("stop")
+@click.option("--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds to wait for it to exit.")
+@click.pass_obj
+def daemon_stop(obj: _Context, timeout: float) -> None:
+    """Stop the daemon (SIGTERM) and wait until it has exited.
+
+    \b
+    Example:
+      gitmem daemon stop
+    """
+    from gitmem import daemon as lifecycle
+
+    with _errors():
+        pid = lifecycle.stop(obj.config(), timeout=timeout)
+    _say("no daemon was running" if pid is None else f"stopped gitmem daemon {pid}")
+
+
+@daemon.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def daemon_status(obj: _Context, as_json: bool) -> None:
+    """Whether a daemon serves this store (exit 0) or not (exit 3), and its state.
+
+    \b
+    Example:
+      gitmem daemon status --json
+    """
+    from gitmem import daemon as lifecycle
+
+    with _errors():
+        report = lifecycle.status(obj.config())
+    if as_json:
+        _emit(report)
+    elif not report["running"]:
+        click.echo(f"not running (socket {report['socket']})")
+    else:
+        info = report.get("daemon") or {}
+        watcher = info.get("watcher", {})
+        click.echo(f"running  pid {report['pid']}, up {info.get('uptime_s', '?')}s, "
+                   f"socket {report['socket']}")
+        if "error" in report:
+            click.echo(f"error    {report['error']}")
+        if watcher:
+            db = "ok" if watcher.get("db_ok") is not False else f"down: {watcher['db_error']}"
+            click.echo(f"watcher  {watcher['mode']}, {watcher['batches']} batches, "
+                       f"{watcher['pending_paths']} pending, database {db}")
+            for problem in watcher.get("problems", []):
+                click.echo(f"  skipped {problem}")
+        click.echo(f"log      {report['log']}")
+    if not report["running"]:
+        sys.exit(3)
+
+
+@main.command("call")
+@click.argument("method")
+@click.argument("params", required=False)
+@click.pass_obj
+def call(obj: _Context, method: str, params: str | None) -> None:
+    """Send one JSON-RPC call to the daemon; print its result as JSON.
+
+    PARAMS is a JSON object, or - to read it from stdin.
+
+    \b
+    Examples:
+      gitmem call status
+      gitmem call build_acb '{"query_text": "how do we deploy?", "session_id": "s1"}'
+      echo '{"content": {"text": "hello"}}' | gitmem call record_event -
+    """
+    from gitmem import client
+
+    value: Any = None
+    if params is not None:
+        text = sys.stdin.read() if params == "-" else params
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise click.UsageError(f"PARAMS is not JSON: {exc.msg} at column {exc.colno}") \
+                from None
+    with _errors():
+        result = client.call(obj.config().socket_path, method, value)
+    _emit(result)
+
+
+@main.group("hooks")
+def hooks_group() -> None:
+    """Git hooks: pre-commit checks and a sync after merge, checkout and rewrite.
+
+    \b
+    Example:
+      gitmem hooks install
+    """
+
+
+@hooks_group.command("install")
+@click.pass_obj
+def hooks_install(obj: _Context) -> None:
+    """Wire gitmem's hooks into this repository (honours core.hooksPath; chains old hooks).
+
+    \b
+    Example:
+      gitmem hooks install    # idempotent; an existing hook is kept and runs first
+    """
+    from gitmem.hooks import install
+
+    with _errors():
+        messages = install(obj.config().store)
+    for message in messages:
+        _say(message)
+
+
+@main.command("hook", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def hook(obj: _Context, name: str, args: tuple[str, ...]) -> None:
+    """Run git hook NAME (the shims in .git/hooks call this).
+
+    \b
+    Examples:
+      gitmem hook pre-commit            # what `git commit` runs
+      gitmem hook post-checkout OLD NEW 1
+    """
+    from gitmem.errors import VerifyError
+    from gitmem.hooks import SYNC_HOOKS, run_hook
+
+    try:
+        warnings = run_hook(name, args, obj.config())
+    except VerifyError as exc:
+        _say(f"gitmem pre-commit: {exc}")
+        raise click.ClickException("commit refused; fix the files above (or bypass the "
+                                   "check once with `git commit --no-verify`)") from exc
+    except GitmemError as exc:
+        if name in SYNC_HOOKS:  # the git operation already happened: warn, never fail it
+            _say(f"gitmem: {exc}")
+            return
+        raise _fail(exc) from exc
+    for warning in warnings:
+        _say(warning)
+
+
+@main.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
+@click.pass_obj
+def verify(obj: _Context, as_json: bool) -> None:
+    """Check the whole store: records parse, events files only grow, refs resolve, no secrets.
+
+    Exit 1 with each problem as path:line: message.
+
+    \b
+    Example:
+      gitmem verify
+    """
+    from gitmem.policies import load_policies
+    from gitmem.verify import verify_tree
+
+    with _errors():
+        config = obj.config()
+        display = os.path.relpath(config.store) + "/"
+        problems = verify_tree(config.store, load_policies(config.store),
+                               display="" if display == "./" else display)
+    if as_json:
+        _emit([p.to_dict() for p in problems])
+    for problem in problems:
+        _say(str(problem))
+    if problems:
+        raise click.ClickException(f"{len(problems)} problem(s) in {config.store}")
+    _say(f"{config.store}: no problems")

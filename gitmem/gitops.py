@@ -1,9 +1,37 @@
-"""Git plumbing for the store: HEAD, repository state, commits of store paths."""
+"""Git plumbing for the store: HEAD, repository state, reading revisions, autocommit.
+
+Autocommit never touches a person's work: the commit is built in a temporary
+index from HEAD plus the store's changed paths only, HEAD moves with a
+compare-and-swap (`update-ref NEW OLD`), and afterwards only those paths of
+the person's index are reset to the new HEAD, so whatever else they staged
+stays staged. It never commits during a merge, rebase, cherry-pick, revert,
+bisect or with conflicts, nor on a detached HEAD.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import git
+
+from gitmem.errors import FormatError, GitError
+from gitmem.records import parse_decision, parse_task
+from gitmem.store import classify
+
+# Machine-written parts of the store; views and policies are left for people to commit.
+AUTOCOMMIT_DIRS = ("events", "decisions", "tasks", "summaries", "handoffs", "artifacts")
+ZERO_OID = "0" * 40
+_IN_PROGRESS = (("MERGE_HEAD", "a merge"), ("CHERRY_PICK_HEAD", "a cherry-pick"),
+                ("REVERT_HEAD", "a revert"), ("rebase-merge", "a rebase"),
+                ("rebase-apply", "a rebase or am"), ("BISECT_LOG", "a bisect"))
 
 
 def head(path: Path) -> str | None:
@@ -11,3 +39,250 @@ def head(path: Path) -> str | None:
     result = subprocess.run(["git", "-C", str(path), "rev-parse", "--verify", "-q", "HEAD"],
                             capture_output=True, text=True)
     return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def open_repo(path: Path) -> git.Repo:
+    """The repository holding `path`, or GitError."""
+    try:
+        return git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise GitError(f"{path} is not inside a git repository; run `gitmem init` or "
+                       "`git init` first") from None
+
+
+def store_prefix(repo: git.Repo, store: Path) -> str:
+    """The store's path inside the work tree, with a trailing slash ('' at the root)."""
+    root = Path(str(repo.working_tree_dir)).resolve()
+    rel = os.path.relpath(store.resolve(), root).replace(os.sep, "/")
+    if rel.startswith(".."):
+        raise GitError(f"the store {store} is outside the work tree {root}")
+    return "" if rel == "." else rel + "/"
+
+
+def busy_state(repo: git.Repo) -> str | None:
+    """Why committing now would be wrong (an operation in progress), or None."""
+    git_dir = Path(repo.git_dir)
+    for name, what in _IN_PROGRESS:
+        if (git_dir / name).exists():
+            return f"{what} is in progress"
+    if repo.git.ls_files("-u"):
+        return "the index has unresolved conflicts"
+    if (git_dir / "index.lock").exists():
+        return "another git command holds the index lock"
+    try:
+        if repo.head.is_detached:
+            return "HEAD is detached (no branch to commit to)"
+    except (TypeError, ValueError):
+        return "HEAD is not a branch"
+    return None
+
+
+def has_head(repo: git.Repo) -> bool:
+    """Whether HEAD points at a commit (False in a fresh repository)."""
+    return bool(repo.git.rev_parse("--verify", "-q", "HEAD", with_exceptions=False))
+
+
+def read_blob(repo: git.Repo, spec: str) -> bytes | None:
+    """The bytes of `REV:path` / `:path` (the index), or None when absent."""
+    try:
+        return repo.git.get_object_data(spec)[3]
+    except ValueError:
+        return None
+
+
+def list_paths(repo: git.Repo, prefix: str, rev: str) -> list[str]:
+    """Store-relative paths of the files under `prefix` in `rev` ('' = the index)."""
+    where = prefix or "."
+    if rev:
+        if rev == "HEAD" and not has_head(repo):
+            return []
+        out = repo.git.ls_tree("-r", "-z", "--name-only", "--full-tree", rev, "--", where)
+    else:
+        out = repo.git.ls_files("-z", "--cached", "--", where)
+    return sorted(p[len(prefix):] for p in out.split("\0") if p)
+
+
+def staged_changes(repo: git.Repo, prefix: str) -> list[tuple[str, str]]:
+    """(status A|M|D|T, store-relative path) of the store files staged for commit."""
+    base = "HEAD" if has_head(repo) else repo.git.hash_object("-t", "tree", "/dev/null")
+    out = repo.git.diff("--cached", "--name-status", "--no-renames", "-z", base, "--",
+                        prefix or ".")
+    fields = [f for f in out.split("\0") if f]
+    return [(fields[i][0], fields[i + 1][len(prefix):]) for i in range(0, len(fields) - 1, 2)]
+
+
+def hooks_dir(repo: git.Repo) -> Path:
+    """Where git looks for hooks (honours core.hooksPath)."""
+    out = repo.git.rev_parse("--git-path", "hooks")
+    path = Path(out)
+    return path if path.is_absolute() else Path(str(repo.working_tree_dir)) / path
+
+
+# --------------------------------------------------------------------------- autocommit
+
+@dataclass
+class CommitResult:
+    """What an autocommit recorded."""
+
+    sha: str
+    message: str
+    paths: list[str] = field(default_factory=list)
+    events: int = 0
+
+
+@contextmanager
+def _temporary_index(repo: git.Repo) -> Iterator[tuple[dict[str, str], Path]]:
+    with tempfile.TemporaryDirectory(prefix="gitmem-commit-", dir=repo.git_dir) as tmp:
+        yield {"GIT_INDEX_FILE": os.path.join(tmp, "index")}, Path(tmp)
+
+
+def _identity(repo: git.Repo) -> dict[str, str]:
+    """gitmem's own identity when git has none configured (a bare CI box, a container)."""
+    name = repo.git.config("user.name", with_exceptions=False)
+    email = repo.git.config("user.email", with_exceptions=False)
+    env: dict[str, str] = {}
+    if not (name or os.environ.get("GIT_AUTHOR_NAME")):
+        env.update(GIT_AUTHOR_NAME="gitmem", GIT_COMMITTER_NAME="gitmem")
+    if not (email or os.environ.get("GIT_AUTHOR_EMAIL")):
+        env.update(GIT_AUTHOR_EMAIL="gitmem@localhost", GIT_COMMITTER_EMAIL="gitmem@localhost")
+    return env
+
+
+def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitResult | None:
+    """Commit the store's changes under `dirs` in one commit; None when there are none.
+
+    Raises GitError naming the reason when committing now would be wrong.
+    """
+    repo = open_repo(store)
+    try:
+        reason = busy_state(repo)
+        if reason:
+            raise GitError(f"not committing the store now: {reason}")
+        prefix = store_prefix(repo, store)
+        specs = [prefix + d for d in dirs]
+        status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all",
+                                 "--no-renames", "--", *specs)
+        paths = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
+        if not paths:
+            return None
+        old = repo.head.commit.hexsha if has_head(repo) else None
+        with _temporary_index(repo) as (env, tmp):
+            pathspec = tmp / "paths"
+            pathspec.write_bytes(b"\0".join(p.encode() for p in paths))
+            if old:
+                repo.git.read_tree(old, env=env)
+            repo.git.add("-A", f"--pathspec-from-file={pathspec}", "--pathspec-file-nul",
+                         env=env)
+            tree = repo.git.write_tree(env=env)
+            if old and tree == repo.git.rev_parse(f"{old}^{{tree}}"):
+                return None
+            message, events = describe(repo, prefix, paths, old, tree)
+            (tmp / "message").write_text(message, encoding="utf-8")
+            parents = ["-p", old] if old else []
+            sha = repo.git.commit_tree(tree, *parents, "-F", str(tmp / "message"),
+                                       env=_identity(repo))
+        try:
+            repo.git.update_ref("-m", "gitmem: autocommit", "HEAD", sha, old or ZERO_OID)
+        except git.GitCommandError as exc:
+            raise GitError(f"HEAD moved while committing the store; will retry: "
+                           f"{exc.stderr.strip()}") from None
+        _sync_index(repo, paths, pathspec_dir=Path(repo.git_dir))
+        return CommitResult(sha=sha, message=message,
+                            paths=[p[len(prefix):] for p in paths], events=events)
+    except git.GitCommandError as exc:
+        raise GitError(f"autocommit failed: git {' '.join(map(str, exc.command[1:3]))}: "
+                       f"{str(exc.stderr).strip()}") from None
+    finally:
+        repo.close()
+
+
+def _sync_index(repo: git.Repo, paths: list[str], pathspec_dir: Path) -> None:
+    """Make the person's index agree with the new HEAD for `paths` only."""
+    with tempfile.NamedTemporaryFile(dir=pathspec_dir, prefix="gitmem-paths-") as spec:
+        spec.write(b"\0".join(p.encode() for p in paths))
+        spec.flush()
+        repo.git.reset("-q", "HEAD", f"--pathspec-from-file={spec.name}",
+                       "--pathspec-file-nul")
+
+
+def describe(repo: git.Repo, prefix: str, paths: list[str], old: str | None,
+             tree: str) -> tuple[str, int]:
+    """A commit message a reviewer can read, and the number of new events."""
+    kinds: Counter[str] = Counter()
+    sessions: Counter[str] = Counter()
+    decisions: list[str] = []
+    tasks: list[str] = []
+    files: Counter[str] = Counter()
+    for path in paths:
+        rel = path[len(prefix):]
+        kind = classify(rel) or "other"
+        files[kind] += 1
+        before = read_blob(repo, f"{old}:{path}") if old else None
+        after = read_blob(repo, f"{tree}:{path}")
+        if kind == "events" and after is not None:
+            for line in _new_lines(before or b"", after):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    kinds["unparsable"] += 1
+                    continue
+                if isinstance(obj, dict):
+                    kinds[str(obj.get("kind", "?"))] += 1
+                    sessions[str(obj.get("session_id", "?"))] += 1
+        elif kind in ("decision", "task"):
+            decisions_or_tasks = decisions if kind == "decision" else tasks
+            decisions_or_tasks.append(_record_line(rel, kind, before, after))
+    events = sum(kinds.values())
+    subject_parts = []
+    if events:
+        subject_parts.append(f"{events} event{'s' * (events != 1)} in {len(sessions)} "
+                             f"session{'s' * (len(sessions) != 1)}")
+    for label, items in (("decision", decisions), ("task", tasks)):
+        if items:
+            subject_parts.append(f"{len(items)} {label}{'s' * (len(items) != 1)}")
+    others = {k: v for k, v in files.items() if k not in ("events", "decision", "task")}
+    if others:
+        subject_parts.append(", ".join(f"{v} {k}" for k, v in sorted(others.items())))
+    lines = ["gitmem: " + ("; ".join(subject_parts) or f"{len(paths)} file(s)"), ""]
+    if kinds:
+        lines.append("events: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
+        lines.append("sessions: " + ", ".join(f"{s} ({n})" for s, n in sessions.most_common(10))
+                     + (f", and {len(sessions) - 10} more" if len(sessions) > 10 else ""))
+    for label, items in (("decisions", decisions), ("tasks", tasks)):
+        if items:
+            lines.append(f"{label}:")
+            lines.extend(f"  {item}" for item in items[:20])
+            if len(items) > 20:
+                lines.append(f"  ... and {len(items) - 20} more")
+    lines.append("files: " + ", ".join(f"{v} {k}" for k, v in sorted(files.items())))
+    lines += ["", "Committed by the gitmem daemon (autocommit of the memory store)."]
+    return "\n".join(lines) + "\n", events
+
+
+def _new_lines(before: bytes, after: bytes) -> list[bytes]:
+    if after.startswith(before):
+        added = after[len(before):]
+    else:  # not a pure append (a merge): the lines the old version lacks
+        known = set(before.split(b"\n"))
+        added = b"\n".join(line for line in after.split(b"\n") if line not in known)
+    return [line for line in added.split(b"\n") if line.strip()]
+
+
+def _record_line(rel: str, kind: str, before: bytes | None, after: bytes | None) -> str:
+    name = rel.rsplit("/", 1)[-1].removesuffix(".md")
+    if after is None:
+        return f"{name} (removed)"
+    verb = "" if before is None else " (edited)"
+    try:
+        text = after.decode("utf-8")
+        if kind == "decision":
+            decision = parse_decision(text, rel, "default")
+            title = decision.title or decision.text.strip().splitlines()[0]
+        else:
+            task = parse_task(text, rel, "default")
+            title = f"{task.title} [{task.status}]"
+    except (UnicodeDecodeError, FormatError, IndexError):
+        title = "(does not parse)"
+    if len(title) > 72:
+        title = title[:71] + "…"
+    return f"{name}  {title}{verb}"

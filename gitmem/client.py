@@ -1,0 +1,196 @@
+"""The daemon's client: JSON-RPC 2.0 calls over the store's Unix socket.
+
+One request per line, one response per line. `Client.call` raises
+`DaemonError` when no daemon answers and `RpcError` when the daemon answers
+with an error; `local_error` turns such an answer back into the exception the
+same work would have raised locally, so the CLI prints the same message either
+way.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gitmem import errors
+from gitmem.errors import DaemonError, FormatError, GitmemError, RpcError
+
+CONNECT_TIMEOUT = 0.5
+CALL_TIMEOUT = 120.0
+MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+_NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR)
+
+
+@contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """An address for `path` that fits AF_UNIX's 107-byte limit.
+
+    A longer path is reached through `/proc/self/fd/N/<name>`, N being an open
+    descriptor of its directory (Linux); elsewhere it is a clear DaemonError.
+    """
+    text = str(path)
+    if len(os.fsencode(text)) <= MAX_SOCKET_PATH:
+        yield text
+        return
+    if not os.path.isdir("/proc/self/fd"):
+        raise DaemonError(f"socket path {text} is {len(os.fsencode(text))} bytes, longer than "
+                          f"the {MAX_SOCKET_PATH} a Unix socket allows; move the store to a "
+                          "shorter path")
+    try:
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        raise DaemonError(f"no daemon state directory {path.parent}") from None
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+class Client:
+    """A connection to one daemon; reusable for many calls, not thread-safe."""
+
+    def __init__(self, socket_path: Path, *, connect_timeout: float = CONNECT_TIMEOUT,
+                 timeout: float | None = CALL_TIMEOUT) -> None:
+        self.socket_path = socket_path
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._reader: Any = None
+        self._ids = itertools.count(1)
+
+    def connect(self) -> Client:
+        """Open the connection; DaemonError when nothing listens on the socket."""
+        if self._sock is not None:
+            return self
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.connect_timeout)
+        try:
+            with socket_address(self.socket_path) as address:
+                sock.connect(address)
+        except TimeoutError:
+            sock.close()
+            raise DaemonError(f"the daemon at {self.socket_path} did not accept a connection "
+                              f"within {self.connect_timeout}s; see .gitmem/daemon.log") from None
+        except OSError as exc:
+            sock.close()
+            if exc.errno in _NOT_LISTENING:
+                raise DaemonError(f"no daemon answers on {self.socket_path}; start one with "
+                                  "`gitmem daemon start`") from None
+            raise DaemonError(f"cannot connect to {self.socket_path}: {exc.strerror}") from None
+        sock.settimeout(self.timeout)
+        self._sock = sock
+        self._reader = sock.makefile("rb")
+        return self
+
+    def close(self) -> None:
+        """Close the connection (a no-op when closed)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_line(self, data: bytes) -> None:
+        """Send raw bytes (a request line, or anything, for tests of bad input)."""
+        self.connect()
+        assert self._sock is not None
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            self.close()
+            raise DaemonError(f"lost the connection to {self.socket_path}: {exc}") from None
+
+    def read_response(self) -> Any:
+        """The next response object (or batch list) from the daemon."""
+        if self._reader is None:
+            raise DaemonError("not connected")
+        try:
+            line = self._reader.readline()
+        except TimeoutError:
+            self.close()
+            raise DaemonError(f"the daemon at {self.socket_path} did not answer within "
+                              f"{self.timeout}s") from None
+        except OSError as exc:
+            self.close()
+            raise DaemonError(f"lost the connection to {self.socket_path}: {exc}") from None
+        if not line:
+            self.close()
+            raise DaemonError(f"the daemon at {self.socket_path} closed the connection "
+                              "before answering; see .gitmem/daemon.log")
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            self.close()
+            raise DaemonError(f"the daemon sent a malformed response: {exc}") from None
+
+    def call(self, method: str, params: Any = None) -> Any:
+        """Call `method` with `params`; its result, or RpcError."""
+        request_id = next(self._ids)
+        request: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            request["params"] = params
+        self.send_line(json.dumps(request, ensure_ascii=False).encode("utf-8") + b"\n")
+        while True:
+            response = self.read_response()
+            if isinstance(response, dict) and response.get("id") == request_id:
+                return result_of(response)
+            if isinstance(response, dict) and response.get("id") is None and "error" in response:
+                return result_of(response)  # the daemon could not read our request at all
+
+
+def result_of(response: dict[str, Any]) -> Any:
+    """The `result` of a response object, or its `error` as RpcError."""
+    if "error" in response:
+        error = response["error"] if isinstance(response["error"], dict) else {}
+        raise RpcError(int(error.get("code", -32603)), str(error.get("message", "")),
+                       error.get("data"))
+    return response.get("result")
+
+
+def call(socket_path: Path, method: str, params: Any = None, *,
+         timeout: float | None = CALL_TIMEOUT) -> Any:
+    """One call on a fresh connection."""
+    with Client(socket_path, timeout=timeout) as client:
+        return client.call(method, params)
+
+
+def call_if_running(socket_path: Path, method: str, params: Any = None, *,
+                    timeout: float | None = CALL_TIMEOUT) -> Any | None:
+    """The daemon's answer, or None when no daemon listens on `socket_path`."""
+    if not socket_path.exists():
+        return None
+    client = Client(socket_path, timeout=timeout)
+    try:
+        client.connect()
+    except DaemonError:
+        return None
+    with client:
+        return client.call(method, params)
+
+
+def local_error(exc: RpcError) -> GitmemError:
+    """The exception the daemon caught, rebuilt from the error's `data.type`."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    cls = getattr(errors, str(data.get("type", "")), None)
+    if not (isinstance(cls, type) and issubclass(cls, GitmemError)):
+        return exc
+    if issubclass(cls, FormatError):
+        return cls(str(data.get("detail", "")), path=str(data.get("path") or ""),
+                   line=data.get("line"), field=data.get("field"))
+    if cls in (RpcError, errors.VerifyError):
+        return exc
+    return cls(str(data.get("message", "")))

@@ -1,0 +1,360 @@
+"""The daemon's lifecycle: run (foreground), start, stop, status, and its autocommit.
+
+One daemon per store. Its pid file `.gitmem/gitmem.pid` is held with an
+exclusive `flock` for the daemon's lifetime: the kernel drops the lock when the
+process dies, however it dies, so a stale pid file or socket left by a crash
+is recognised (the lock is free) and replaced, and a second daemon is refused
+while the first holds it. No TCP port is ever opened.
+
+Start-up: watch the store, reconcile the index with the files (changes made
+while no daemon ran), then listen. The database may be down: writes still go
+to the files and the watcher retries with backoff until the index catches up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitmem import client, gitops
+from gitmem.config import Config
+from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
+from gitmem.memory import Memory
+from gitmem.records import Event
+from gitmem.server import Server, ServerOptions
+from gitmem.watcher import Watcher
+
+logger = logging.getLogger(__name__)
+
+PID_FILE = "gitmem.pid"
+LOG_FILE = "daemon.log"
+LOG_ROTATE_BYTES = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """How the daemon behaves; the CLI fills it from flags."""
+
+    autocommit: bool = True
+    commit_interval: float = 300.0     # seconds from the first uncommitted change
+    commit_max_events: int = 500       # ... or as soon as this many events wait
+    reconcile_interval: float = 300.0  # full reconcile, in case file events were lost
+    db_pool_size: int = 8
+    server: ServerOptions = field(default_factory=ServerOptions)
+
+    def to_args(self) -> list[str]:
+        """The `gitmem daemon run` flags that reproduce these options."""
+        return ["--autocommit" if self.autocommit else "--no-autocommit",
+                "--commit-interval", str(self.commit_interval),
+                "--commit-max-events", str(self.commit_max_events),
+                "--reconcile-interval", str(self.reconcile_interval)]
+
+
+def pid_path(config: Config) -> Path:
+    """The pid file (held locked while a daemon runs)."""
+    return config.state_dir / PID_FILE
+
+
+def log_path(config: Config) -> Path:
+    """Where a daemon started in the background logs."""
+    return config.state_dir / LOG_FILE
+
+
+def running_pid(config: Config) -> int | None:
+    """The pid of the daemon serving this store, or None (a stale pid file counts as none)."""
+    try:
+        fd = os.open(pid_path(config), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        return None  # nobody holds the lock: whatever the file says is stale
+    finally:
+        os.close(fd)
+
+
+def _lock_pid_file(config: Config) -> int:
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(pid_path(config), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise DaemonError(f"a gitmem daemon (pid {text or '?'}) already serves {config.store}; "
+                          "use it (`gitmem call status`) or stop it first "
+                          "(`gitmem daemon stop`)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+# --------------------------------------------------------------------------- autocommit
+
+class Autocommit:
+    """Commits the store in batches: after `interval` seconds or `max_events` events."""
+
+    def __init__(self, store: Path, interval: float, max_events: int) -> None:
+        self.store = store
+        self.interval = interval
+        self.max_events = max_events
+        self._cond = threading.Condition()
+        self._dirty_since: float | None = None
+        self._events = 0
+        self._stopping = False
+        self._last_skip: str | None = None
+        self.commits = 0
+        self.last_commit: str | None = None
+        self._thread = threading.Thread(target=self._run, name="gitmem-autocommit",
+                                        daemon=True)
+
+    def start(self) -> None:
+        """Start the commit thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Commit what waits (if git allows it now), then stop."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+
+    def note_events(self, events: list[Event]) -> None:
+        """The writer appended `events`."""
+        self._note(len(events))
+
+    def note_paths(self, paths: Iterable[str]) -> None:
+        """The watcher indexed changed files (edits, hand appends, deletes)."""
+        if any(p.split("/", 1)[0] in gitops.AUTOCOMMIT_DIRS for p in paths):
+            self._note(0)
+
+    def _note(self, events: int) -> None:
+        with self._cond:
+            if self._dirty_since is None:
+                self._dirty_since = time.monotonic()
+            self._events += events
+            if self._events >= self.max_events:
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._due():
+                    wait = None if self._dirty_since is None else max(
+                        0.05, self._dirty_since + self.interval - time.monotonic())
+                    self._cond.wait(wait)
+                stopping = self._stopping
+                if self._dirty_since is None and stopping:
+                    return
+                self._dirty_since, self._events = None, 0
+            self._commit()
+            if stopping:
+                return
+
+    def _due(self) -> bool:
+        if self._dirty_since is None:
+            return False
+        return (self._events >= self.max_events
+                or time.monotonic() - self._dirty_since >= self.interval)
+
+    def _commit(self) -> None:
+        try:
+            result = gitops.autocommit(self.store)
+        except GitError as exc:
+            if str(exc) != self._last_skip:
+                logger.info("%s", exc)
+                self._last_skip = str(exc)
+            with self._cond:  # try again after another interval
+                if self._dirty_since is None:
+                    self._dirty_since = time.monotonic()
+            return
+        self._last_skip = None
+        if result is not None:
+            self.commits += 1
+            self.last_commit = result.sha
+            logger.info("committed %s: %s", result.sha[:12], result.message.splitlines()[0])
+
+    def state(self) -> dict[str, Any]:
+        """For `daemon_status`."""
+        with self._cond:
+            waiting = self._dirty_since is not None
+            events = self._events
+        return {"enabled": True, "interval": self.interval, "max_events": self.max_events,
+                "commits": self.commits, "last_commit": self.last_commit,
+                "uncommitted_changes": waiting, "uncommitted_events": events,
+                "last_skipped": self._last_skip}
+
+
+# --------------------------------------------------------------------------- run
+
+def run(config: Config, options: DaemonOptions) -> None:
+    """Serve the store in the foreground until SIGTERM or SIGINT."""
+    lock_fd = _lock_pid_file(config)
+    memory = Memory(config, db_pool_size=options.db_pool_size)
+    committer: Autocommit | None = None
+    if options.autocommit:
+        try:
+            gitops.open_repo(config.store).close()
+            committer = Autocommit(config.store, options.commit_interval,
+                                   options.commit_max_events)
+        except GitError as exc:
+            logger.warning("autocommit off: %s", exc)
+    watcher = Watcher(memory, reconcile_interval=options.reconcile_interval,
+                      on_indexed=committer.note_paths if committer else None)
+    started = time.time()
+
+    def daemon_status() -> dict[str, Any]:
+        return {"pid": os.getpid(), "store": str(config.store), "schema": config.schema,
+                "socket": str(config.socket_path), "log": str(log_path(config)),
+                "started": started, "uptime_s": round(time.time() - started, 3),
+                "connections": server.connections, "accepted": server.accepted,
+                "writer": {"batches": server.writer.batches, "events": server.writer.events},
+                "watcher": watcher.state(),
+                "autocommit": committer.state() if committer else {"enabled": False}}
+
+    def sync(paths: list[str] | None) -> dict[str, Any]:
+        return memory.sync(paths).to_dict()
+
+    server = Server(memory, config.socket_path, sync=sync, daemon_status=daemon_status,
+                    options=options.server,
+                    on_written=committer.note_events if committer else None)
+    memory.catch_up = watcher.flush
+    previous = {sig: signal.signal(sig, lambda *_: server.shutdown())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        watcher.start()
+        _reconcile_at_start(memory, watcher)
+        server.bind()
+        if committer:
+            committer.start()
+        logger.info("gitmem daemon %d serves %s on %s (file events: %s)", os.getpid(),
+                    config.store, config.socket_path, watcher.mode)
+        server.serve_forever()
+        logger.info("stopping")
+    finally:
+        server.close()
+        watcher.stop()
+        if committer:
+            committer.stop()
+        memory.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        with contextlib.suppress(FileNotFoundError):
+            pid_path(config).unlink()  # before the lock goes, so no successor's file is hit
+        os.close(lock_fd)
+        logger.info("stopped")
+
+
+def _reconcile_at_start(memory: Memory, watcher: Watcher) -> None:
+    started = time.perf_counter()
+    try:
+        report = memory.sync()
+    except DatabaseError as exc:
+        logger.warning("cannot reach the index at start (%s); serving anyway: writes go to "
+                       "the files and the index catches up when the database returns", exc)
+        watcher.request_reconcile("the database was unavailable at start")
+        return
+    except GitmemError as exc:
+        logger.error("reconcile at start failed: %s", exc)
+        watcher.request_reconcile("the reconcile at start failed")
+        return
+    logger.info("reconciled %d changed file(s) of %d in %.0f ms", len(report.changed),
+                report.files, (time.perf_counter() - started) * 1000)
+
+
+# --------------------------------------------------------------------------- start / stop
+
+def start(config: Config, options: DaemonOptions, *, timeout: float = 60.0) -> int:
+    """Start a daemon in the background; returns its pid once it answers on the socket."""
+    pid = running_pid(config)
+    if pid is not None:
+        raise DaemonError(f"a gitmem daemon (pid {pid}) already serves {config.store}; "
+                          "stop it first with `gitmem daemon stop`")
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    log = log_path(config)
+    if log.exists() and log.stat().st_size > LOG_ROTATE_BYTES:
+        os.replace(log, log.with_name(LOG_FILE + ".1"))
+    env = {**os.environ, "GITMEM_SCHEMA": config.schema}
+    env.pop("GITMEM_STORE", None)
+    if config.dsn:
+        env["GITMEM_DSN"] = config.dsn  # in the environment, never on a command line
+    else:
+        env.pop("GITMEM_DSN", None)
+    command = [sys.executable, "-m", "gitmem", "--store", str(config.store), "daemon", "run",
+               *options.to_args()]
+    offset = log.stat().st_size if log.exists() else 0
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                env=env, cwd=config.root, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise DaemonError(f"the daemon exited with status {code} while starting:\n"
+                              f"{_log_tail(log, offset)}")
+        try:
+            answer = client.call(config.socket_path, "daemon_status", timeout=2.0)
+            if isinstance(answer, dict) and answer.get("pid") == proc.pid:
+                return proc.pid
+        except DaemonError:
+            pass
+        time.sleep(0.02)
+    raise DaemonError(f"the daemon (pid {proc.pid}) did not answer within {timeout:.0f}s; "
+                      f"see {log}")
+
+
+def _log_tail(log: Path, offset: int) -> str:
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        lines = handle.read().decode(errors="replace").strip().splitlines()
+    return "\n".join(lines[-15:]) or "(nothing logged)"
+
+
+def stop(config: Config, *, timeout: float = 30.0) -> int | None:
+    """SIGTERM the daemon and wait until it is gone; its pid, or None if none ran."""
+    pid = running_pid(config)
+    if pid is None:
+        return None
+    if pid <= 0:
+        raise DaemonError(f"{pid_path(config)} is locked but holds no pid; find the process "
+                          f"with `fuser {pid_path(config)}`")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return pid
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if running_pid(config) is None:
+            return pid
+        time.sleep(0.02)
+    raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:.0f}s; "
+                      f"`kill -9 {pid}` forces it (events already answered are on disk)")
+
+
+def status(config: Config) -> dict[str, Any]:
+    """Whether a daemon serves the store, and what it reports about itself."""
+    pid = running_pid(config)
+    report: dict[str, Any] = {"running": pid is not None, "pid": pid,
+                              "socket": str(config.socket_path),
+                              "log": str(log_path(config))}
+    if pid is not None:
+        try:
+            report["daemon"] = client.call(config.socket_path, "daemon_status", timeout=5.0)
+        except GitmemError as exc:
+            report["error"] = str(exc)
+    return report

@@ -1,0 +1,454 @@
+"""The daemon's socket server: newline-delimited JSON-RPC 2.0 on `.gitmem/gitmem.sock`.
+
+Each connection has a reader thread (parses requests, runs them) and a sender
+thread (writes responses), so a slow or broken client never holds up another.
+`record_event` calls from every connection meet in one writer thread
+(`GroupWriter`) that appends each batch with a single `record_many` — one
+write and one fsync per day file — and answers a call only once its line is
+durable. Any other method on a connection first waits for that connection's
+own writes (read-your-writes), then runs in its reader thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gitmem.client import socket_address
+from gitmem.errors import DaemonError, FormatError, PrivacyError
+from gitmem.memory import Memory
+from gitmem.records import Event
+from gitmem.rpc import (
+    BUSY,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    SHUTTING_DOWN,
+    Fault,
+    Methods,
+    error_object,
+    parse_request,
+    response,
+)
+
+logger = logging.getLogger(__name__)
+
+
+_MAX_OUTBOX = 10000
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Limits of the socket server."""
+
+    max_request_bytes: int = 16 * 1024 * 1024
+    max_connections: int = 256
+    max_batch: int = 2048
+
+
+# --------------------------------------------------------------------------- group commit
+
+
+class GroupWriter:
+    """One thread that appends concurrent `record_event` calls in batches.
+
+    Each batch is one `Memory.record_many` (validated whole, one write and one
+    fsync per day file). If the batch holds a bad event, its events are
+    recorded one by one so that only the bad one fails.
+    """
+
+    def __init__(self, memory: Memory, *, max_batch: int = 2048,
+                 on_written: Callable[[list[Event]], None] | None = None) -> None:
+        self.memory = memory
+        self.max_batch = max_batch
+        self.on_written = on_written
+        self._queue: queue.SimpleQueue[tuple[Any, Future[Event]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="gitmem-writer", daemon=True)
+        self._submit_lock = threading.Lock()
+        self._stopped = False
+        self.batches = 0
+        self.events = 0
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Write what is queued, then stop."""
+        with self._submit_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._queue.put(None)
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def submit(self, obj: Any) -> Future[Event]:
+        """Queue one event; the future resolves once its line is durable."""
+        future: Future[Event] = Future()
+        with self._submit_lock:
+            if self._stopped:
+                future.set_exception(Fault(SHUTTING_DOWN, "the daemon is shutting down; "
+                                           "nothing was written"))
+            else:
+                self._queue.put((obj, future))
+        return future
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch = [item]
+            while len(batch) < self.max_batch:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+            self._write(batch)
+
+    def _write(self, batch: list[tuple[Any, Future[Event]]]) -> None:
+        written: list[Event] = []
+        try:
+            written = self.memory.record_many([obj for obj, _ in batch])
+            for (_, future), event in zip(batch, written, strict=True):
+                future.set_result(event)
+        except (FormatError, PrivacyError):
+            written = []
+            for obj, future in batch:
+                try:
+                    event = self.memory.record(obj)
+                except Exception as exc:  # each caller gets its own error
+                    future.set_exception(exc)
+                else:
+                    written.append(event)
+                    future.set_result(event)
+        except Exception as exc:  # disk full, bug: every caller of the batch is told
+            logger.error("writing a batch of %d event(s) failed", len(batch), exc_info=exc)
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+        self.batches += 1
+        self.events += len(written)
+        if written and self.on_written is not None:
+            try:
+                self.on_written(written)
+            except Exception:
+                logger.exception("the after-write callback failed")
+
+
+# --------------------------------------------------------------------------- connections
+
+
+class _Connection:
+    """One client: a reader thread that runs requests and a sender thread."""
+
+    def __init__(self, server: Server, sock: socket.socket, number: int) -> None:
+        self.server = server
+        self.sock = sock
+        self.number = number
+        self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._pending_cond = threading.Condition()
+        self._closed = False
+        self._threads_left = 2
+        self._threads_lock = threading.Lock()
+
+    def start(self) -> None:
+        threading.Thread(target=self._read_loop, name=f"gitmem-conn-{self.number}",
+                         daemon=True).start()
+        threading.Thread(target=self._send_loop, name=f"gitmem-send-{self.number}",
+                         daemon=True).start()
+
+    # ---- sending
+
+    def send(self, message: Any) -> None:
+        if self.outbox.qsize() > _MAX_OUTBOX:
+            logger.warning("connection %d does not read its responses; closing it", self.number)
+            self.close()
+            return
+        self.outbox.put(json.dumps(message, ensure_ascii=False, separators=(",", ":"),
+                                   default=str).encode("utf-8") + b"\n")
+
+    def _send_loop(self) -> None:
+        try:
+            while True:
+                data = self.outbox.get()
+                if data is None:
+                    break
+                self.sock.sendall(data)
+        except OSError:
+            pass  # the client went away; the reader notices too
+        finally:
+            self.close()
+            self._thread_done()
+
+    def _thread_done(self) -> None:
+        with self._threads_lock:
+            self._threads_left -= 1
+            last = self._threads_left == 0
+        if last:
+            self.sock.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def stop_reading(self) -> None:
+        """Take no new requests; answers to those in flight still go out."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RD)
+
+    # ---- reading
+
+    def _read_loop(self) -> None:
+        limit = self.server.options.max_request_bytes
+        reader = self.sock.makefile("rb")
+        try:
+            while not self._closed:
+                line = reader.readline(limit + 1)
+                if not line:
+                    break
+                if len(line) > limit:
+                    self.send(response(None, error={
+                        "code": INVALID_REQUEST,
+                        "message": f"request larger than {limit} bytes; send large tool "
+                                   "output as an excerpt or split the batch"}))
+                    break  # the rest of that line cannot be framed reliably
+                if line.strip():
+                    self._handle_line(line)
+        except OSError:
+            pass
+        finally:
+            self._wait_writes()
+            self.outbox.put(None)
+            reader.close()
+            self.server.forget(self)
+            self._thread_done()
+
+    def _handle_line(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self.send(response(None, error={"code": PARSE_ERROR,
+                                             "message": f"parse error: {exc}"}))
+            return
+        if isinstance(message, list):
+            self._handle_batch(message)
+            return
+        self._handle_request(message, self._send_some, in_batch=False)
+
+    def _handle_batch(self, messages: list[Any]) -> None:
+        if not messages:
+            self.send(response(None, error={"code": INVALID_REQUEST,
+                                             "message": "invalid request: empty batch"}))
+            return
+        results: list[Future[Any]] = []
+        for message in messages:
+            done: Future[Any] = Future()
+            results.append(done)
+            self._handle_request(message, done.set_result, in_batch=True)
+        responses = [f.result() for f in results]
+        answered = [r for r in responses if r is not None]
+        if answered:
+            self.send(answered)
+
+    def _handle_request(self, message: Any, answer: Callable[[Any], None],
+                        *, in_batch: bool) -> None:
+        """Run one request; `answer` gets its response (None for a notification)."""
+        reply = answer if in_batch else self._send_some
+        try:
+            request_id, method, params = parse_request(message)
+        except Fault as exc:
+            reply(response(None, error=error_object(exc)))
+            return
+        notification = "id" not in message  # JSON-RPC: never answered, not even errors
+        try:
+            if method == "record_event":
+                self._record(request_id, params, notification, reply)
+                return
+            handler = self.server.methods.table.get(method)
+            if handler is None:
+                raise Fault(METHOD_NOT_FOUND, f"method not found: {method!r}; methods: "
+                            f"{', '.join(sorted(self.server.method_names()))}")
+            self._wait_writes()
+            result = handler(params)
+        except Exception as exc:  # every failure becomes an error response
+            reply(None if notification else response(request_id, error=error_object(exc)))
+            return
+        reply(None if notification else response(request_id, result=result))
+
+    def _send_some(self, answer: Any) -> None:
+        if answer is not None:
+            self.send(answer)
+
+    def _record(self, request_id: Any, params: Any, notification: bool,
+                reply: Callable[[Any], None]) -> None:
+        if not isinstance(params, dict):
+            raise Fault(INVALID_PARAMS, "record_event takes the event's fields as an object "
+                        f"(kind, content, session_id, ...), got {type(params).__name__}")
+        with self._pending_cond:
+            self._pending += 1
+
+        def done(future: Future[Event]) -> None:
+            exc = future.exception()
+            answer: dict[str, Any] | None = None
+            if notification:
+                pass
+            elif exc is not None:
+                answer = response(request_id, error=error_object(exc))
+            else:
+                answer = response(request_id, result={"event_id": future.result().id})
+            reply(answer)
+            with self._pending_cond:
+                self._pending -= 1
+                self._pending_cond.notify_all()
+
+        self.server.writer.submit(params).add_done_callback(done)
+
+    def _wait_writes(self) -> None:
+        with self._pending_cond:
+            while self._pending:
+                self._pending_cond.wait()
+
+
+# --------------------------------------------------------------------------- server
+
+
+class Server:
+    """The listening socket and its connections."""
+
+    def __init__(self, memory: Memory, socket_path: Path, *,
+                 sync: Callable[[list[str] | None], dict[str, Any]],
+                 daemon_status: Callable[[], dict[str, Any]],
+                 options: ServerOptions | None = None,
+                 on_written: Callable[[list[Event]], None] | None = None) -> None:
+        self.memory = memory
+        self.socket_path = socket_path
+        self.options = options or ServerOptions()
+        self.writer = GroupWriter(memory, max_batch=self.options.max_batch,
+                                  on_written=on_written)
+        self.methods = Methods(memory, sync, daemon_status)
+        self._listener: socket.socket | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        self._connections: set[_Connection] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.accepted = 0
+        self.started = time.time()
+
+    def method_names(self) -> list[str]:
+        """Every method this server answers."""
+        return ["record_event", *self.methods.table]
+
+    def bind(self) -> None:
+        """Create the socket (mode 0600 from the start); replaces a stale socket file."""
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            with socket_address(self.socket_path) as address:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(address)  # the caller holds the pid lock: this one is stale
+                listener.bind(address)
+        except OSError as exc:
+            listener.close()
+            raise DaemonError(f"cannot listen on {self.socket_path}: {exc.strerror}") from None
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        listener.listen(128)
+        self._listener = listener
+        self.writer.start()
+
+    def serve_forever(self) -> None:
+        """Accept connections until `shutdown`."""
+        assert self._listener is not None, "bind() first"
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._listener, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                for key, _ in selector.select():
+                    if key.fileobj is self._listener:
+                        self._accept()
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        sock.setblocking(True)
+        self.accepted += 1
+        conn = _Connection(self, sock, self.accepted)
+        with self._lock:
+            crowded = len(self._connections) >= self.options.max_connections
+            if not crowded:
+                self._connections.add(conn)
+        if crowded:
+            with contextlib.suppress(OSError):
+                sock.sendall(json.dumps(response(None, error={
+                    "code": BUSY, "message": f"too many connections "
+                    f"({self.options.max_connections}); retry later"})).encode() + b"\n")
+            sock.close()
+            return
+        conn.start()
+
+    def forget(self, conn: _Connection) -> None:
+        """A connection has ended."""
+        with self._lock:
+            self._connections.discard(conn)
+
+    @property
+    def connections(self) -> int:
+        """Open connections now."""
+        with self._lock:
+            return len(self._connections)
+
+    def shutdown(self) -> None:
+        """Stop accepting, finish queued writes, close connections, remove the socket."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        os.write(self._wake_w, b"x")
+
+    def close(self) -> None:
+        """After `serve_forever` returned: release everything."""
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            with contextlib.suppress(FileNotFoundError):
+                self.socket_path.unlink()
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            conn.stop_reading()
+        self.writer.stop()  # answers every write already queued
+        deadline = time.monotonic() + 2.0
+        while self.connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for conn in conns:
+            conn.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)

@@ -1,0 +1,373 @@
+"""The checks of `gitmem verify` and the pre-commit hook, over a tree of store files.
+
+Each problem is a FormatError naming `path:line`:
+- an events file that is not a pure append of its committed version (P1);
+- a record that does not parse or validate (events, decisions, tasks, summaries,
+  handoffs, views, policies), an events file whose last line has no newline;
+- a dangling reference: `refs`, `supersedes` or `decisions` naming an id that
+  no file of the tree holds, or a record removed while others still cite it;
+- a secret: `sensitivity: secret`, or text matching a redaction pattern of
+  `policies/privacy.yaml` (the write path redacts; a hand edit may not).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import git
+
+from gitmem import gitops
+from gitmem.errors import FormatError, GitError, ValidationError
+from gitmem.policies import (
+    Policies,
+    parse_budgets,
+    parse_channels,
+    parse_manifest,
+    parse_privacy,
+)
+from gitmem.records import (
+    field_line,
+    iter_lines,
+    parse_decision,
+    parse_event_line,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+)
+from gitmem.rows import parse_file
+from gitmem.store import classify
+
+_EVENT_ID = re.compile(rb'"id":\s*"(evt_[0-9A-HJKMNP-TV-Z]{26})"')
+_POLICY_PARSERS = {"policies/budgets.yaml": parse_budgets, "policies/privacy.yaml": parse_privacy,
+                   "policies/channels.yaml": parse_channels, "manifest.json": parse_manifest}
+
+
+class Tree(Protocol):
+    """Store files from somewhere: the work tree, the git index, a commit."""
+
+    def paths(self) -> list[str]:
+        """Store-relative paths of every file."""
+        ...
+
+    def read(self, rel: str) -> bytes | None:
+        """A file's bytes, or None when absent."""
+        ...
+
+
+class WorkTree:
+    """The store directory on disk."""
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+
+    def paths(self) -> list[str]:
+        """Every file under the store (hidden and temporary files included)."""
+        return sorted(p.relative_to(self.store).as_posix()
+                      for p in self.store.rglob("*") if p.is_file())
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes, or None."""
+        try:
+            return (self.store / rel).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+
+
+class GitTree:
+    """The store as a git revision holds it ('' is the index: what a commit would hold)."""
+
+    def __init__(self, repo: git.Repo, prefix: str, rev: str) -> None:
+        self.repo = repo
+        self.prefix = prefix
+        self.rev = rev
+        self._paths: list[str] | None = None
+
+    def paths(self) -> list[str]:
+        """Store-relative paths in the revision."""
+        if self._paths is None:
+            self._paths = gitops.list_paths(self.repo, self.prefix, self.rev)
+        return self._paths
+
+    def read(self, rel: str) -> bytes | None:
+        """The blob's bytes, or None."""
+        return gitops.read_blob(self.repo, f"{self.rev}:{self.prefix}{rel}")
+
+
+@dataclass
+class _Ref:
+    path: str
+    line: int | None
+    field: str
+    target: str
+
+
+@dataclass
+class Checker:
+    """Runs the checks over `tree`; `base` is the committed version (append-only check)."""
+
+    tree: Tree
+    policies: Policies
+    display: str = ""          # prefix that names files as the user sees them (memory/)
+    base: Tree | None = None
+    merging: bool = False      # a merge commit: HEAD's lines must survive, in order
+    problems: list[FormatError] = field(default_factory=list)
+    refs: list[_Ref] = field(default_factory=list)
+    event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+
+    def fail(self, rel: str, line: int | None, message: str,
+             field_name: str | None = None) -> None:
+        """Record one problem."""
+        self.problems.append(ValidationError(message, path=self.display + rel, line=line,
+                                             field=field_name))
+
+    def located(self, exc: FormatError, rel: str) -> None:
+        """Record a parser's error, named as the user sees the file."""
+        self.problems.append(type(exc)(exc.detail, path=self.display + (exc.path or rel),
+                                       line=exc.line, field=exc.field))
+
+    # ------------------------------------------------------------------ files
+
+    def check_file(self, rel: str) -> None:
+        """Every check that concerns one file alone."""
+        kind = classify(rel)
+        data = self.tree.read(rel)
+        if kind is None:
+            return
+        if data is None:
+            if kind == "events" and self.base is not None and self.base.read(rel) is not None:
+                self.fail(rel, None, "events files are append-only, but this one is deleted; "
+                          "restore it with `git checkout HEAD -- <path>`")
+            return
+        if kind == "events":
+            self._check_events(rel, data)
+        elif kind == "artifact":
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != rel.rsplit("/", 1)[-1]:
+                self.fail(rel, None, f"content does not match its name (sha256 {digest}); "
+                          "artifacts are content-addressed and never edited")
+        else:
+            self._check_record(rel, kind, data)
+
+    def _check_events(self, rel: str, data: bytes) -> None:
+        start = 1
+        before = self.base.read(rel) if self.base is not None else None
+        if before is not None and not data.startswith(before):
+            if self.merging and _keeps_lines(before, data):
+                before = None  # a union merge: every committed line is still there
+            else:
+                line = before[:_common_prefix(before, data)].count(b"\n") + 1
+                self.fail(rel, line, "events files are append-only, but this line differs "
+                          "from the committed version; restore it with `git checkout HEAD -- "
+                          "<path>` and record a correction as a new event")
+                return
+        if before is not None:
+            start = before.count(b"\n") + 1
+            data = data[len(before):]
+        if data and not data.endswith(b"\n"):
+            self.fail(rel, start + data.count(b"\n"), "the last line has no newline "
+                      "(a torn write?); finish or remove it")
+        for offset, raw in iter_lines(data):
+            number = start + offset - 1
+            if not raw.strip():
+                continue
+            try:
+                event = parse_event_line(raw, path=rel, line=number)
+            except FormatError as exc:
+                self.located(exc, rel)
+                self._secrets(rel, number, raw.decode("utf-8", errors="replace"))
+                continue
+            for text in _strings([event.content, list(event.tags)]):
+                if self._secrets(rel, number, text):
+                    break
+            if event.sensitivity in self.policies.privacy.never_store:
+                self.fail(rel, number, f"sensitivity {event.sensitivity!r} is never stored "
+                          "(policies/privacy.yaml); remove this line", "sensitivity")
+            seen = self.event_ids.get(event.id)
+            if seen is not None and seen[2] != event.hash:
+                self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]} with other "
+                          "content; ids never repeat", "id")
+            self.event_ids.setdefault(event.id, (self.display + rel, number, event.hash))
+            self.refs += [_Ref(rel, number, "refs", ref) for ref in event.refs]
+
+    def _check_record(self, rel: str, kind: str, data: bytes) -> None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.fail(rel, data.count(b"\n", 0, exc.start) + 1, "not valid UTF-8")
+            return
+        for number, line in enumerate(text.splitlines(), start=1):
+            self._secrets(rel, number, line)
+        tenant = self.policies.manifest.default_tenant
+        try:
+            if kind == "decision":
+                decision = parse_decision(text, rel, tenant)
+                self._cite(rel, text, "refs", decision.refs)
+                self._cite(rel, text, "supersedes", decision.supersedes)
+            elif kind == "task":
+                self._cite(rel, text, "refs", parse_task(text, rel, tenant).refs)
+            elif kind == "summary":
+                summary = parse_summary(text, rel, tenant)
+                self._cite(rel, text, "refs", summary.refs)
+                self._cite(rel, text, "decisions", summary.decisions)
+            elif kind == "handoff":
+                handoff = parse_handoff(text, rel, tenant)
+                self._cite(rel, text, "refs", handoff.refs)
+                self._cite(rel, text, "decisions", handoff.decisions)
+            elif kind == "policy":
+                _POLICY_PARSERS[rel](text, rel)
+            else:
+                for problem in parse_file(rel, kind, data, self.policies).errors:
+                    self.located(problem, rel)
+        except FormatError as exc:
+            self.located(exc, rel)
+
+    def _cite(self, rel: str, text: str, key: str, ids: Iterable[str]) -> None:
+        line = field_line(text, key)
+        self.refs += [_Ref(rel, line, key, target) for target in ids]
+
+    def _secrets(self, rel: str, number: int, text: str) -> bool:
+        pattern = self.policies.privacy.find_secret(text)
+        if pattern is not None:
+            self.fail(rel, number, f"matches the redaction pattern {pattern!r} of "
+                      "policies/privacy.yaml: secrets are never stored; remove it")
+        return pattern is not None
+
+    # ------------------------------------------------------------------ references
+
+    def check_refs(self, *, complete: bool) -> None:
+        """Every collected reference must name something the tree holds.
+
+        `complete`: every events file was read, so `event_ids` is the whole set;
+        otherwise the tree's events files are scanned, newest first, until found.
+        """
+        paths = set(self.tree.paths())
+        wanted = {r.target for r in self.refs if r.target.startswith("evt_")}
+        missing_events = wanted - set(self.event_ids)
+        if missing_events and not complete:
+            missing_events -= self._scan_event_ids(missing_events)
+        for ref in self.refs:
+            if ref.target.startswith("evt_"):
+                exists = ref.target not in missing_events
+            else:
+                exists = any(p in paths for p in record_paths(ref.target))
+            if not exists:
+                self.fail(ref.path, ref.line, f"{ref.target} is not in the store (a dangling "
+                          "reference); cite an id that exists", ref.field)
+
+    def _scan_event_ids(self, wanted: set[str]) -> set[str]:
+        found: set[str] = set()
+        for rel in sorted((p for p in self.tree.paths() if classify(p) == "events"),
+                          reverse=True):
+            data = self.tree.read(rel) or b""
+            found.update(m.decode() for m in _EVENT_ID.findall(data) if m.decode() in wanted)
+            if found >= wanted:
+                break
+        return found
+
+
+def record_paths(record_id: str) -> list[str]:
+    """Where the record `record_id` would live in the store."""
+    if record_id.startswith("art_"):
+        digest = record_id[4:]
+        return [f"artifacts/{digest[:2]}/{digest}"]
+    prefix = record_id[:3]
+    if prefix == "dec":
+        return [f"decisions/{record_id}.md"]
+    if prefix == "tsk":
+        return [f"tasks/{record_id}.md"]
+    if prefix == "hof":
+        return [f"handoffs/{record_id}.yaml"]
+    if prefix == "sum":
+        return [f"summaries/session/{record_id}.md", f"summaries/episode/{record_id}.md"]
+    return []
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string inside a JSON value (what the write path redacts)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _keeps_lines(before: bytes, after: bytes) -> bool:
+    """Every line of `before` appears in `after`, in order (a union merge keeps them)."""
+    remaining = iter(after.split(b"\n"))
+    return all(any(line == other for other in remaining) for line in before.split(b"\n"))
+
+
+def verify_tree(store: Path, policies: Policies, *, display: str = "") -> list[FormatError]:
+    """Check every file of the store on disk (and append-only against git's HEAD)."""
+    base: Tree | None = None
+    repo: git.Repo | None = None
+    try:
+        repo = gitops.open_repo(store)
+        if gitops.has_head(repo):
+            base = GitTree(repo, gitops.store_prefix(repo, store), "HEAD")
+    except GitError:  # not in a git repository: nothing to compare with
+        pass
+    try:
+        checker = Checker(WorkTree(store), policies, display=display, base=base)
+        for rel in checker.tree.paths():
+            checker.check_file(rel)
+        if base is not None:
+            for rel in base.paths():
+                if classify(rel) == "events" and not (store / rel).exists():
+                    checker.check_file(rel)
+        checker.check_refs(complete=True)
+        return checker.problems
+    finally:
+        if repo is not None:
+            repo.close()
+
+
+def verify_staged(store: Path, policies: Policies) -> list[FormatError]:
+    """Check what `git commit` would record for the store (the pre-commit hook)."""
+    repo = gitops.open_repo(store)
+    try:
+        prefix = gitops.store_prefix(repo, store)
+        changes = gitops.staged_changes(repo, prefix)
+        if not changes:
+            return []
+        merging = (Path(repo.git_dir) / "MERGE_HEAD").exists()
+        base = GitTree(repo, prefix, "HEAD") if gitops.has_head(repo) else None
+        checker = Checker(GitTree(repo, prefix, ""), policies, display=prefix, base=base,
+                          merging=merging)
+        for _, rel in changes:
+            checker.check_file(rel)
+        checker.check_refs(complete=False)
+        for status, rel in changes:
+            if status == "D" and classify(rel) in ("decision", "task", "summary", "handoff"):
+                _cited_elsewhere(repo, prefix, rel, checker)
+        return checker.problems
+    finally:
+        repo.close()
+
+
+def _cited_elsewhere(repo: git.Repo, prefix: str, rel: str, checker: Checker) -> None:
+    record_id = rel.rsplit("/", 1)[-1].split(".", 1)[0]
+    out = repo.git.grep("--cached", "-n", "-F", "-I", record_id, "--", prefix or ".",
+                        with_exceptions=False)
+    for hit in out.splitlines():
+        path, _, rest = hit.partition(":")
+        number, _, _ = rest.partition(":")
+        checker.fail(path[len(prefix):], int(number) if number.isdigit() else None,
+                     f"cites {record_id}, which this commit deletes ({prefix}{rel}); "
+                     "supersede a decision instead of deleting it")

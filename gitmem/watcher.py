@@ -1,0 +1,356 @@
+"""Keep the index in step with the files while the daemon runs.
+
+A watchdog observer reports file events; the handler only filters them (store
+paths gitmem indexes; temp, swap and backup files, `.git` and artifacts never
+match `store.classify`) and queues them. One indexer thread takes the queue in
+debounced batches and hands each to `Memory.sync(paths)`, which also drops the
+cached copies of what changed. Directory moves and deletes, an inotify queue
+overflow, a failed batch and a timer all ask for a full reconcile instead.
+
+Catch-up on read: `flush()` makes every file change made before it was called
+visible to the index. It creates and deletes a barrier file in the store;
+inotify reports events in order, so once the handler has seen the barrier,
+every earlier change is queued, and flush waits until the indexer has
+processed the queue up to there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from gitmem.errors import DaemonError, DatabaseError, FormatError
+from gitmem.indexer import SyncReport
+from gitmem.memory import Memory
+from gitmem.store import INDEXED_KINDS, classify
+
+logger = logging.getLogger(__name__)
+
+BARRIER_PREFIX = ".gitmem-barrier-"
+_WATCHDOG_LOGGERS = ("watchdog.observers.inotify", "watchdog.observers.inotify_c")
+
+
+class _Handler(FileSystemEventHandler):
+    """Filters file events down to store paths and queues them; nothing else."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+        self.prefix = str(watcher.store) + os.sep
+        self.barrier = f"{BARRIER_PREFIX}{os.getpid()}-"
+
+    def _relative(self, path: bytes | str) -> str | None:
+        text = os.fsdecode(path)
+        if not text.startswith(self.prefix):
+            return None
+        rel = text[len(self.prefix):].replace(os.sep, "/")
+        name = rel.rsplit("/", 1)[-1]
+        if name.startswith(self.barrier):
+            self.watcher.barrier_seen(int(name[len(self.barrier):]))
+            return None
+        kind = classify(rel)
+        if kind is None or kind == "artifact":
+            return None
+        return rel
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed", "closed_no_write", "attrib"):
+            return
+        if event.is_directory:
+            if event.event_type in ("moved", "deleted"):
+                rel = os.fsdecode(event.src_path)
+                if rel.startswith(self.prefix) and "/.git" not in rel:
+                    self.watcher.request_reconcile("a directory was moved or deleted")
+            return
+        paths = [self._relative(event.src_path)]
+        if event.event_type == "moved":
+            paths.append(self._relative(event.dest_path))
+        wanted = [p for p in paths if p is not None]
+        if wanted:
+            self.watcher.enqueue(wanted)
+
+
+class _OverflowAlarm(logging.Handler):
+    """watchdog only logs an inotify queue overflow; that means events were lost."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        super().__init__(logging.WARNING)
+        self.watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in record.getMessage().lower():
+            self.watcher.request_reconcile("the inotify queue overflowed")
+
+
+class Watcher:
+    """File events -> debounced batches -> `Memory.sync`; `flush` for catch-up on read."""
+
+    def __init__(self, memory: Memory, *, quiet: float = 0.005, max_delay: float = 0.05,
+                 reconcile_interval: float = 300.0, flush_timeout: float = 10.0,
+                 on_indexed: Callable[[list[str]], None] | None = None) -> None:
+        self.memory = memory
+        self.store = Path(memory.store).resolve()
+        self.quiet = quiet
+        self.max_delay = max_delay
+        self.reconcile_interval = reconcile_interval
+        self.flush_timeout = flush_timeout
+        self.on_indexed = on_indexed
+        self.mode = "stopped"
+        self._observer: BaseObserver | None = None
+        self._alarm = _OverflowAlarm(self)
+        self._thread = threading.Thread(target=self._run, name="gitmem-indexer", daemon=True)
+        self._cond = threading.Condition()
+        self._pending: set[str] = set()
+        self._inflight: set[str] = set()
+        self._reconcile = False
+        self._enqueued = 0
+        self._processed = 0
+        self._failures = 0
+        self._urgent = False
+        self._stopping = False
+        self._first_at = 0.0
+        self._last_at = 0.0
+        self._next_reconcile = time.monotonic() + reconcile_interval
+        self._barrier_lock = threading.Lock()
+        self._barrier_issued = 0
+        self._barrier_seen = 0
+        self._logged: dict[str, set[str]] = {}
+        self.stats: dict[str, Any] = {
+            "batches": 0, "files_synced": 0, "reconciles": 0, "last_batch_ms": None,
+            "last_reconcile": None, "last_error": None, "db_ok": None, "db_error": None,
+            "db_down_since": None, "problems": []}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Watch the store and start the indexer thread (no reconcile: the caller's)."""
+        for name in _WATCHDOG_LOGGERS:
+            logging.getLogger(name).addHandler(self._alarm)
+        handler = _Handler(self)
+        try:
+            observer: BaseObserver = Observer()
+            observer.schedule(handler, str(self.store), recursive=True)
+            observer.start()
+            self.mode = "inotify" if type(observer).__name__ == "InotifyObserver" else "native"
+        except OSError as exc:  # e.g. inotify watch limit reached
+            logger.warning("native file events unavailable (%s); polling %s every second",
+                           exc, self.store)
+            observer = PollingObserver(timeout=1.0)
+            observer.schedule(handler, str(self.store), recursive=True)
+            observer.start()
+            self.mode = "polling"
+        self._observer = observer
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching; the batch in progress completes."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        for name in _WATCHDOG_LOGGERS:
+            logging.getLogger(name).removeHandler(self._alarm)
+        self.mode = "stopped"
+
+    # ------------------------------------------------------------------ queueing
+
+    def enqueue(self, paths: Iterable[str]) -> None:
+        """Queue store-relative paths for indexing."""
+        with self._cond:
+            now = time.monotonic()
+            if not self._pending:
+                self._first_at = now
+            self._pending.update(paths)
+            self._last_at = now
+            self._enqueued += 1
+            self._cond.notify_all()
+
+    def request_reconcile(self, reason: str) -> None:
+        """Queue a full reconcile of the store with the index."""
+        logger.info("reconcile requested: %s", reason)
+        with self._cond:
+            self._reconcile = True
+            self._enqueued += 1
+            self._cond.notify_all()
+
+    def barrier_seen(self, number: int) -> None:
+        """The handler saw barrier `number` (and so every event before it)."""
+        with self._cond:
+            self._barrier_seen = max(self._barrier_seen, number)
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ catch-up on read
+
+    def flush(self, timeout: float | None = None) -> list[str]:
+        """Index every change made to the files before this call; the paths it waited for.
+
+        Raises DatabaseError when the index cannot catch up (the database is
+        down): answering from a stale index would be wrong.
+        """
+        timeout = self.flush_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        if self.mode != "inotify" or not self._barrier(min(1.0, timeout)):
+            self.request_reconcile("catch-up on read without ordered file events")
+        with self._cond:
+            target = self._enqueued
+            if self._processed >= target:
+                return []
+            paths = sorted(self._pending | self._inflight)
+            failures = self._failures
+            while self._processed < target:
+                if self._stopping:
+                    raise DaemonError("the daemon is shutting down")
+                if self._failures > failures:
+                    raise DatabaseError("the index cannot catch up with the files: "
+                                        f"{self.stats['db_error']}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DatabaseError(f"the index did not catch up with the files within "
+                                        f"{timeout:.1f}s; try again, or see `gitmem status`")
+                self._urgent = True
+                self._cond.notify_all()
+                self._cond.wait(left)
+        return paths
+
+    def _barrier(self, timeout: float) -> bool:
+        with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds
+            self._barrier_issued += 1
+            number = self._barrier_issued
+            path = self.store / f"{BARRIER_PREFIX}{os.getpid()}-{number}"
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                os.unlink(path)
+            except OSError as exc:
+                logger.warning("cannot create the barrier file %s: %s", path, exc)
+                return False
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._barrier_seen >= number or self._stopping, timeout)
+
+    # ------------------------------------------------------------------ the indexer thread
+
+    def _run(self) -> None:
+        backoff = 0.0
+        while True:
+            with self._cond:
+                taken = self._take()
+            if taken is None:
+                return
+            batch, full, sequence = taken
+            try:
+                changed = self._index(batch, full)
+            except DatabaseError as exc:
+                backoff = min(max(backoff * 2, 0.25), 30.0)
+                self._database_down(batch, full, exc, backoff)
+                continue
+            except Exception as exc:  # never let one bad batch stop the indexer
+                logger.exception("indexing %d path(s) failed; a reconcile will retry",
+                                 len(batch))
+                self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
+                changed = []
+            backoff = 0.0
+            with self._cond:
+                self._processed = sequence
+                self._inflight = set()
+                self._cond.notify_all()
+            if changed and self.on_indexed is not None:
+                self.on_indexed(changed)
+
+    def _take(self) -> tuple[set[str], bool, int] | None:
+        """Wait for work and debounce it (under the lock); None when stopping."""
+        while not self._stopping:
+            now = time.monotonic()
+            if now >= self._next_reconcile:
+                self._reconcile = True
+                self._enqueued += 1
+                self._next_reconcile = now + self.reconcile_interval
+            if self._reconcile or self._pending:
+                wait = min(self._last_at + self.quiet, self._first_at + self.max_delay) - now
+                if self._urgent or self._reconcile or wait <= 0:
+                    batch, full = self._pending, self._reconcile
+                    self._pending, self._reconcile, self._urgent = set(), False, False
+                    self._inflight = set(batch)
+                    return batch, full, self._enqueued
+                self._cond.wait(wait)
+            else:
+                self._cond.wait(max(0.0, self._next_reconcile - now))
+        return None
+
+    def _index(self, batch: set[str], full: bool) -> list[str]:
+        started = time.perf_counter()
+        policies = sorted(p for p in batch if classify(p) == "policy")
+        if policies:
+            try:
+                self.memory.invalidate(policies)
+            except FormatError as exc:
+                logger.warning("policy change not applied: %s", exc)
+                self._problem(str(exc))
+        report: SyncReport | None
+        if full:
+            report = self.memory.sync()
+            self.stats["reconciles"] += 1
+            self.stats["last_reconcile"] = time.time()
+        else:
+            files = sorted(p for p in batch if classify(p) in INDEXED_KINDS)
+            report = self.memory.sync(files) if files else None
+        changed = [item["path"] for item in report.changed] if report is not None else []
+        self._log_problems(changed)
+        self.stats["batches"] += 1
+        self.stats["files_synced"] += len(changed)
+        self.stats["last_batch_ms"] = round((time.perf_counter() - started) * 1000, 3)
+        if self.stats["db_ok"] is False:
+            logger.warning("the index is reachable again; caught up")
+        self.stats.update(db_ok=True, db_error=None, db_down_since=None)
+        return changed + policies
+
+    def _database_down(self, batch: set[str], full: bool, exc: DatabaseError,
+                       backoff: float) -> None:
+        if self.stats["db_ok"] is not False:
+            logger.warning("the index is unavailable (%s); files keep being written and the "
+                           "index catches up when it returns", exc)
+            self.stats["db_down_since"] = time.time()
+        self.stats.update(db_ok=False, db_error=str(exc))
+        with self._cond:
+            self._pending |= batch
+            self._reconcile = self._reconcile or full
+            self._inflight = set()
+            self._failures += 1
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._stopping or self._urgent, backoff)
+
+    def _log_problems(self, changed: list[str]) -> None:
+        """Log each new parse problem of the files just indexed (they stay in status)."""
+        for rel in changed:
+            state = self.memory.db.fetchone("file_state", {"path": rel})
+            found = {f"{e.get('path') or rel}:{e.get('line') or ''}: {e.get('message')}"
+                     for e in (state["errors"] if state else [])}
+            for text in sorted(found - self._logged.get(rel, set())):
+                logger.warning("skipped: %s", text)
+                self._problem(text)
+            self._logged[rel] = found
+
+    def _problem(self, text: str) -> None:
+        problems: list[str] = self.stats["problems"]
+        problems.append(text)
+        del problems[:-20]
+
+    def state(self) -> dict[str, Any]:
+        """What the watcher is doing, for `daemon_status`."""
+        with self._cond:
+            pending = len(self._pending) + len(self._inflight)
+            reconcile = self._reconcile
+        return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
+                **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}
