@@ -29,12 +29,13 @@ class Memory:
     """
 
     def __init__(self, config: Config, *, db: Database | None = None,
-                 db_pool_size: int = 4) -> None:
+                 db_pool_size: int = 4, db_timeout: float = 30.0) -> None:
         self.config = config
         self.store: Path = config.store
         self._db = db
         self._owns_db = db is None
         self._db_pool_size = db_pool_size
+        self._db_timeout = db_timeout  # the daemon keeps it short: fail fast, retry
         self._lock = threading.RLock()
         self._policies = load_policies(self.store)
         self._recorder = Recorder(self.store, self._policies)
@@ -51,7 +52,8 @@ class Memory:
         """The index connection, opened (and the schema created) on first use."""
         with self._lock:
             if self._db is None:
-                self._db = Database.open(self.config, max_size=self._db_pool_size)
+                self._db = Database.open(self.config, max_size=self._db_pool_size,
+                                         timeout=self._db_timeout)
             return self._db
 
     @property
