@@ -171,13 +171,14 @@ class Recorder:
                 ts: str | None = None) -> Handoff:
         """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites)."""
         when = parse_ts(ts) if ts else self._now()
+        redact = self.policies.privacy.redact  # every free-text field, as for events
         packet = Handoff(
             id=ids.new_id("hof", when), ts=format_ts(when),
             tenant_id=tenant_id or self.policies.manifest.default_tenant,
-            to_agent=to_agent, task=self.policies.privacy.redact(task), from_agent=from_agent,
-            constraints=tuple(constraints), decisions=tuple(decisions),
-            required_files=tuple(required_files), open_questions=tuple(open_questions),
-            refs=tuple(refs))
+            to_agent=to_agent, task=redact(task), from_agent=from_agent,
+            constraints=tuple(map(redact, constraints)), decisions=tuple(decisions),
+            required_files=tuple(map(redact, required_files)),
+            open_questions=tuple(map(redact, open_questions)), refs=tuple(refs))
         text = handoff_to_text(packet)
         rel = f"handoffs/{packet.id}.yaml"
         parse_handoff(text, rel, packet.tenant_id)
