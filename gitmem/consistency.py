@@ -19,7 +19,7 @@ Conflict kinds:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,16 @@ from gitmem.context import TenantDecisions, resolve_decisions
 from gitmem.db import Database
 from gitmem.errors import FormatError
 from gitmem.records import (
+    Decision,
+    Event,
+    Handoff,
+    Summary,
+    Task,
     field_line,
     iter_lines,
     parse_decision,
     parse_event_line,
+    parse_handoff,
     parse_summary,
     parse_task,
     parse_ts,
@@ -109,50 +115,103 @@ def flag_summaries(items: Iterable[dict[str, Any]], db: Callable[[], Database], 
 
 # --------------------------------------------------------------------------- whole tree
 
-def check_tree(store: Path, default_tenant: str) -> list[FormatError]:
-    """Summary conflicts over the files of a store (for `gitmem verify`).
+@dataclass
+class Tree:
+    """The records of a store's files, as the checks need them.
 
-    Files that do not parse are skipped here: verify reports them itself.
-    Each problem names the summary file and the line of the field at fault.
+    Files that do not parse are listed in `problems` and otherwise skipped.
     """
-    ref_sessions: dict[str, dict[str, str]] = {}   # tenant -> id -> session
-    decisions: dict[str, list[dict[str, Any]]] = {}
-    summaries: list[tuple[str, str, Any]] = []
+
+    events: list[Event] = field(default_factory=list)
+    decisions: dict[str, tuple[str, Decision]] = field(default_factory=dict)   # id -> (path, d)
+    summaries: dict[str, tuple[str, str, Summary]] = field(default_factory=dict)  # +text
+    tasks: dict[str, tuple[str, Task]] = field(default_factory=dict)
+    handoffs: dict[str, tuple[str, Handoff]] = field(default_factory=dict)
+    ref_sessions: dict[str, dict[str, str]] = field(default_factory=dict)  # tenant -> id -> s
+    problems: list[FormatError] = field(default_factory=list)
+
+    def known(self, tenant: str) -> Mapping[str, str]:
+        """Every id that exists in `tenant` -> its session (NO_SESSION if none)."""
+        return self.ref_sessions.get(tenant, {})
+
+    def chain(self, tenant: str) -> TenantDecisions:
+        """The tenant's decisions with supersede chains resolved."""
+        return resolve_decisions([
+            {"decision_id": d.id, "ts": parse_ts(d.ts), "status": d.status,
+             "supersedes": list(d.supersedes)}
+            for _, d in self.decisions.values() if d.tenant_id == tenant])
+
+
+def load_tree(store: Path, default_tenant: str) -> Tree:
+    """Parse every record file of a store (events, decisions, summaries, tasks, handoffs)."""
+    tree = Tree()
+
+    def exists(tenant: str, record_id: str, session: str = NO_SESSION) -> None:
+        tree.ref_sessions.setdefault(tenant, {})[record_id] = session
+
     for rel, kind in iter_store_files(store):
         path = store / rel
         if kind == "events":
             for number, raw in iter_lines(path.read_bytes()):
+                if not raw.strip():
+                    continue
                 try:
                     event = parse_event_line(raw, path=rel, line=number)
-                except FormatError:
+                except FormatError as exc:
+                    tree.problems.append(exc)
                     continue
-                ref_sessions.setdefault(event.tenant_id, {})[event.id] = event.session_id
+                tree.events.append(event)
+                exists(event.tenant_id, event.id, event.session_id)
                 if "artifact_id" in event.content:
-                    ref_sessions[event.tenant_id][event.content["artifact_id"]] = NO_SESSION
+                    exists(event.tenant_id, str(event.content["artifact_id"]))
             continue
         text = path.read_text(encoding="utf-8", errors="replace")
         try:
             if kind == "decision":
                 d = parse_decision(text, rel, default_tenant)
-                decisions.setdefault(d.tenant_id, []).append(
-                    {"decision_id": d.id, "ts": parse_ts(d.ts), "status": d.status,
-                     "supersedes": list(d.supersedes)})
-                ref_sessions.setdefault(d.tenant_id, {})[d.id] = NO_SESSION
+                tree.decisions[d.id] = (rel, d)
+                exists(d.tenant_id, d.id)
             elif kind == "task":
                 t = parse_task(text, rel, default_tenant)
-                ref_sessions.setdefault(t.tenant_id, {})[t.id] = NO_SESSION
+                tree.tasks[t.id] = (rel, t)
+                exists(t.tenant_id, t.id)
             elif kind == "summary":
                 s = parse_summary(text, rel, default_tenant)
-                ref_sessions.setdefault(s.tenant_id, {})[s.id] = s.session_id
-                summaries.append((rel, text, s))
-        except FormatError:
-            continue
-    problems: list[FormatError] = []
-    chains = {tenant: resolve_decisions(rows) for tenant, rows in decisions.items()}
-    for rel, text, s in summaries:
+                tree.summaries[s.id] = (rel, text, s)
+                exists(s.tenant_id, s.id, s.session_id)
+            elif kind == "handoff":
+                h = parse_handoff(text, rel, default_tenant)
+                tree.handoffs[h.id] = (rel, h)
+                exists(h.tenant_id, h.id)
+        except FormatError as exc:
+            tree.problems.append(exc.at(rel, 1))
+    return tree
+
+
+def tree_conflicts(tree: Tree) -> dict[str, list[dict[str, Any]]]:
+    """summary id -> its conflicts, for every summary of the tree that has any."""
+    chains: dict[str, TenantDecisions] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for summary_id, (_, _, s) in sorted(tree.summaries.items()):
+        if s.tenant_id not in chains:
+            chains[s.tenant_id] = tree.chain(s.tenant_id)
         facts = SummaryFacts(s.id, s.session_id, s.scope, s.decisions, s.refs)
-        conflicts = summary_conflicts(facts, chains.get(s.tenant_id, TenantDecisions()),
-                                      ref_sessions.get(s.tenant_id, {}))
+        conflicts = summary_conflicts(facts, chains[s.tenant_id], tree.known(s.tenant_id))
+        if conflicts:
+            out[summary_id] = conflicts
+    return out
+
+
+def check_tree(store: Path, default_tenant: str) -> list[FormatError]:
+    """Summary conflicts over the files of a store, for `gitmem verify`.
+
+    Each problem names the summary file and the line of the field at fault
+    (files that do not parse are verify's own business and are skipped here).
+    """
+    tree = load_tree(store, default_tenant)
+    problems: list[FormatError] = []
+    for summary_id, conflicts in tree_conflicts(tree).items():
+        rel, text, _ = tree.summaries[summary_id]
         for conflict in conflicts:
             key = "decisions" if "decision" in conflict else "refs"
             problems.append(FormatError(describe(conflict), path=rel,
