@@ -18,10 +18,10 @@ from typing import Any
 from gitmem import consistency, indexer
 from gitmem.config import Config
 from gitmem.errors import GitmemError, ScenarioError
-from gitmem.harness import Failure, Run
+from gitmem.harness import percentile, timing_stats
 from gitmem.memory import Memory
 from gitmem.records import Event, canonical_json, event_text
-from gitmem.scenario import percentile, timing_stats
+from gitmem.steps import Failure, Run
 
 Check = Callable[[Run, dict[str, Any]], None]
 EXCERPT_TEXT = 100

@@ -1,373 +1,32 @@
-"""Run one scenario: a fresh git repository, its own schema, the steps, the assertions.
+"""Run scenarios: one in a fresh repository and schema, a suite, and the run report.
 
-Everything is real: files through the write path, PostgreSQL through the
-index, git through the git binary. The clock is the scenario's: each step that
-writes takes the current time of the story and moves it on by a second, `at:`
-sets it (absolute, or an offset from `now`), `advance:` moves it forward, and
-an ACB is built "now" in the story unless the step says otherwise.
+Steps run in order; a step that fails to run (an unexpected error) ends its
+scenario, a failed assertion does not. Every failure names the scenario, the
+step, the assertion, what was expected and what was found, and for ACB
+assertions an excerpt of the bundle.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import re
 import shutil
-import subprocess
+import statistics
 import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gitmem import errors
-from gitmem.config import Config
-from gitmem.db import Database
-from gitmem.errors import GitError, GitmemError, ScenarioError
-from gitmem.memory import Memory
-from gitmem.records import format_ts
-from gitmem.scenario import Scenario, Step, resolve_at, substitute, timing_stats
-from gitmem.store import init_store
+from gitmem.errors import GitmemError, ScenarioError
+from gitmem.scenario import Scenario, Step, load_scenario
+from gitmem.steps import Run, execute
 
-WRITE_ACTIONS = ("record", "decide", "task", "summary", "handoff")
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "gitmem scenario", "GIT_AUTHOR_EMAIL": "scenario@gitmem.invalid",
-                "GIT_COMMITTER_NAME": "gitmem scenario",
-                "GIT_COMMITTER_EMAIL": "scenario@gitmem.invalid"}
-TICK = timedelta(seconds=1)
-
-
-class Failure(Exception):
-    """An assertion that did not hold: what was expected, what was found, and where."""
-
-    def __init__(self, expected: Any, actual: Any, excerpt: Any = None) -> None:
-        self.expected, self.actual, self.excerpt = expected, actual, excerpt
-        super().__init__(f"expected {expected}, got {actual}")
-
-
-@dataclass
-class Built:
-    """An ACB a step built, with the request that built it."""
-
-    step: str
-    request: dict[str, Any]
-    acb: dict[str, Any]
-    wall_ms: float
-
-
-@dataclass
-class Run:
-    """The state of one scenario while it runs."""
-
-    scenario: Scenario
-    dsn: str
-    workdir: Path
-    schema: str
-    root: Path = field(init=False)
-    memory: Memory = field(init=False)
-    cursor: datetime = field(init=False)
-    bindings: dict[str, Any] = field(default_factory=dict)
-    named: dict[str, Built] = field(default_factory=dict)
-    last: Built | None = None
-    builds: list[dict[str, Any]] = field(default_factory=list)
-    acbs: list[dict[str, Any]] = field(default_factory=list)   # every ACB built (for not_stored)
-    daemon: Any = None
-    step_tick: timedelta = TICK
-
-    def __post_init__(self) -> None:
-        self.root = self.workdir / "repo"
-        self.cursor = self.scenario.now
-        init_store(self.root)
-        self.git("symbolic-ref", "HEAD", "refs/heads/main")
-        for rel, text in self.scenario.setup.items():
-            target = self.store / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-        self.memory = Memory(self.config)
-
-    # ------------------------------------------------------------------ plumbing
-
-    @property
-    def store(self) -> Path:
-        """The store directory of the scenario's repository."""
-        return self.root / "memory"
-
-    @property
-    def config(self) -> Config:
-        """The scenario's store on its own schema."""
-        return Config(store=self.store, dsn=self.dsn, schema=self.schema)
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        """Run git with a fixed identity and the story's clock; its stdout."""
-        when = format_ts(self.cursor)
-        env = {**os.environ, **GIT_IDENTITY, "GIT_AUTHOR_DATE": when,
-               "GIT_COMMITTER_DATE": when}
-        result = subprocess.run(["git", *args], cwd=cwd or self.root, env=env,
-                                capture_output=True, text=True)
-        if result.returncode != 0:
-            raise GitError(f"git {' '.join(args)} failed: "
-                           f"{(result.stderr or result.stdout).strip()}")
-        return result.stdout
-
-    def reopen(self) -> None:
-        """A fresh Memory (empty caches, new connections), as a new process would have."""
-        self.memory.close()
-        self.memory = Memory(self.config)
-
-    def close(self) -> None:
-        """Stop what the scenario started and drop its schema."""
-        if self.daemon is not None:
-            daemon_step(self, "kill")
-        self.memory.close()
-        with Database(self.dsn, self.schema, max_size=1) as db:
-            db.drop_schema()
-
-    def tick(self) -> str:
-        """The story's current time for one write; the clock moves on (a second, or
-        the step's `every`)."""
-        when = self.cursor
-        self.cursor += self.step_tick
-        return format_ts(when)
-
-    def resolve(self, value: Any, i: int | None = None) -> Any:
-        """`value` with bound names and `{i}` filled in."""
-        return substitute(value, self.bindings, i)
-
-    def request(self, fields: Mapping[str, Any]) -> dict[str, Any]:
-        """The build_acb request of an `acb:` step."""
-        defaults = self.scenario.defaults
-        request: dict[str, Any] = {
-            "tenant_id": fields.get("tenant", defaults.get("tenant")),
-            "session_id": fields.get("session", defaults.get("session")),
-            "agent_id": fields.get("agent", defaults.get("agent")),
-            "channel": fields.get("channel", defaults.get("channel")),
-            "intent": fields.get("intent"), "query_text": fields.get("query"),
-            "max_tokens": fields.get("max_tokens", self.scenario.budget_tokens),
-            "now": format_ts(resolve_at(fields["now"], self.scenario.now))
-            if fields.get("now") else format_ts(self.cursor),
-            "handoff_id": fields.get("handoff"),
-        }
-        return {k: v for k, v in request.items() if v is not None}
-
-    def build(self, request: Mapping[str, Any], step: str, *, cold: bool = False
-              ) -> tuple[dict[str, Any], float]:
-        """Build an ACB (on a fresh Memory when `cold`), timed; recorded for the report."""
-        started = time.perf_counter()
-        if cold:
-            with Memory(self.config) as fresh:
-                acb = fresh.build_acb(dict(request))
-        else:
-            acb = self.memory.build_acb(dict(request))
-        wall = round((time.perf_counter() - started) * 1000, 3)
-        prov = acb["provenance"]
-        self.builds.append({
-            "step": step, "wall_ms": wall, "build_ms": prov["timings_ms"].get("total", 0.0),
-            "path": prov.get("path"), "candidate_pool_size": prov.get("candidate_pool_size", 0),
-            "token_used_est": acb["token_used_est"], "cold": cold,
-            "sections": {s["name"]: len(s["items"]) for s in acb["sections"]}})
-        self.acbs.append(acb)
-        return acb, wall
-
-    def acb(self, name: str | None) -> Built:
-        """The ACB an assertion is about: a named one (`acb: $a1`), else the last built."""
-        if name:
-            key = name.lstrip("$")
-            if key not in self.named:
-                raise ScenarioError(f"no ACB was built under the name {key!r} "
-                                    "(use `as:` on an acb step)")
-            return self.named[key]
-        if self.last is None:
-            raise ScenarioError("this assertion needs an ACB, but no acb step ran before it")
-        return self.last
-
-
-# --------------------------------------------------------------------------- steps
-
-def _actor(value: str | None) -> dict[str, str] | None:
-    if not value:
-        return None
-    kind, sep, name = value.partition(":")
-    if not sep:
-        raise ScenarioError(f"actor {value!r}: expected TYPE:ID such as human:alice")
-    return {"type": kind, "id": name}
-
-
-def _output(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return "".join(value["line"].replace("{n}", str(n)) + "\n"
-                   for n in range(1, value["lines"] + 1))
-
-
-def _event_fields(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
-    """The event-level fields shared by record, decide, task and summary."""
-    defaults = run.scenario.defaults
-    obj: dict[str, Any] = {"ts": run.tick()}
-    for key, target in (("session", "session_id"), ("agent", "agent_id"),
-                        ("tenant", "tenant_id")):
-        value = f.get(key, defaults.get(key))
-        if value:
-            obj[target] = value
-    for key in ("tags", "refs", "sensitivity"):
-        if key in f:
-            obj[key] = f[key]
-    return obj
-
-
-def _record_object(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
-    kind = f.get("kind") or ("tool_result" if "output" in f else
-                             "tool_call" if "tool" in f else "message")
-    content = dict(f.get("content") or {})
-    if "text" in f:
-        content.setdefault("text", f["text"])
-    if kind in ("tool_call", "tool_result"):
-        content.setdefault("tool", f.get("tool", "tool"))
-    for key in ("path", "args"):
-        if key in f:
-            content[key] = f[key]
-    if "output" in f:
-        content["output"] = _output(f["output"])
-    obj = _event_fields(run, f)
-    obj.update(kind=kind, content=content)
-    channel = f.get("channel", run.scenario.defaults.get("channel"))
-    if channel:
-        obj["channel"] = channel
-    actor = _actor(f.get("actor") or (f"tool:{content['tool']}" if kind == "tool_result"
-                                      else run.scenario.defaults.get("actor")))
-    if actor:
-        obj["actor"] = actor
-    return obj
-
-
-def _write_one(run: Run, action: str, f: Mapping[str, Any]) -> str:
-    memory = run.memory
-    if action == "decide":
-        options = {k: f[k] for k in ("supersedes", "rationale", "title", "scope", "constraints",
-                                     "alternatives", "consequences", "confidence") if k in f}
-        event = memory.decide(f["text"], list(_listed(f["refs"])), **options,
-                              **_without(_event_fields(run, f), "refs"))
-        return str(event.content["decision_id"])
-    if action == "task":
-        options = {k: f[k] for k in ("status", "task_id", "details", "owner") if k in f}
-        event = memory.task(f["title"], **options, **_event_fields(run, f))
-        return str(event.content["task_id"])
-    if action == "summary":
-        obj = _event_fields(run, f)
-        content: dict[str, Any] = {"text": f["text"], "scope": f.get("scope", "session")}
-        if "decisions" in f:
-            content["decisions"] = list(_listed(f["decisions"]))
-        event = memory.record({**obj, "kind": "summary", "content": content})
-        return str(event.content["summary_id"])
-    if action == "handoff":
-        options = {k: list(_listed(f[k])) for k in ("constraints", "decisions",
-                   "required_files", "open_questions", "refs") if k in f}
-        packet = memory.create_handoff(
-            f["to_agent"], f["task"], from_agent=f.get("from_agent", ""),
-            tenant_id=f.get("tenant", run.scenario.defaults.get("tenant")), ts=run.tick(),
-            **options)
-        return packet.id
-    raise ScenarioError(f"unknown write action {action!r}")
-
-
-def _listed(value: Any) -> list[Any]:
-    return [value] if isinstance(value, str) else list(value)
-
-
-def _without(data: dict[str, Any], key: str) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k != key}
-
-
-def _store_path(run: Run, rel: str) -> Path:
-    return run.store / rel
-
-
-def execute(run: Run, step: Step) -> None:
-    """Do what one step says (all its repetitions); bind what it produced."""
-    if step.at is not None:
-        run.cursor = resolve_at(step.at, run.scenario.now)
-    if step.advance:
-        run.cursor += timedelta(seconds=step.advance)
-    run.step_tick = timedelta(seconds=step.every)
-    times = step.repeat or 1
-    numbers = range(1, times + 1) if step.repeat else [None]
-    action = step.action
-    produced: list[Any] = []
-    if action == "record":
-        objs = [_record_object(run, run.resolve(step.fields, i)) for i in numbers]
-        events = run.memory.record_many(objs, step.label) if len(objs) > 1 else [
-            run.memory.record(objs[0])]
-        produced = [e.id for e in events]
-    elif action in WRITE_ACTIONS:
-        produced = [_write_one(run, action, run.resolve(step.fields, i)) for i in numbers]
-    elif action == "acb":
-        for i in numbers:
-            fields = run.resolve(step.fields, i)
-            request = run.request(fields)
-            acb, wall = run.build(request, step.label, cold=bool(fields.get("cold")))
-            run.last = Built(step.label, request, acb, wall)
-            produced.append(run.last)
-        if step.bind:
-            run.named[step.bind] = run.last  # type: ignore[assignment]
-            return
-    else:
-        for i in numbers:
-            _other(run, action, run.resolve(step.fields, i))
-    if step.bind:
-        run.bindings[step.bind] = produced if step.repeat else (
-            produced[0] if produced else None)
-
-
-def _other(run: Run, action: str, f: Mapping[str, Any]) -> None:
-    if action == "write":
-        target = _store_path(run, f["path"])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(f["text"], encoding="utf-8")
-    elif action == "edit":
-        target = _store_path(run, f["path"])
-        text = target.read_text(encoding="utf-8")
-        for old, new in f["replace"].items():
-            if str(old) not in text:
-                raise ScenarioError(f"edit {f['path']}: {old!r} does not occur in the file")
-            text = text.replace(str(old), str(new))
-        target.write_text(text, encoding="utf-8")
-    elif action == "delete":
-        _store_path(run, f["path"]).unlink()
-    elif action == "git":
-        _git(run, f)
-    elif action == "reindex":
-        if f.get("drop"):
-            run.memory.db.drop_schema()
-            run.reopen()
-        run.memory.reindex()
-    elif action == "sync":
-        run.memory.sync()
-    elif action == "reopen":
-        run.reopen()
-    elif action == "daemon":
-        daemon_step(run, f["action"])
-
-
-def daemon_step(run: Run, action: str) -> None:
-    """Start, stop, kill or restart the store's daemon."""
-    raise ScenarioError(f"daemon {action}: not implemented yet")
-
-
-def _git(run: Run, f: Mapping[str, Any]) -> None:
-    if "commit" in f:
-        run.git("add", "-A", ".")
-        run.git("commit", "-q", "--allow-empty", "-m", str(f["commit"]))
-    elif "branch" in f:
-        run.git("checkout", "-q", "-b", str(f["branch"]))
-    elif "checkout" in f:
-        run.git("checkout", "-q", str(f["checkout"]))
-    elif "merge" in f:
-        run.git("merge", "-q", "--no-edit", str(f["merge"]))
-
-
-# --------------------------------------------------------------------------- one scenario
 
 def _schema_name(scenario_id: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "_", scenario_id.lower()).strip("_")[:24]
@@ -464,3 +123,107 @@ def _result(scenario: Scenario, run: Run | None, failures: list[dict[str, Any]],
         "acbs": [{k: v for k, v in b.items() if k != "step"} | {"step": b["step"]}
                  for b in builds[:50]],
     }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (nearest rank), 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
+    return round(ordered[rank - 1], 3)
+
+
+def timing_stats(values: Sequence[float]) -> dict[str, float]:
+    """p50, p95 and max (ms) of a list of durations."""
+    return {"count": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
+            "max": round(max(values), 3) if values else 0.0,
+            "mean": round(statistics.fmean(values), 3) if values else 0.0}
+
+
+# --------------------------------------------------------------------------- the suite
+
+def discover(paths: Sequence[Path]) -> list[Path]:
+    """The scenario files named by `paths` (directories: their *.scenario.yaml)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(sorted(path.glob("*.scenario.yaml")))
+        elif path.exists():
+            found.append(path)
+        else:
+            raise ScenarioError(f"{path}: no such file or directory")
+    return found
+
+
+def format_failure(failure: Mapping[str, Any]) -> str:
+    """A failure record as text for people: where, what was expected, what was found."""
+    where = failure.get("where", "")
+    what = failure.get("assertion", "")
+    head = f"FAIL {failure.get('scenario', '')} {where}" + (f": {what}" if what else "")
+    lines = [head]
+    if failure.get("name"):
+        lines.append(f"  ({failure['name']})")
+    if failure.get("file"):
+        line = f":{failure['line']}" if failure.get("line") else ""
+        lines.append(f"  file:     {failure['file']}{line}")
+    if failure.get("params"):
+        lines.append(f"  params:   {json.dumps(failure['params'], ensure_ascii=False)}")
+    for key in ("expected", "actual", "error"):
+        if key in failure:
+            value = failure[key]
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            lines.append(f"  {key + ':':<9} {text}")
+    excerpt = failure.get("excerpt")
+    if excerpt:
+        lines.append(f"  ACB excerpt ({excerpt['acb_id']}, {excerpt['token_used_est']} tokens, "
+                     f"path {excerpt['path']}):")
+        for name, items in excerpt["sections"].items():
+            lines.append(f"    {name}: {len(items)} item(s)")
+            lines += [f"      {item}" for item in items[:12]]
+            if len(items) > 12:
+                lines.append(f"      ... {len(items) - 12} more")
+        for entry in excerpt["omissions"]:
+            lines.append(f"    omission: {json.dumps(entry, ensure_ascii=False)}")
+    if failure.get("traceback"):
+        lines.append("  " + failure["traceback"].replace("\n", "\n  "))
+    return "\n".join(lines)
+
+
+def run_suite(paths: Sequence[Path | str], dsn: str, report_dir: Path | str | None,
+                  *, on_result: Any = None) -> dict[str, Any]:
+    """Run every scenario named by `paths`; write and return the run report.
+
+    Malformed files fail the run as scenarios of their own (they are never
+    half-run). `on_result(result)` is called after each scenario.
+    """
+    started = datetime.now(UTC)
+    clock = time.perf_counter()
+    results: list[dict[str, Any]] = []
+    for path in discover([Path(p) for p in paths]):
+        try:
+            scenario = load_scenario(path)
+        except ScenarioError as exc:
+            result: dict[str, Any] = {"id": path.name, "file": str(path), "passed": False,
+                                      "failures": [{"error": str(exc)}]}
+        else:
+            result = run_scenario(scenario, dsn)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    report = {
+        "run_id": "run_" + started.strftime("%Y%m%dT%H%M%S%fZ"),
+        "started": started.isoformat(timespec="seconds"),
+        "duration_ms": round((time.perf_counter() - clock) * 1000, 1),
+        "passed": sum(1 for r in results if r["passed"]),
+        "failed": sum(1 for r in results if not r["passed"]),
+        "scenarios": results,
+    }
+    if report_dir is not None:
+        directory = Path(report_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        target = directory / f"{report['run_id']}.report.json"
+        target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                          encoding="utf-8")
+        report["report_path"] = str(target)
+    return report

@@ -4,18 +4,20 @@ A scenario is a story a user would tell, with measurable assertions (P8,
 docs/SCENARIOS.md). `load_scenario` validates a whole file before anything
 runs: a malformed file is a `ScenarioError` naming `file:line`, the step and
 what is wrong. `run_scenarios` runs each in a fresh git repository and its own
-PostgreSQL schema (gitmem.harness) and writes `reports/run_<ts>.report.json`.
+PostgreSQL schema and writes `reports/run_<ts>.report.json`:
+
+    scenario.py  the format: load, validate, `$name` substitution, the clock
+    steps.py     what each step does to a real store (`Run`)
+    assertions.py  what each assertion checks
+    harness.py   one scenario, a suite, the report
 """
 
 from __future__ import annotations
 
-import json
 import re
-import statistics
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -491,73 +493,11 @@ def _lookup(bindings: Mapping[str, Any], name: str, index: str | None) -> Any:
         raise ScenarioError(f"${name}[{index}]: ${name} holds {len(value)} ids") from None
 
 
-# --------------------------------------------------------------------------- the suite
-
-def discover(paths: Sequence[Path]) -> list[Path]:
-    """The scenario files named by `paths` (directories: their *.scenario.yaml)."""
-    found: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found.extend(sorted(path.glob("*.scenario.yaml")))
-        elif path.exists():
-            found.append(path)
-        else:
-            raise ScenarioError(f"{path}: no such file or directory")
-    return found
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (nearest rank), 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 100))))
-    return round(ordered[rank - 1], 3)
-
-
-def timing_stats(values: Sequence[float]) -> dict[str, float]:
-    """p50, p95 and max (ms) of a list of durations."""
-    return {"count": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-            "max": round(max(values), 3) if values else 0.0,
-            "mean": round(statistics.fmean(values), 3) if values else 0.0}
-
-
 def run_scenarios(paths: Sequence[Path | str], dsn: str, report_dir: Path | str | None,
-                  *, on_result: Any = None) -> dict[str, Any]:
-    """Run every scenario named by `paths`; write and return the run report.
+                  *, on_result: Callable[[dict[str, Any]], None] | None = None
+                  ) -> dict[str, Any]:
+    """Run every scenario named by `paths`; write `run_<ts>.report.json` into
+    `report_dir` (if given) and return the report (see gitmem.harness.run_suite)."""
+    from gitmem.harness import run_suite
 
-    Malformed files fail the run as scenarios of their own (they are never
-    half-run). `on_result(result)` is called after each scenario.
-    """
-    from gitmem.harness import run_scenario
-
-    started = datetime.now(UTC)
-    clock = time.perf_counter()
-    results: list[dict[str, Any]] = []
-    for path in discover([Path(p) for p in paths]):
-        try:
-            scenario = load_scenario(path)
-        except ScenarioError as exc:
-            result: dict[str, Any] = {"id": path.name, "file": str(path), "passed": False,
-                                      "failures": [{"error": str(exc)}]}
-        else:
-            result = run_scenario(scenario, dsn)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
-    report = {
-        "run_id": "run_" + started.strftime("%Y%m%dT%H%M%S%fZ"),
-        "started": started.isoformat(timespec="seconds"),
-        "duration_ms": round((time.perf_counter() - clock) * 1000, 1),
-        "passed": sum(1 for r in results if r["passed"]),
-        "failed": sum(1 for r in results if not r["passed"]),
-        "scenarios": results,
-    }
-    if report_dir is not None:
-        directory = Path(report_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        target = directory / f"{report['run_id']}.report.json"
-        target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
-                          encoding="utf-8")
-        report["report_path"] = str(target)
-    return report
+    return run_suite(paths, dsn, report_dir, on_result=on_result)
