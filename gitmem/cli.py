@@ -448,6 +448,9 @@ def _daemon_options(func: F) -> F:
         click.option("--reconcile-interval", type=click.FloatRange(min=0.1), default=300.0,
                      show_default=True, metavar="SECONDS",
                      help="Full reconcile of index and files this often."),
+        click.option("--max-request-bytes", type=click.IntRange(min=1024),
+                     default=16 * 1024 * 1024, show_default=True, metavar="N",
+                     help="Largest JSON-RPC request line accepted."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -456,10 +459,12 @@ def _daemon_options(func: F) -> F:
 
 def _daemon_settings(flags: dict[str, Any]) -> Any:
     from gitmem.daemon import DaemonOptions
+    from gitmem.server import ServerOptions
 
     return DaemonOptions(autocommit=flags["autocommit"], commit_interval=flags["commit_interval"],
                          commit_max_events=flags["commit_max_events"],
-                         reconcile_interval=flags["reconcile_interval"])
+                         reconcile_interval=flags["reconcile_interval"],
+                         server=ServerOptions(max_request_bytes=flags["max_request_bytes"]))
 
 
 @main.group()

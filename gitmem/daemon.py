@@ -51,6 +51,7 @@ class DaemonOptions:
     commit_max_events: int = 500       # ... or as soon as this many events wait
     reconcile_interval: float = 300.0  # full reconcile, in case file events were lost
     db_pool_size: int = 8
+    db_timeout: float = 5.0            # fail fast while PostgreSQL is away; the watcher retries
     server: ServerOptions = field(default_factory=ServerOptions)
 
     def to_args(self) -> list[str]:
@@ -58,7 +59,8 @@ class DaemonOptions:
         return ["--autocommit" if self.autocommit else "--no-autocommit",
                 "--commit-interval", str(self.commit_interval),
                 "--commit-max-events", str(self.commit_max_events),
-                "--reconcile-interval", str(self.reconcile_interval)]
+                "--reconcile-interval", str(self.reconcile_interval),
+                "--max-request-bytes", str(self.server.max_request_bytes)]
 
 
 def pid_path(config: Config) -> Path:
@@ -205,7 +207,7 @@ class Autocommit:
 def run(config: Config, options: DaemonOptions) -> None:
     """Serve the store in the foreground until SIGTERM or SIGINT."""
     lock_fd = _lock_pid_file(config)
-    memory = Memory(config, db_pool_size=options.db_pool_size)
+    memory = Memory(config, db_pool_size=options.db_pool_size, db_timeout=options.db_timeout)
     committer: Autocommit | None = None
     if options.autocommit:
         try:

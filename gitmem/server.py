@@ -235,7 +235,9 @@ class _Connection:
                         "code": INVALID_REQUEST,
                         "message": f"request larger than {limit} bytes; send large tool "
                                    "output as an excerpt or split the batch"}))
-                    break  # the rest of that line cannot be framed reliably
+                    while line and not line.endswith(b"\n"):  # skip the rest of it
+                        line = reader.readline(limit + 1)
+                    continue
                 if line.strip():
                     self._handle_line(line)
         except OSError:

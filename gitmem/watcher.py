@@ -29,6 +29,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
 from gitmem.memory import Memory
@@ -202,6 +203,9 @@ class Watcher:
         """
         timeout = self.flush_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        if self.stats["db_ok"] is False:
+            raise DatabaseError(f"the index is unavailable ({self.stats['db_error']}); events "
+                                "are still written to the files and indexed when it returns")
         if self.mode != "inotify" or not self._barrier(min(1.0, timeout)):
             self.request_reconcile("catch-up on read without ordered file events")
         with self._cond:
@@ -243,7 +247,6 @@ class Watcher:
     # ------------------------------------------------------------------ the indexer thread
 
     def _run(self) -> None:
-        backoff = 0.0
         while True:
             with self._cond:
                 taken = self._take()
@@ -253,15 +256,14 @@ class Watcher:
             try:
                 changed = self._index(batch, full)
             except DatabaseError as exc:
-                backoff = min(max(backoff * 2, 0.25), 30.0)
-                self._database_down(batch, full, exc, backoff)
+                self._database_down(batch, full, exc)
+                self._wait_for_database()
                 continue
             except Exception as exc:  # never let one bad batch stop the indexer
                 logger.exception("indexing %d path(s) failed; a reconcile will retry",
                                  len(batch))
                 self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
                 changed = []
-            backoff = 0.0
             with self._cond:
                 self._processed = sequence
                 self._inflight = set()
@@ -316,8 +318,7 @@ class Watcher:
         self.stats.update(db_ok=True, db_error=None, db_down_since=None)
         return changed + policies
 
-    def _database_down(self, batch: set[str], full: bool, exc: DatabaseError,
-                       backoff: float) -> None:
+    def _database_down(self, batch: set[str], full: bool, exc: DatabaseError) -> None:
         if self.stats["db_ok"] is not False:
             logger.warning("the index is unavailable (%s); files keep being written and the "
                            "index catches up when it returns", exc)
@@ -329,7 +330,26 @@ class Watcher:
             self._inflight = set()
             self._failures += 1
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._stopping or self._urgent, backoff)
+
+    def _wait_for_database(self) -> None:
+        """Probe with fresh connections until PostgreSQL answers, then drop the old pool.
+
+        A pool whose connections broke retries with a backoff that grows to
+        minutes; a fresh one connects at once.
+        """
+        delay = 0.1
+        while True:
+            with self._cond:
+                if self._cond.wait_for(lambda: self._stopping, delay):
+                    return
+            try:
+                Database.open(self.memory.config, max_size=1, timeout=2.0).close()
+            except DatabaseError as exc:
+                self.stats["db_error"] = str(exc)
+                delay = min(delay * 2, 2.0)
+                continue
+            self.memory.close()
+            return
 
     def _log_problems(self, changed: list[str]) -> None:
         """Log each new parse problem of the files just indexed (they stay in status)."""

@@ -1,0 +1,261 @@
+"""The socket server, tested by running the daemon for real: JSON-RPC framing,
+errors, limits, concurrency and group commit."""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gitmem.client import Client
+from gitmem.config import Config
+from gitmem.errors import RpcError
+from tests.daemons import Daemon, Index, cleanup_dir, items, new_repo, running, short_dir
+
+
+@pytest.fixture(scope="module")
+def served(dsn: str) -> Iterator[Daemon]:
+    """One daemon for the module (protocol tests share its store)."""
+    root = short_dir("gms")
+    new_repo(root)
+    config = Config(store=root / "memory", dsn=dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
+    try:
+        with running(config) as daemon:
+            yield daemon
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{config.schema}" CASCADE')
+        cleanup_dir(root)
+
+
+def exchange(daemon: Daemon, *lines: bytes) -> list[Any]:
+    """Send raw lines on one connection; one response per line that gets one."""
+    with daemon.client(timeout=10) as client:
+        answers = []
+        for line in lines:
+            client.send_line(line)
+            answers.append(client.read_response())
+        return answers
+
+
+def lines_of(store: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in sorted(store.glob("events/*/*.jsonl"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_record_event_answers_once_the_line_is_on_disk(served: Daemon) -> None:
+    event_id = served.call("record_event", {"session_id": "durable",
+                                            "content": {"text": "written before the answer"}})
+    assert event_id.keys() == {"event_id"}
+    assert event_id["event_id"] in {e["id"] for e in lines_of(served.config.store)}
+
+
+def test_socket_is_private_to_its_owner(served: Daemon) -> None:
+    mode = served.config.socket_path.stat().st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
+
+
+def test_malformed_json_gets_a_parse_error_and_the_connection_keeps_serving(
+        served: Daemon) -> None:
+    bad, good = exchange(served, b'{"jsonrpc": "2.0", "method": \n',
+                         b'{"jsonrpc": "2.0", "id": 7, "method": "daemon_status"}\n')
+    assert bad["error"]["code"] == -32700 and bad["id"] is None
+    assert good["id"] == 7 and good["result"]["pid"] == served.pid
+    bad_utf8 = exchange(served, b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}\n')[0]
+    assert bad_utf8["error"]["code"] == -32700
+
+
+@pytest.mark.parametrize("line, needle", [
+    (b"[]\n", "empty batch"),
+    (b"42\n", "expected a JSON object"),
+    (b'{"jsonrpc": "1.0", "id": 1, "method": "status"}\n', "jsonrpc"),
+    (b'{"jsonrpc": "2.0", "id": 1, "method": 5}\n', "method"),
+    (b'{"jsonrpc": "2.0", "id": true, "method": "status"}\n', "id"),
+])
+def test_invalid_requests_get_32600(served: Daemon, line: bytes, needle: str) -> None:
+    answer = exchange(served, line)[0]
+    assert answer["error"]["code"] == -32600
+    assert needle in answer["error"]["message"]
+
+
+def test_unknown_method_gets_32601_listing_the_methods(served: Daemon) -> None:
+    with pytest.raises(RpcError) as caught:
+        served.call("record_evnt", {})
+    assert caught.value.code == -32601
+    assert "record_evnt" in str(caught.value) and "record_event" in str(caught.value)
+
+
+@pytest.mark.parametrize("method, params, field", [
+    ("record_event", {"channel": 5, "content": {"text": "x"}}, "channel"),
+    ("record_event", {"content": {"text": "x"}, "colour": "red"}, "colour"),
+    ("record_event", {"kind": "message", "content": {"text": 3}}, "content.text"),
+    ("build_acb", {"max_tokens": "many"}, "max_tokens"),
+    ("build_acb", {"query": "typo of query_text"}, "query"),
+    ("get_artifact", {}, "artifact_id"),
+    ("create_handoff", {"to_agent": "b", "task": 7}, "task"),
+    ("query_decisions", {"active_only": "yes"}, "active_only"),
+    ("decide", {"text": "x", "refs": "evt_not_a_list"}, "refs"),
+])
+def test_wrong_params_get_32602_naming_the_field(served: Daemon, method: str,
+                                                 params: dict[str, Any], field: str) -> None:
+    with pytest.raises(RpcError) as caught:
+        served.call(method, params)
+    assert caught.value.code == -32602
+    assert f"'{field}'" in str(caught.value)
+    assert caught.value.data["field"] == field
+
+
+def test_params_that_are_not_an_object_get_32602(served: Daemon) -> None:
+    with pytest.raises(RpcError) as caught:
+        served.call("record_event", [1, 2])
+    assert caught.value.code == -32602
+
+
+def test_application_errors_carry_their_own_codes(served: Daemon) -> None:
+    before = len(lines_of(served.config.store))
+    with pytest.raises(RpcError) as refused:
+        served.call("record_event", {"sensitivity": "secret", "content": {"text": "pw"}})
+    assert refused.value.code == -32002 and "never stored" in str(refused.value)
+    assert len(lines_of(served.config.store)) == before
+    with pytest.raises(RpcError) as missing:
+        served.call("get_artifact", {"artifact_id": "art_" + "0" * 64})
+    assert missing.value.code == -32003 and "not found" in str(missing.value)
+
+
+def test_an_oversized_request_is_refused_and_others_go_on(served: Daemon) -> None:
+    huge = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "record_event",
+                       "params": {"content": {"text": "x" * 1_100_000}}}).encode() + b"\n"
+    answer, after = exchange(served, huge, b'{"jsonrpc": "2.0", "id": 2, "method": "status"}\n')
+    assert answer["error"]["code"] == -32600 and "larger than" in answer["error"]["message"]
+    assert after["id"] == 2 and "clean" in after["result"]  # the connection goes on
+    assert "x" * 1000 not in "".join(e["content"].get("text", "")
+                                     for e in lines_of(served.config.store))
+    assert served.call("daemon_status")["pid"] == served.pid
+
+
+def test_batches_and_notifications(served: Daemon) -> None:
+    marker = uuid.uuid4().hex
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "record_event",
+              "params": {"session_id": "batch", "content": {"text": f"{marker} {n}"}}}
+             for n in range(1, 4)]
+    batch.append({"jsonrpc": "2.0", "method": "record_event",  # a notification: no answer
+                  "params": {"session_id": "batch", "content": {"text": f"{marker} note"}}})
+    batch.append({"jsonrpc": "2.0", "id": 4, "method": "build_acb",
+                  "params": {"session_id": "batch"}})
+    batch.append({"jsonrpc": "2.0", "id": 5, "method": "nope"})
+    answers = exchange(served, json.dumps(batch).encode() + b"\n")[0]
+    assert [a["id"] for a in answers] == [1, 2, 3, 4, 5]
+    assert all("event_id" in a["result"] for a in answers[:3])
+    window = " ".join(i["text"] for i in items(answers[3]["result"], "recent_window"))
+    assert all(f"{marker} {n}" in window for n in range(1, 4))  # read-your-writes in a batch
+    assert answers[4]["error"]["code"] == -32601
+    texts = [e["content"].get("text") for e in lines_of(served.config.store)]
+    assert f"{marker} note" in texts
+
+
+def test_build_acb_right_after_record_event_on_one_connection(served: Daemon) -> None:
+    with served.client() as client:
+        request = {"jsonrpc": "2.0", "id": 1, "method": "record_event",
+                   "params": {"session_id": "ryw", "content": {"text": "pipelined kiwi"}}}
+        acb = {"jsonrpc": "2.0", "id": 2, "method": "build_acb",
+               "params": {"session_id": "ryw"}}
+        client.send_line((json.dumps(request) + "\n" + json.dumps(acb) + "\n").encode())
+        answers = {a["id"]: a for a in (client.read_response(), client.read_response())}
+    assert {"acb_id", "sections", "omissions", "provenance"} <= answers[2]["result"].keys()
+    assert any("pipelined kiwi" in i["text"] for i in items(answers[2]["result"], "recent_window"))
+
+
+def test_artifacts_and_handoffs(served: Daemon) -> None:
+    output = "".join(f"line {n}: {'y' * 60}\n" for n in range(400))  # > max_excerpt_bytes
+    served.call("record_event", {"kind": "tool_result", "session_id": "art",
+                                 "content": {"tool": "fs.read_file", "output": output}})
+    event = next(e for e in reversed(lines_of(served.config.store)) if e["session_id"] == "art")
+    assert event["content"]["truncated"] is True
+    artifact = served.call("get_artifact", {"artifact_id": event["content"]["artifact_id"]})
+    assert artifact["encoding"] == "utf-8" and artifact["data"] == output
+    assert artifact["bytes"] == len(output.encode())
+    packet = served.call("create_handoff", {"to_agent": "reviewer", "task": "Review the diff",
+                                            "open_questions": ["Is the cache needed?"]})
+    assert packet["handoff_id"].startswith("hof_")
+    assert (served.config.store / packet["path"]).is_file()
+    assert packet["open_questions"] == ["Is the cache needed?"]
+
+
+def test_one_bad_client_does_not_disturb_the_others(served: Daemon) -> None:
+    half = socket.socket(socket.AF_UNIX)  # sends half a request, then nothing
+    half.connect(str(served.config.socket_path))
+    half.sendall(b'{"jsonrpc": "2.0", "id": 1, "method": "sta')
+    deaf = socket.socket(socket.AF_UNIX)  # pipelines requests, never reads an answer
+    deaf.connect(str(served.config.socket_path))
+    deaf.sendall(b"".join(json.dumps({"jsonrpc": "2.0", "id": n, "method": "record_event",
+                                      "params": {"session_id": "deaf",
+                                                 "content": {"text": f"deaf {n}"}}}).encode()
+                          + b"\n" for n in range(300)))
+    try:
+        with served.client(timeout=5) as client:
+            for n in range(20):
+                started = time.monotonic()
+                client.call("record_event", {"session_id": "polite",
+                                             "content": {"text": f"polite {n}"}})
+                client.call("build_acb", {"session_id": "polite"})
+                assert time.monotonic() - started < 1.0
+    finally:
+        half.close()
+        deaf.close()
+
+
+def test_64_concurrent_clients_recording_and_querying_all_answered_nothing_lost(
+        served: Daemon) -> None:
+    run = uuid.uuid4().hex[:8]
+    per_client = 25
+    failures: list[str] = []
+    answered: list[str] = []
+    lock = threading.Lock()
+
+    def agent(number: int) -> None:
+        session = f"c{run}-{number}"
+        try:
+            with Client(served.config.socket_path, timeout=60) as client:
+                for n in range(per_client):
+                    answer = client.call("record_event", {
+                        "session_id": session, "agent_id": f"agent{number}",
+                        "content": {"text": f"{session} step {n}"}})
+                    with lock:
+                        answered.append(answer["event_id"])
+                acb = client.call("build_acb", {"session_id": session, "agent_id": "a"})
+                window = " ".join(i["text"] for i in items(acb, "recent_window"))
+                if f"{session} step {per_client - 1}" not in window:
+                    failures.append(f"{session}: last event missing from its recent window")
+                client.call("query_decisions", {})
+        except Exception as exc:  # collected: a thread's assert would vanish
+            failures.append(f"{session}: {exc!r}")
+
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures, failures[:5]
+    assert len(answered) == len(set(answered)) == 64 * per_client
+    on_disk = [e["id"] for e in lines_of(served.config.store)
+               if e["session_id"].startswith(f"c{run}-")]
+    assert sorted(on_disk) == sorted(answered)  # each once, none lost, none torn
+    served.call("status")  # catch-up on read: the index holds every answered event
+    index = Index(served.config)
+    try:
+        stored = index.scalar("SELECT count(*) FROM events WHERE session_id LIKE %s", f"c{run}-%")
+        assert stored == 64 * per_client
+    finally:
+        index.close()
+    writer = served.call("daemon_status")["writer"]
+    assert writer["batches"] < writer["events"]  # group commit batched concurrent calls
