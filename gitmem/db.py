@@ -29,7 +29,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 Row = dict[str, Any]
 
 
@@ -202,7 +202,14 @@ class Database:
             self._recreate(conn, with_indexes=False)
             yield conn
             conn.execute(sql_text("indexes.sql").encode())
-            conn.execute(sql.SQL("ANALYZE"))
+            # only this schema's tables: a bare ANALYZE takes every table of the
+            # database, other stores' and the catalogs, and deadlocks with their rebuilds
+            tables = [row["tablename"] for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename",
+                (self.schema,)).fetchall()]
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(
+                sql.Identifier(self.schema, table) for table in tables)))
+
 
     # ------------------------------------------------------------------ statements
 

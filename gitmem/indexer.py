@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from gitmem.store import classify, iter_store_files
 logger = logging.getLogger(__name__)
 
 ANCHOR_BYTES = 4096
+RACY_NS = 2_000_000_000
 COPY_BATCH_ROWS = 20000
 Progress = Callable[[int], None]
 
@@ -82,7 +84,11 @@ def _sha(data: bytes) -> str:
 
 
 def _stat_fields(st: os.stat_result) -> dict[str, int]:
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    # A file modified within RACY_NS may change again inside the same timestamp tick
+    # (coarse filesystem clocks) with the same size: its stat is not trusted (-1
+    # never matches), so the next sync compares its content instead (as git does).
+    mtime = st.st_mtime_ns if time.time_ns() - st.st_mtime_ns >= RACY_NS else -1
+    return {"size": st.st_size, "mtime_ns": mtime, "inode": st.st_ino}
 
 
 def _same_stat(state: Row, st: os.stat_result) -> bool:
@@ -233,13 +239,21 @@ def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str) -> None
 
 def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies) -> Assessment:
     """Sync one file in its own transaction; returns what was found."""
+    return _sync_file(db, store, rel, kind, policies)[0]
+
+
+def _sync_file(db: Database, store: Path, rel: str, kind: str,
+               policies: Policies) -> tuple[Assessment, FileRows]:
     with db.transaction() as conn:
         db.execute("lock_sync_shared", {"path": rel}, conn)
         state = db.fetchone("file_state", {"path": rel}, conn)
         found = assess(store, rel, kind, state, policies)
-        if found.action != "unchanged":
-            apply(db, conn, found, policies)
-    return found
+        if found.action == "unchanged" or (
+                found.action == "touched" and state is not None
+                and all(found.state[k] == state[k] for k in ("size", "mtime_ns", "inode"))):
+            return found, FileRows()  # nothing new to record (a recent file stays racy)
+        rows = apply(db, conn, found, policies)
+    return found, rows
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -253,7 +267,8 @@ def sync(db: Database, store: Path, policies: Policies,
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
     for rel, kind in todo:
-        found = sync_file(db, store, rel, kind, policies)
+        found, rows = _sync_file(db, store, rel, kind, policies)
+        report.errors.extend(_errors_json(rows.errors))
         if found.stale:
             report.changed.append({"path": rel, "action": found.action, "reason": found.reason})
     report.head = gitops.head(store)

@@ -231,9 +231,6 @@ def validate_content(kind: str, content: Any) -> dict[str, Any]:
         _text(content.get("tool"), "content.tool")
         _text(content.get("excerpt_text"), "content.excerpt_text", allow_empty=True)
         _bool(content.get("truncated", False), "content.truncated")
-        if "artifact_id" in content and not ARTIFACT_ID.match(str(content["artifact_id"])):
-            raise ValidationError(f"expected art_ + sha256 hex, got {content['artifact_id']!r}",
-                                  field="content.artifact_id")
         line_range = content.get("line_range")
         if line_range is not None and not (
                 isinstance(line_range, list) and len(line_range) == 2
@@ -245,6 +242,14 @@ def validate_content(kind: str, content: Any) -> dict[str, Any]:
             _choice(content["status"], TASK_STATUSES, "content.status")
     if kind == "artifact" and not ARTIFACT_ID.match(str(content.get("artifact_id", ""))):
         raise ValidationError("expected art_ + sha256 hex", field="content.artifact_id")
+    # artifact references are indexed into typed columns: check them for every kind
+    if "artifact_id" in content and not ARTIFACT_ID.match(str(content["artifact_id"])):
+        raise ValidationError(f"expected art_ + sha256 hex, got {content['artifact_id']!r}",
+                              field="content.artifact_id")
+    size = content.get("bytes", 0)
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63:
+        raise ValidationError(f"expected a byte count (an integer >= 0), got {size!r}",
+                              field="content.bytes")
     for key in ("text", "title"):
         if key in content and not isinstance(content[key], str):
             raise ValidationError(f"expected a string, got {type(content[key]).__name__}",

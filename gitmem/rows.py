@@ -6,6 +6,7 @@ are decided, so the incremental sync and the full reindex cannot disagree.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -117,18 +118,27 @@ def split_text(text: str, max_tokens: int) -> list[str]:
 def _fit(paragraph: str, max_tokens: int) -> list[str]:
     if tokens.count(paragraph) <= max_tokens - 1:
         return [paragraph]
+    # Encode once and cut where a token starts a character: a token may hold part of
+    # a multi-byte character, and decoding such a prefix would invent U+FFFD.
+    encoded = tokens.encoding().encode_ordinary(paragraph)
+    _, starts = tokens.encoding().decode_with_offsets(encoded)
     out: list[str] = []
-    rest = paragraph
-    while rest:
-        head = tokens.truncate(rest, max_tokens - 1)
+    pos = 0
+    while pos < len(paragraph):
+        last = bisect.bisect_left(starts, pos) + max_tokens - 1
+        end = starts[last] if last < len(starts) else len(paragraph)
+        if end <= pos:  # one character of more tokens than the limit: keep it whole
+            end = next((s for s in starts[last:] if s > pos), len(paragraph))
+        head = paragraph[pos:end]
         cut = head.rfind("\n")
         if cut > len(head) // 2:
             head = head[:cut]
-        if not head:  # a single token longer than the limit cannot happen; be safe
-            head = rest[:1]
-        out.append(head.strip("\n"))
-        rest = rest[len(head):].lstrip("\n")
-    return [p for p in out if p]
+        if head.strip("\n"):
+            out.append(head.strip("\n"))
+        pos += len(head)
+        while pos < len(paragraph) and paragraph[pos] == "\n":
+            pos += 1
+    return out
 
 
 def event_chunk_text(event: Event) -> str:

@@ -63,8 +63,11 @@ CREATE TABLE IF NOT EXISTS chunks (
   importance   real NOT NULL,
   text         text NOT NULL,
   search_extra text NOT NULL,             -- actor name and tags, searchable too
+  -- left(): a tsvector holds at most 1 MB; one huge record (a pasted log, thousands
+  -- of tags) must not make the whole sync fail, so only its head is searchable.
   tsv          tsvector GENERATED ALWAYS AS
-                 (to_tsvector('english', text) || to_tsvector('simple', search_extra)) STORED
+                 (to_tsvector('english', left(text, 100000))
+                  || to_tsvector('simple', left(search_extra, 10000))) STORED
 );
 
 CREATE TABLE IF NOT EXISTS decisions (

@@ -1,0 +1,556 @@
+"""The index: reindex, incremental sync, status, bad input, torn lines, equivalence."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from gitmem.config import Config
+from gitmem.db import Database
+from gitmem.indexer import index_digest
+from gitmem.memory import Memory
+from gitmem.records import content_hash
+from tests.conftest import git
+
+DAY = "events/2026-02/2026-02-09.jsonl"
+DAY2 = "events/2026-02/2026-02-10.jsonl"
+EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+
+
+def line(n: int, day: str = "2026-02-09", **changes: Any) -> str:
+    """A valid, complete event line (with its newline) numbered n."""
+    obj: dict[str, Any] = {
+        "id": f"evt_01JKZ3N4Q5R6S7T8V9W0X{n:05d}", "ts": f"{day}T05:12:33+00:00",
+        "tenant_id": "default", "session_id": "s1", "agent_id": "a1", "channel": "private",
+        "actor": {"type": "human", "id": "alice"}, "kind": "message",
+        "content": {"text": f"message number {n} about deployments"}, "refs": [], "tags": [],
+        "sensitivity": "none"}
+    obj.update(changes)
+    obj["hash"] = content_hash(obj["kind"], obj["content"])
+    return json.dumps(obj) + "\n"
+
+
+def write(store: Path, rel: str, data: str | bytes, mode: str = "w") -> Path:
+    path = store / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode() if isinstance(data, str) else data
+    with path.open(mode + "b") as handle:
+        handle.write(raw)
+    return path
+
+
+def rows(dsn: str, schema: str, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}") as conn:
+        cur = conn.execute(query, params)  # type: ignore[arg-type]
+        return cur.fetchall() if cur.description is not None else []
+
+
+def event_ids(dsn: str, schema: str) -> list[str]:
+    return [r[0] for r in rows(dsn, schema, "SELECT event_id FROM events ORDER BY event_id")]
+
+
+def changed(report: Any) -> dict[str, str]:
+    return {item["path"]: item["action"] for item in report.changed}
+
+
+@pytest.fixture
+def store(config: Config) -> Path:
+    return config.store
+
+
+# ----------------------------------------------------------------------------- reindex
+
+
+def test_reindex_builds_every_table(memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    ref = memory.record({"content": {"text": "We deploy on Fridays"}, "tags": ["topic:deploy"],
+                         "actor": {"type": "human", "id": "alice"}}).id
+    memory.record({"kind": "tool_result",
+                   "content": {"tool": "sh", "output": "out\n" * 5000}})
+    memory.decide("Deploy on Fridays only", [ref], rationale=["fewer incidents"])
+    memory.task("Write the runbook", owner="bob")
+    memory.record({"kind": "summary", "refs": [ref], "content": {"text": "We talked deploys"}})
+    memory.create_handoff("coder", "Write the runbook")
+    report = memory.reindex()
+    assert report.errors == [] and report.files == 9  # 4 views, a day file, dec, tsk, sum, hof
+    counts = memory.status()["index"]
+    assert counts["events"] == 5 and counts["decisions"] == 1 and counts["tasks"] == 1
+    assert counts["summaries"] == 1 and counts["handoffs"] == 1 and counts["views"] == 4
+    assert counts["artifacts"] == 1
+    # chunks: 2 message-like events + decision + task + summary (their events are logs only)
+    kinds = sorted(rows(dsn, schema, "SELECT DISTINCT source_type, source_id FROM chunks"))
+    assert [k for k, _ in kinds] == ["decision", "event", "event", "summary", "task"]
+    # the long tool output's excerpt is split into chunks of at most chunk_max_tokens
+    parts = rows(dsn, schema, "SELECT chunk_id, token_est FROM chunks WHERE kind = 'tool_result'"
+                 " ORDER BY chunk_id")
+    assert len(parts) > 1 and all(n <= 600 for _, n in parts)
+    assert parts[0][0].endswith("#1")
+    # the actor's name and the tags are searchable along with the text
+    for word in ("alice", "deploy", "fridays"):
+        hit = rows(dsn, schema, "SELECT chunk_id FROM chunks "
+                   "WHERE tsv @@ plainto_tsquery('simple', %s) OR "
+                   "tsv @@ plainto_tsquery('english', %s)", (word, word))
+        assert (ref,) in hit, word
+    assert memory.status()["clean"]
+
+
+def test_reindex_reports_progress(memory: Memory, store: Path) -> None:
+    write(store, DAY, "".join(line(i) for i in range(20)) + '{"torn')
+    seen: list[int] = []
+    memory.reindex(seen.append)
+    total = sum(p.stat().st_size for p in store.rglob("*")
+                if p.is_file() and p.suffix in (".md", ".jsonl", ".yaml")
+                and "policies" not in p.parts)
+    assert sum(seen) == total
+
+
+def test_reindex_of_an_empty_store(memory: Memory) -> None:
+    report = memory.reindex()
+    assert report.rows > 0 and report.errors == []  # the template views
+    assert memory.status()["index"]["events"] == 0
+
+
+# ----------------------------------------------------------------------------- sync
+
+
+def test_sync_appends_only_new_lines(memory: Memory, store: Path, dsn: str,
+                                     schema: str) -> None:
+    write(store, DAY, line(1) + line(2) + line(3))
+    assert changed(memory.sync()) == {
+        DAY: "new", "views/glossary.md": "new", "views/identity.md": "new",
+        "views/preferences.md": "new", "views/rules.project.md": "new"}
+    # mark an indexed row: an append must not touch rows already indexed
+    rows(dsn, schema, "UPDATE events SET session_id = 'marker' WHERE line = 1")
+    write(store, DAY, line(4) + line(5), mode="a")
+    report = memory.sync()
+    assert changed(report) == {DAY: "append"}
+    assert event_ids(dsn, schema) == sorted(json.loads(line(i))["id"] for i in range(1, 6))
+    assert rows(dsn, schema, "SELECT session_id FROM events WHERE line = 1") == [("marker",)]
+    assert rows(dsn, schema, "SELECT line FROM events ORDER BY line") == [(i,) for i in range(1, 6)]
+    assert rows(dsn, schema, "SELECT line_count, byte_offset FROM source_files WHERE path = %s",
+                (DAY,)) == [(5, (store / DAY).stat().st_size)]
+    assert changed(memory.sync()) == {}
+
+
+def test_sync_reparses_an_edited_markdown_file(memory: Memory, store: Path, dsn: str,
+                                               schema: str) -> None:
+    memory.sync()
+    view = store / "views" / "glossary.md"
+    view.write_text("---\nsection: rules\n---\n# Glossary\n\n- **FTS**: full-text search\n\n"
+                    "## More\n\nmore words\n")
+    assert changed(memory.sync()) == {"views/glossary.md": "changed"}
+    assert rows(dsn, schema, "SELECT anchor, line FROM view_chunks WHERE path = %s ORDER BY ord",
+                ("views/glossary.md",)) == [("glossary", 4), ("more", 8)]
+    ts = "2026-02-09T05:00:00+00:00"
+    ref = memory.record({"content": {"text": "x"}, "ts": ts}).id
+    task_id = memory.task("Ship it", ts=ts).content["task_id"]
+    memory.sync()
+    memory.task("Ship it", task_id=task_id, status="done", refs=[ref], ts=ts)
+    assert changed(memory.sync()) == {f"tasks/{task_id}.md": "changed", DAY: "append"}
+    assert rows(dsn, schema, "SELECT status FROM tasks") == [("done",)]
+
+
+def test_sync_removes_rows_of_deleted_files(memory: Memory, store: Path, dsn: str,
+                                            schema: str) -> None:
+    write(store, DAY, line(1))
+    write(store, DAY2, line(2, day="2026-02-10"))
+    ref = memory.record({"content": {"text": "x"}, "ts": "2026-02-09T06:00:00+00:00"}).id
+    dec = memory.decide("Keep it", [ref], ts="2026-02-09T07:00:00+00:00").content["decision_id"]
+    memory.sync()
+    assert len(event_ids(dsn, schema)) == 4
+    (store / DAY).unlink()
+    (store / "decisions" / f"{dec}.md").unlink()
+    (store / "views" / "glossary.md").unlink()
+    report = memory.sync()
+    assert changed(report) == {DAY: "deleted", f"decisions/{dec}.md": "deleted",
+                               "views/glossary.md": "deleted"}
+    assert event_ids(dsn, schema) == [json.loads(line(2))["id"]]
+    assert rows(dsn, schema, "SELECT count(*) FROM decisions") == [(0,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE path <> %s", (DAY2,)) == [(0,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM view_chunks WHERE path = %s",
+                ("views/glossary.md",)) == [(0,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM source_files WHERE path = %s",
+                (DAY,)) == [(0,)]
+    assert memory.status()["clean"]
+
+
+def test_shortened_jsonl_is_reindexed_whole(memory: Memory, store: Path, dsn: str,
+                                            schema: str) -> None:
+    write(store, DAY, line(1) + line(2) + line(3))
+    memory.sync()
+    write(store, DAY, line(1))  # a checkout of an older commit
+    assert changed(memory.sync()) == {DAY: "rewrite"}
+    assert event_ids(dsn, schema) == [json.loads(line(1))["id"]]
+
+
+def test_rewritten_jsonl_prefix_is_reindexed_whole(memory: Memory, store: Path, dsn: str,
+                                                   schema: str) -> None:
+    write(store, DAY, line(1) + line(2))
+    memory.sync()
+    # another branch: same length, different first line, then more lines
+    write(store, DAY, line(7) + line(2) + line(3))
+    assert len(line(7)) == len(line(1))
+    report = memory.sync()
+    assert changed(report) == {DAY: "rewrite"}
+    assert event_ids(dsn, schema) == sorted(json.loads(line(i))["id"] for i in (2, 3, 7))
+    assert rows(dsn, schema, "SELECT line FROM events ORDER BY line") == [(1,), (2,), (3,)]
+
+
+def test_sync_of_selected_paths(memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    write(store, DAY, line(1))
+    write(store, DAY2, line(2, day="2026-02-10"))
+    report = memory.sync([DAY, "policies/budgets.yaml", "not/a/store/file.txt"])
+    assert changed(report) == {DAY: "new"}
+    assert event_ids(dsn, schema) == [json.loads(line(1))["id"]]
+    assert not memory.status()["clean"]
+
+
+def test_same_size_edit_within_the_same_mtime_is_seen(memory: Memory, store: Path, dsn: str,
+                                                      schema: str) -> None:
+    view = store / "views" / "glossary.md"
+    memory.sync()
+    st = view.stat()
+    text = view.read_text()
+    edited = text.replace("ACB", "XYZ")
+    assert edited != text and len(edited) == len(text)
+    with view.open("r+") as handle:  # in place: same inode, same size
+        handle.write(edited)
+    os.utime(view, ns=(st.st_atime_ns, st.st_mtime_ns))  # a coarse clock: same mtime
+    assert view.stat().st_ino == st.st_ino
+    status = memory.status()
+    assert [s["path"] for s in status["stale"]] == ["views/glossary.md"]
+    assert changed(memory.sync()) == {"views/glossary.md": "changed"}
+    texts = rows(dsn, schema, "SELECT text FROM view_chunks WHERE path = %s",
+                 ("views/glossary.md",))
+    assert any("XYZ" in t for (t,) in texts)
+
+
+# ----------------------------------------------------------------------------- status
+
+
+def test_status_names_stale_files_and_reasons(memory: Memory, store: Path) -> None:
+    write(store, DAY, line(1) + line(2))
+    write(store, DAY2, line(3, day="2026-02-10"))
+    memory.sync()
+    assert memory.status()["clean"]
+    write(store, DAY, line(4), mode="a")
+    write(store, DAY2, line(3, day="2026-02-10")[:-30] + "\n")  # shorter
+    (store / "views" / "preferences.md").unlink()
+    (store / "views" / "glossary.md").write_text("# Glossary\n\nnew words\n")
+    write(store, "events/2026-02/2026-02-11.jsonl", line(5, day="2026-02-11"))
+    status = memory.status()
+    assert not status["clean"]
+    stale = {s["path"]: (s["action"], s["reason"]) for s in status["stale"]}
+    assert stale == {
+        DAY: ("append", "lines appended since the index"),
+        DAY2: ("rewrite", "shorter than the indexed prefix (checkout or rewrite)"),
+        "events/2026-02/2026-02-11.jsonl": ("new", "not indexed yet"),
+        "views/glossary.md": ("changed", "content hash differs from the index"),
+        "views/preferences.md": ("deleted", "indexed but no longer on disk"),
+    }
+    memory.sync()
+    assert memory.status()["clean"] and memory.status()["stale"] == []
+
+
+def test_status_of_an_unsynced_store_is_not_clean(memory: Memory, store: Path) -> None:
+    status = memory.status()
+    assert not status["clean"] and len(status["stale"]) == 4
+    assert status["index"]["events"] == 0 and status["files_indexed"] == 0
+
+
+def test_status_reports_git_heads(memory: Memory, store: Path, repo: Path) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "init")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    status = memory.status()
+    assert status["git"] == {"head": head, "indexed_head": None}
+    memory.sync()
+    assert memory.status()["git"] == {"head": head, "indexed_head": head}
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+BAD_LINES = [
+    (b'{"id": "evt_01', "malformed JSON"),
+    (line(90).encode().replace(b"deployments", b"deploy\xffments")[:-1], "UTF-8"),
+    (line(91, kind="gossip").encode()[:-1], "got 'gossip'"),
+    (line(92, tags=5).encode()[:-1], "expected a list of strings"),
+    (line(93, ts="2026-02-09T05:12:33").encode()[:-1], "no UTC offset"),
+    (line(94, content={"text": "a\u0000b"}).encode()[:-1], "NUL"),
+    (line(95, content={"text": "x", "artifact_id": "art_" + "0" * 64, "bytes": "many"})
+     .encode()[:-1], "byte count"),
+    (b'{"text": NaN}', "NaN"),
+]
+
+
+def bad_store(store: Path) -> dict[str, int]:
+    """A store with good records between bad ones; path -> expected bad line."""
+    data = line(1).encode()
+    expected_lines = []
+    for number, (raw, _) in enumerate(BAD_LINES, start=2):
+        data += raw + b"\n" + line(100 + number).encode()
+        expected_lines.append(2 * number - 2)
+    write(store, DAY, data)
+    good_ref = json.loads(line(1))["id"]
+    dec_ok = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+    dec_bad = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
+    write(store, f"decisions/{dec_ok}.md",
+          f"---\nid: {dec_ok}\nts: 2026-02-09T05:12:33Z\nrefs: [{good_ref}]\n---\nGood.\n")
+    write(store, f"decisions/{dec_bad}.md",
+          f"---\nid: {dec_bad}\nts: 2026-02-09T05:12:33Z\nrefs: []\n---\nNo refs.\n")
+    write(store, "views/broken.md", "---\nsection: [rules\n---\n# Broken\n")
+    write(store, "views/nul.md", "# Nul\n\nline two\nbad \x00 here\n")
+    write(store, "tasks/tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3.md",
+          "---\nid: tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3\nts: 2026-02-09T05:12:33Z\n"
+          "title: Fine\n---\n")
+    return {DAY: len(expected_lines)}
+
+
+def check_bad_store_index(errors: list[dict[str, Any]], dsn: str, schema: str) -> None:
+    where = sorted((e["path"], e["line"]) for e in errors)
+    bad_lines = [(DAY, 2 * n - 2) for n in range(2, len(BAD_LINES) + 2)]
+    assert where == sorted([*bad_lines, ("decisions/dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4.md", 4),
+                            ("views/broken.md", 3), ("views/nul.md", 4)])
+    messages = {(e["path"], e["line"]): e["message"] for e in errors}
+    for (raw, needle), key in zip(BAD_LINES, bad_lines, strict=True):
+        assert needle in messages[key], (raw, messages[key])
+    assert all(e["line"] for e in errors)
+    refs_error = next(e for e in errors if e["path"].startswith("decisions/"))
+    assert refs_error["field"] == "refs"
+    # everything else is indexed
+    good = {json.loads(line(1))["id"]} | {json.loads(line(100 + n))["id"]
+                                          for n in range(2, len(BAD_LINES) + 2)}
+    assert set(event_ids(dsn, schema)) == good
+    assert rows(dsn, schema, "SELECT decision_id FROM decisions") == [
+        ("dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3",)]
+    assert rows(dsn, schema, "SELECT count(*) FROM tasks") == [(1,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM views") == [(4,)]
+
+
+def test_bad_input_is_reported_and_everything_else_indexed_by_sync(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    bad_store(store)
+    report = memory.sync()
+    check_bad_store_index(report.errors, dsn, schema)
+    status = memory.status()
+    check_bad_store_index(status["errors"], dsn, schema)
+    assert status["clean"]  # reported, not stale: the index reflects the files
+
+
+def test_bad_input_is_reported_and_everything_else_indexed_by_reindex(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    bad_store(store)
+    report = memory.reindex()
+    check_bad_store_index(report.errors, dsn, schema)
+    check_bad_store_index(memory.status()["errors"], dsn, schema)
+
+
+def test_errors_of_appended_lines_accumulate_and_clear(memory: Memory, store: Path) -> None:
+    write(store, DAY, line(1) + "not json\n")
+    memory.sync()
+    write(store, DAY, line(2) + "{also bad\n", mode="a")
+    memory.sync()
+    errors = memory.status()["errors"]
+    assert [(e["path"], e["line"]) for e in errors] == [(DAY, 2), (DAY, 4)]
+    write(store, DAY, line(1) + line(2))  # fixed by hand (a rewrite)
+    memory.sync()
+    assert memory.status()["errors"] == []
+
+
+# ----------------------------------------------------------------------------- torn lines
+
+
+def test_torn_last_line_waits_until_complete(memory: Memory, store: Path, dsn: str,
+                                             schema: str) -> None:
+    whole = line(2)
+    write(store, DAY, line(1) + whole[:40])
+    memory.sync()
+    assert event_ids(dsn, schema) == [json.loads(line(1))["id"]]
+    status = memory.status()
+    assert status["clean"] and status["errors"] == []
+    assert status["pending"] == [{"path": DAY, "bytes": 40,
+                                  "reason": "last line has no newline yet (torn or being written)"}]
+    write(store, DAY, whole[40:-1], mode="a")  # the rest, still without its newline
+    memory.sync()
+    assert len(event_ids(dsn, schema)) == 1
+    write(store, DAY, "\n", mode="a")
+    report = memory.sync()
+    assert changed(report) == {DAY: "append"}
+    assert event_ids(dsn, schema) == sorted(json.loads(line(i))["id"] for i in (1, 2))
+    assert memory.status()["pending"] == [] and memory.status()["errors"] == []
+
+
+def test_torn_line_then_recorder_append(memory: Memory, store: Path, dsn: str,
+                                        schema: str) -> None:
+    write(store, DAY, line(1) + line(2)[:30])
+    memory.sync()
+    event = memory.record({"content": {"text": "after the crash"},
+                           "ts": "2026-02-09T09:00:00+00:00"})
+    report = memory.sync()
+    assert [(e["path"], e["line"]) for e in report.errors] == [(DAY, 2)]
+    assert event.id in event_ids(dsn, schema) and len(event_ids(dsn, schema)) == 2
+    assert rows(dsn, schema, "SELECT line FROM events WHERE event_id = %s",
+                (event.id,)) == [(3,)]
+
+
+def test_union_merge_duplicates_are_indexed_once(memory: Memory, store: Path, dsn: str,
+                                                 schema: str) -> None:
+    write(store, DAY, line(1) + line(2) + line(1))
+    memory.sync()
+    assert len(event_ids(dsn, schema)) == 2
+    assert rows(dsn, schema, "SELECT line FROM events ORDER BY line") == [(1,), (2,)]
+    incremental = index_digest(memory.db)
+    memory.reindex()
+    assert index_digest(memory.db) == incremental
+
+
+# ----------------------------------------------------------------------------- equivalence
+
+
+def test_digest_covers_every_table(memory: Memory, dsn: str, schema: str) -> None:
+    memory.sync()
+    tables = {r[0] for r in rows(dsn, schema, "SELECT tablename FROM pg_tables "
+                                 "WHERE schemaname = %s", (schema,))}
+    digest = index_digest(memory.db)
+    assert set(digest) == tables
+    assert all(len(v) == 64 for v in digest.values())
+
+
+def test_digest_sees_a_one_row_difference(memory: Memory, store: Path, dsn: str,
+                                          schema: str) -> None:
+    write(store, DAY, line(1) + line(2))
+    memory.sync()
+    before = index_digest(memory.db)
+    rows(dsn, schema, "UPDATE events SET tags = '{x}' WHERE line = 2")
+    after = index_digest(memory.db)
+    assert {k for k in before if before[k] != after[k]} == {"events"}
+    os.utime(store / DAY)  # stat columns are not content
+    memory.sync()
+    rows(dsn, schema, "UPDATE events SET tags = '{}' WHERE line = 2")
+    assert index_digest(memory.db) == before
+
+
+@pytest.fixture
+def other_schema(dsn: str) -> Iterator[str]:
+    name = f"t_clone_{os.getpid()}_{id(object()) % 100000}"
+    yield name
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def test_incremental_index_equals_reindex_of_a_fresh_clone(
+        memory: Memory, repo: Path, store: Path, dsn: str, other_schema: str,
+        tmp_path: Path) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "init")
+    memory.sync()
+    refs: list[str] = []
+    for round_number in range(6):
+        for i in range(15):
+            event = memory.record({
+                "content": {"text": f"round {round_number} note {i}: deploy windows"},
+                "session_id": f"s{round_number % 2}", "tags": [f"round:{round_number}"],
+                "ts": f"2026-02-{9 + round_number % 3:02d}T{i:02d}:00:00+00:00"})
+            refs.append(event.id)
+        memory.record({"kind": "tool_result", "ts": f"2026-02-{9 + round_number % 3:02d}"
+                       "T20:00:00+00:00",
+                       "content": {"tool": "sh", "output": f"r{round_number}\n" * 4000}})
+        memory.decide(f"Decision {round_number}", refs[-3:],
+                      ts=f"2026-02-{9 + round_number % 3:02d}T21:00:00+00:00")
+        task = memory.task(f"Task {round_number}").content["task_id"]
+        if round_number % 2:
+            memory.task(f"Task {round_number}", task_id=task, status="done")
+        # a torn line at the end of a day file, completed in a later round
+        if round_number == 2:
+            write(store, "events/2026-02/2026-02-20.jsonl",
+                  line(500, day="2026-02-20")[:25])
+        if round_number == 4:
+            write(store, "events/2026-02/2026-02-20.jsonl",
+                  line(500, day="2026-02-20")[25:], mode="a")
+        glossary = store / "views" / "glossary.md"
+        glossary.write_text(glossary.read_text() + f"\n## Term {round_number}\n\nmeaning\n")
+        memory.sync()
+        if round_number % 2:
+            git(repo, "add", "-A")
+            git(repo, "commit", "-qm", f"round {round_number}")
+    (store / "views" / "preferences.md").unlink()
+    memory.sync()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "final")
+    memory.sync()
+    status = memory.status()
+    assert status["clean"] and status["errors"] == [] and status["pending"] == []
+    incremental = index_digest(memory.db)
+    counts = status["index"]
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(repo), str(clone))
+    clone_config = Config(store=clone / "memory", dsn=dsn, schema=other_schema)
+    with Memory(clone_config) as fresh:
+        report = fresh.reindex()
+        assert report.errors == []
+        assert fresh.status()["index"] == counts
+        assert fresh.status()["git"]["indexed_head"] == status["git"]["head"]
+        rebuilt = index_digest(fresh.db)
+    assert rebuilt == incremental
+    assert counts["events"] > 100 and counts["decisions"] == 6 and counts["artifacts"] == 6
+
+
+def test_dropped_schema_rebuilds_to_the_same_index(memory: Memory, store: Path,
+                                                   config: Config) -> None:
+    write(store, DAY, line(1) + line(2))
+    memory.record({"content": {"text": "x"}})
+    memory.sync()
+    before = index_digest(memory.db)
+    memory.db.drop_schema()
+    with Memory(config) as again:
+        again.sync()
+        assert index_digest(again.db) == before
+
+
+def test_database_of_another_version_is_recreated(config: Config, dsn: str,
+                                                  schema: str) -> None:
+    with Database.open(config) as db:
+        rows(dsn, schema, "UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+        assert not db.schema_exists()
+        assert db.ensure_schema()
+        assert db.schema_exists()
+
+
+def test_store_copy_to_another_path_indexes_equally(memory: Memory, repo: Path, store: Path,
+                                                    dsn: str, other_schema: str,
+                                                    tmp_path: Path) -> None:
+    memory.record({"content": {"text": "copied"}})
+    memory.sync()
+    shutil.copytree(repo, tmp_path / "copy")
+    with Memory(Config(store=tmp_path / "copy" / "memory", dsn=dsn,
+                       schema=other_schema)) as copy:
+        copy.reindex()
+        assert index_digest(copy.db) == index_digest(memory.db)
+
+
+def test_one_huge_record_does_not_fail_the_sync(memory: Memory, store: Path, dsn: str,
+                                                schema: str) -> None:
+    # a tsvector holds at most 1 MB: thousands of tags or a pasted log used to make
+    # PostgreSQL refuse the row and with it the whole sync
+    tags = [f"t{i:06d}x{i * 7919 % 100003:06d}" for i in range(60_000)]
+    write(store, DAY, line(1, tags=tags) + line(2))
+    dec = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+    body = " ".join(f"k{i * 104729 % 999983:06d}q{i}" for i in range(120_000))
+    write(store, f"decisions/{dec}.md",
+          f"---\nid: {dec}\nts: 2026-02-09T05:12:33Z\nrefs: [{EVT}]\n---\n{body}\n")
+    report = memory.sync()
+    assert report.errors == []
+    assert len(event_ids(dsn, schema)) == 2
+    assert rows(dsn, schema, "SELECT count(*) FROM decisions") == [(1,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE tsv @@ "
+                "plainto_tsquery('simple', %s)", (tags[0],)) == [(1,)]
+    memory.reindex()
+    assert len(event_ids(dsn, schema)) == 2
