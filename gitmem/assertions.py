@@ -429,7 +429,7 @@ def index_fresh(run: Run, p: dict[str, Any]) -> None:
 
 def index_equivalent(run: Run, p: dict[str, Any]) -> None:
     """The incremental index equals a reindex of a fresh `git clone` (P2, G1)."""
-    dirty = run.git("status", "--porcelain", "--", "memory").strip()
+    dirty = run.git("status", "--porcelain", "--untracked-files=all", "--", "memory").strip()
     if dirty:
         raise Failure("memory/ committed (add a `git: commit` step first)", dirty.splitlines())
     run.memory.sync()

@@ -1,0 +1,249 @@
+"""The scenario suite as tests (one per scenarios/*.scenario.yaml), and the harness itself.
+
+Every scenario runs for real: a fresh git repository, its own PostgreSQL schema,
+the write path, the index, git. The harness tests cover what a scenario author
+hits: malformed files rejected with file, line, step and what is wrong; failing
+assertions reported with expected, actual and the ACB excerpt; the report file;
+the CLI's exit status.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gitmem.cli import main
+from gitmem.errors import ScenarioError
+from gitmem.harness import format_failure, percentile, run_scenario
+from gitmem.scenario import load_scenario, parse_duration, resolve_at, run_scenarios, substitute
+
+SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob(
+    "*.scenario.yaml"))
+
+
+def test_the_suite_is_complete() -> None:
+    """The minimum suite of SPEC §8 and issue 5 is there."""
+    ids = {load_scenario(path).id for path in SCENARIOS}
+    wanted = {f"SCN-{n:03d}" for n in range(1, 11)} | {"SCN-P1", "SCN-P2", "SCN-P3", "SCN-A1",
+                                                        "SCN-G1", "SCN-G2", "SCN-S1"}
+    assert wanted <= ids, f"missing scenarios: {sorted(wanted - ids)}"
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name.split(".")[0] for p in SCENARIOS])
+def test_scenario(path: Path, dsn: str) -> None:
+    """The scenario passes; on failure, every failing assertion is shown in full."""
+    result = run_scenario(load_scenario(path), dsn)
+    if not result["passed"]:
+        pytest.fail("\n\n".join(format_failure(f) for f in result["failures"]), pytrace=False)
+
+
+# --------------------------------------------------------------------------- malformed files
+
+HEAD = 'id: SCN-T\ntitle: t\nprinciples: [P8]\nnow: "2026-02-01T00:00:00+00:00"\n'
+
+
+def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
+    """A scenario file with `text`."""
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("body", "line", "step", "what"), [
+    ("steps:\n  - record: {txt: hello}\n", 6, "step 1 (record)", "unknown field 'txt'"),
+    ("steps:\n  - record: {text: a}\n  - decide: {text: b}\n", 7, "step 2 (decide)",
+     "missing required field 'refs'"),
+    ("steps:\n  - record: {text: a}\n  - record: {text: b, refs: [$nope]}\n", 7,
+     "step 2 (record)", "$nope is not bound by an earlier step"),
+    ("steps:\n  - record: {text: a, channel: secret}\n", 6, "step 1 (record)",
+     "field 'channel': expected one of private|public|team|agent"),
+    ("steps:\n  - record: {text: a}\n    fly: true\n", 7, "step 1", "unknown key 'fly'"),
+    ("steps:\n  - record: {text: a}\n    decide: {text: b, refs: [x]}\n", 6, "step 1",
+     "expected exactly one action"),
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_magic}\n", 8, "step 1 (acb)",
+     "unknown assertion type 'acb_magic'"),
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_max_tokens}\n", 8,
+     "step 1 (acb)", "missing required field 'max'"),
+    ("steps:\n  - record: {text: a}\n    advance: soon\n", 6, "step 1 (record)",
+     "expected a duration like 30s"),
+    ("steps:\n  - git: {rebase: main}\n", 6, "step 1 (git)", "unknown field 'rebase'"),
+    ("steps:\n  - daemon: explode\n", 6, "step 1 (daemon)", "expected one of start, stop"),
+    ("steps:\n  - record: {text: a}\nassertions:\n  - {type: event_exists, count: many}\n", 8,
+     "final assertions", "field 'count': expected an integer"),
+    ("steps:\n  - write: {path: ../../etc/passwd, text: x}\n", 6, "step 1 (write)",
+     "must be a path inside the store"),
+])
+def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: str, line: int,
+                                                        step: str, what: str) -> None:
+    path = write(tmp_path, HEAD + body)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{line}: {step}"), message
+    assert what in message, message
+
+
+@pytest.mark.parametrize(("text", "what"), [
+    ("id: SCN-T\ntitle: t\nprinciples: [P8]\nsteps: [{sync: true}]\n",
+     "missing required field 'now'"),
+    (HEAD.replace("[P8]", "[P42]") + "steps: [{sync: true}]\n", "field 'principles'"),
+    (HEAD.replace("SCN-T", "scenario one") + "steps: [{sync: true}]\n", "expected SCN-<name>"),
+    (HEAD + "steps: []\n", "expected a non-empty list of steps"),
+    (HEAD + "steps: [{sync: true}]\nbudget: 5\n", "unknown top-level field 'budget'"),
+    (HEAD + "steps:\n  - record: {text: [unclosed\n", "not valid YAML"),
+    (HEAD.replace('"2026-02-01T00:00:00+00:00"', '"2026-02-01T00:00:00"')
+     + "steps: [{sync: true}]\n", "has no UTC offset"),
+    (HEAD + "setup:\n  views:\n    x.md: 42\nsteps: [{sync: true}]\n", "setup.views.x.md"),
+])
+def test_a_malformed_file_is_rejected_whole(tmp_path: Path, text: str, what: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError, match=str(path)) as caught:
+        load_scenario(path)
+    assert what in str(caught.value)
+
+
+def test_a_malformed_file_fails_the_run_without_running_anything(tmp_path: Path,
+                                                                 dsn: str) -> None:
+    write(tmp_path, HEAD + "steps:\n  - record: {txt: hello}\n", "a.scenario.yaml")
+    report = run_scenarios([tmp_path], dsn, None)
+    assert report["failed"] == 1
+    failure = report["scenarios"][0]["failures"][0]
+    assert "a.scenario.yaml:6: step 1 (record): record: unknown field 'txt'" in failure["error"]
+
+
+# --------------------------------------------------------------------------- failures
+
+FAILING = HEAD + """defaults: {session: s1}
+steps:
+  - record: {text: "We ship on Fridays."}
+    as: e1
+  - acb: {query: "when do we ship?"}
+    assertions:
+      - {type: acb_contains_ref, ref: $e1}
+      - {type: acb_section_contains, section: retrieved_evidence, contains: "Mondays"}
+      - {type: acb_max_tokens, max: 10}
+assertions:
+  - {type: event_exists, where: {contains: Fridays}, count: 2}
+"""
+
+
+def test_a_failing_assertion_reports_expected_actual_and_the_acb(tmp_path: Path,
+                                                                 dsn: str) -> None:
+    result = run_scenario(load_scenario(write(tmp_path, FAILING)), dsn)
+    assert not result["passed"]
+    assert [f["where"] for f in result["failures"]] == [
+        "step 2 (acb) assertion 2", "step 2 (acb) assertion 3", "final assertion 1"]
+    contains, tokens, exists = result["failures"]
+    assert contains["scenario"] == "SCN-T" and contains["assertion"] == "acb_section_contains"
+    assert "matching {'section': 'retrieved_evidence', 'contains': 'Mondays'}" in \
+        contains["expected"]
+    assert contains["actual"] == "0 item(s)"
+    assert contains["excerpt"]["sections"]["retrieved_evidence"][0].endswith(
+        "[message] 'user: We ship on Fridays.'")
+    assert tokens["expected"] == "token_used_est <= 10" and tokens["actual"] > 10
+    assert exists["actual"] == 1 and "count': 2" in exists["expected"]
+    text = format_failure(contains)
+    for part in ("FAIL SCN-T step 2 (acb) assertion 2: acb_section_contains", "expected:",
+                 "actual:", "ACB excerpt", "retrieved_evidence: 1 item(s)", "We ship on Fridays"):
+        assert part in text, text
+
+
+def test_a_step_that_errors_ends_the_scenario_and_names_the_step(tmp_path: Path,
+                                                                 dsn: str) -> None:
+    text = HEAD + """steps:
+  - record: {text: a}
+    as: e1
+  - decide: {text: b, refs: [$e1], supersedes: ["dec_01KGE00000000000000000000X"]}
+  - record: {text: never}
+assertions:
+  - {type: event_exists, where: {contains: never}}
+"""
+    result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
+    assert result["steps_run"] == 1
+    [failure] = result["failures"]
+    assert failure["where"] == "step 2 (decide)" and failure["line"] == 8
+    assert "ValidationError" in failure["error"] and "supersedes" in failure["error"]
+
+
+def test_expect_error_fails_when_nothing_is_refused(tmp_path: Path, dsn: str) -> None:
+    text = HEAD + "steps:\n  - record: {text: harmless}\n    expect_error: PrivacyError\n"
+    result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
+    [failure] = result["failures"]
+    assert failure["expected"] == "PrivacyError raised"
+    assert failure["actual"] == "the step succeeded"
+
+
+def test_index_equivalent_requires_committed_memory(tmp_path: Path, dsn: str) -> None:
+    text = HEAD + "steps:\n  - record: {text: a}\nassertions:\n  - {type: index_equivalent}\n"
+    [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
+    assert "git: commit" in failure["expected"]
+    assert any("events/" in line for line in failure["actual"])
+
+
+# --------------------------------------------------------------------------- the report and CLI
+
+PASSING = HEAD + """steps:
+  - repeat: 3
+    record: {text: "note {i} about invoices"}
+    as: notes
+  - acb: {query: invoices}
+    assertions:
+      - {type: acb_contains_ref, ref: "$notes[2]"}
+      - {type: acb_build_latency_p95_ms, max: 5000, runs: 3}
+"""
+
+
+def test_the_report_has_timings_pools_and_sections(tmp_path: Path, dsn: str) -> None:
+    write(tmp_path, PASSING, "ok.scenario.yaml")
+    report = run_scenarios([tmp_path], dsn, tmp_path / "reports")
+    saved = json.loads(Path(report["report_path"]).read_text())
+    assert Path(report["report_path"]).name.startswith("run_")
+    assert saved["passed"] == 1 and saved["failed"] == 0
+    [result] = saved["scenarios"]
+    assert result["id"] == "SCN-T" and result["passed"] and result["acb_builds"] == 4
+    assert set(result["timings_ms"]) >= {"p50", "p95", "max"}
+    assert result["candidate_pool_size"]["max"] >= 3
+    assert result["sections_packed_max"]["retrieved_evidence"] == 3
+    assert result["paths"] == ["retrieval"]
+
+
+def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str) -> None:
+    runner = CliRunner()
+    write(tmp_path, PASSING, "a.scenario.yaml")
+    ok = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path),
+                              "--report-dir", str(tmp_path / "r")])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["passed"] == 1
+    write(tmp_path, FAILING.replace("SCN-T", "SCN-F"), "b.scenario.yaml")
+    bad = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path),
+                               "--report-dir", str(tmp_path / "r")])
+    assert bad.exit_code == 1
+    assert "FAIL SCN-F step 2 (acb) assertion 2: acb_section_contains" in bad.stderr
+    assert "1 of 2 scenario(s) failed" in bad.stderr
+    missing = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path / "nope")])
+    assert missing.exit_code == 1 and "no such file or directory" in missing.stderr
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+def test_substitute_resolves_names_lists_indexes_and_i() -> None:
+    bindings = {"e1": "evt_A", "notes": ["evt_B", "evt_C"]}
+    assert substitute({"refs": ["$e1", "$notes"], "ref": "$notes[-1]",
+                       "path": "decisions/${e1}.md", "text": "turn {i}"}, bindings, 7) == {
+        "refs": ["evt_A", "evt_B", "evt_C"], "ref": "evt_C", "path": "decisions/evt_A.md",
+        "text": "turn 7"}
+    with pytest.raises(ScenarioError, match=r"\$e1\[0\]: \$e1 is not a list"):
+        substitute("$e1[0]", bindings)
+
+
+def test_the_story_clock() -> None:
+    now = datetime(2026, 2, 1, tzinfo=UTC)
+    assert parse_duration("90m") == 5400 and parse_duration("-2w") == -1209600
+    assert resolve_at("-21d", now) == datetime(2026, 1, 11, tzinfo=UTC)
+    assert resolve_at("now", now) == now
+    assert resolve_at("2026-01-01T00:00:00+00:00", now).year == 2026
+    assert percentile([5, 1, 3, 2, 4], 50) == 3 and percentile([], 95) == 0.0
