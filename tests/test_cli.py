@@ -1,0 +1,259 @@
+"""The command line through CliRunner: outputs, exit codes, help texts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from gitmem.cli import main
+from gitmem.ids import ULID_ID
+from gitmem.records import parse_decision, parse_task
+from tests.conftest import Cli, snapshot
+
+SECRET = "sk-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"
+
+
+def day_lines(store: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for path in sorted((store / "events").rglob("*.jsonl"))
+            for line in path.read_text().splitlines() if line]
+
+
+def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    for name, command in sorted(group.commands.items()):
+        yield (*prefix, name)
+        if isinstance(command, click.Group):
+            yield from all_commands(command, (*prefix, name))
+
+
+# ----------------------------------------------------------------------------- help
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    runner = CliRunner()
+    commands = list(all_commands(main))
+    assert {("init",), ("record",), ("decide",), ("task",), ("reindex",), ("sync",),
+            ("status",)} <= set(commands)
+    for path in [(), *commands]:
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, path
+        assert "Example" in result.output, f"gitmem {' '.join(path)} --help has no example"
+
+
+# ----------------------------------------------------------------------------- init
+
+
+def test_init_creates_a_store_and_is_idempotent(tmp_path: Path) -> None:
+    runner = CliRunner()
+    target = tmp_path / "proj"
+    first = runner.invoke(main, ["init", str(target)], env={"GITMEM_NO_DAEMON": "1"})
+    assert first.exit_code == 0, first.output
+    assert first.stdout.strip() == str(target.resolve() / "memory")
+    assert "created memory/manifest.json" in first.stderr
+    assert (target / ".git").is_dir() and (target / "memory" / "manifest.json").is_file()
+    before = snapshot(target)
+    again = runner.invoke(main, ["init", str(target)], env={"GITMEM_NO_DAEMON": "1"})
+    assert again.exit_code == 0 and "nothing changed" in again.stderr
+    assert snapshot(target) == before
+
+
+# ----------------------------------------------------------------------------- record
+
+
+def test_record_prints_the_new_id(cli: Cli) -> None:
+    result = cli("record", "We deploy on Fridays", "--session", "s1", "--agent", "planner",
+                 "--actor", "human:alice", "--tag", "topic:deploy", "--tag", "ops",
+                 "--channel", "team", "--ts", "2026-02-09T05:12:33+09:00")
+    event_id = result.stdout.strip()
+    assert ULID_ID.match(event_id) and event_id.startswith("evt_")
+    [event] = day_lines(cli.config.store)
+    assert event["id"] == event_id and event["content"] == {"text": "We deploy on Fridays"}
+    assert (event["session_id"], event["agent_id"], event["channel"]) == ("s1", "planner", "team")
+    assert event["actor"] == {"type": "human", "id": "alice"}
+    assert event["tags"] == ["topic:deploy", "ops"]
+    assert (cli.config.store / "events/2026-02/2026-02-09.jsonl").is_file()
+
+
+def test_record_tool_result_and_content_json(cli: Cli) -> None:
+    big = "row\n" * 10_000
+    tool_id = cli("record", "--kind", "tool_result", "--tool", "sh", big).stdout.strip()
+    call_id = cli("record", "--kind", "tool_call", "--content",
+                  '{"tool": "fs.read", "args": {"path": "a.txt"}}',
+                  "--ref", tool_id).stdout.strip()
+    events = {e["id"]: e for e in day_lines(cli.config.store)}
+    content = events[tool_id]["content"]
+    assert isinstance(content, dict) and content["truncated"] is True
+    assert content["tool"] == "sh" and str(content["artifact_id"]).startswith("art_")
+    assert events[call_id]["refs"] == [tool_id]
+
+
+def test_record_json_file_and_stdin(cli: Cli, tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"content": {"text": "one"}}\n\n{"content": {"text": "two"}, '
+                      '"tags": ["x"]}\n')
+    ids = cli("record", "--json", str(source)).stdout.split()
+    assert len(ids) == 2
+    more = cli("record", "--json", "-", input='{"content": {"text": "three"}}\n').stdout.split()
+    assert len(more) == 1
+    texts = [e["content"] for e in day_lines(cli.config.store)]
+    assert texts == [{"text": "one"}, {"text": "two"}, {"text": "three"}]
+
+
+def test_record_json_with_a_bad_line_writes_nothing(cli: Cli, tmp_path: Path) -> None:
+    cli("record", "already here")
+    before = snapshot(cli.config.store.parent)
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"content": {"text": "one"}}\n{"content": {"text": "two"}, "tags": 5}\n')
+    result = cli("record", "--json", str(source), ok=False)
+    assert result.exit_code == 1
+    assert f"{source}:2: field 'tags'" in result.stderr
+    result = cli("record", "--json", "-", input='{"content": {"text": "ok"}}\n{"kind": \n',
+                 ok=False)
+    assert result.exit_code == 1 and "<stdin>:2: malformed JSON" in result.stderr
+    result = cli("record", "--json", str(tmp_path / "missing.jsonl"), ok=False)
+    assert result.exit_code == 2 and "cannot read" in result.stderr
+    assert snapshot(cli.config.store.parent) == before
+
+
+def test_record_non_utf8_input_names_the_line(cli: Cli) -> None:
+    result = cli.runner.invoke(main, ["record", "--json", "-"], env=cli.env(),
+                               input=b'{"content": {"text": "a"}}\n{"content": {"text": "\xff"}}\n')
+    assert result.exit_code == 1 and "<stdin>:2: not valid UTF-8" in result.stderr
+
+
+def test_record_secret_and_redaction(cli: Cli) -> None:
+    result = cli("record", "vault code", "--sensitivity", "secret", ok=False)
+    assert result.exit_code == 1 and "never stored" in result.stderr
+    assert "Traceback" not in result.output
+    cli("record", f"the key is {SECRET}")
+    assert SECRET not in json.dumps(day_lines(cli.config.store))
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["record", "x", "--kind", "gossip"], 1, "field 'kind'"),
+    (["record", "x", "--channel", "radio"], 1, "field 'channel'"),
+    (["record", "x", "--ts", "yesterday"], 1, "field 'ts'"),
+    (["record", "x", "--ref", "not-an-id"], 1, "field 'refs'"),
+    (["record", "x", "--actor", "alice"], 2, "TYPE:ID"),
+    (["record"], 2, "give TEXT"),
+    (["record", "--content", "[1]"], 2, "JSON object"),
+    (["record", "--content", "{oops"], 2, "not JSON"),
+    (["record", "x", "--json", "-"], 2, "--json replaces TEXT"),
+    (["record", "x", "--no-such-flag"], 2, "No such option"),
+    (["decide", "Use FTS"], 2, "--ref"),
+    (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "--supersedes",
+      "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"], 1, "no decision dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"),
+    (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "--confidence",
+      "high"], 2, "confidence"),
+    (["task", "T", "--status", "later"], 1, "content.status"),
+    (["frobnicate"], 2, "No such command"),
+])
+def test_errors_exit_with_a_clear_message(cli: Cli, args: list[str], code: int,
+                                          message: str) -> None:
+    before = snapshot(cli.config.store.parent)
+    result = cli(*args, ok=False)
+    assert result.exit_code == code, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output and result.stdout == ""
+    assert snapshot(cli.config.store.parent) == before
+
+
+def test_no_store_is_a_clear_error(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["--store", str(tmp_path / "nowhere"), "status"],
+                           env={"GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1 and "gitmem init" in result.stderr
+
+
+# ----------------------------------------------------------------------------- decide, task
+
+
+def test_decide_and_supersede(cli: Cli) -> None:
+    ref = cli("record", "FTS is enough for us").stdout.strip()
+    first = cli("decide", "Use PostgreSQL FTS", "--ref", ref, "--rationale", "no new service",
+                "--title", "Retrieval", "--confidence", "0.8").stdout.strip()
+    assert first.startswith("dec_")
+    rel = f"decisions/{first}.md"
+    decision = parse_decision((cli.config.store / rel).read_text(), rel, "default")
+    assert (decision.refs, decision.rationale, decision.confidence) == (
+        (ref,), ("no new service",), 0.8)
+    second = cli("decide", "Use FTS with bounded pools", "--ref", ref,
+                 "--supersedes", first).stdout.strip()
+    rel2 = f"decisions/{second}.md"
+    assert parse_decision((cli.config.store / rel2).read_text(), rel2,
+                          "default").supersedes == (first,)
+
+
+def test_task_create_and_update(cli: Cli) -> None:
+    task_id = cli("task", "Write the guide", "--owner", "alice").stdout.strip()
+    assert task_id.startswith("tsk_")
+    assert cli("task", "Write the guide", "--id", task_id, "--status", "done"
+               ).stdout.strip() == task_id
+    rel = f"tasks/{task_id}.md"
+    task = parse_task((cli.config.store / rel).read_text(), rel, "default")
+    assert (task.status, task.owner) == ("done", "alice")
+
+
+# ----------------------------------------------------------------------------- index
+
+
+def test_reindex_sync_status(cli: Cli) -> None:
+    cli("record", "one")
+    status = json.loads(cli("status", "--json").stdout)
+    assert status["clean"] is False and status["index"]["events"] == 0
+    report = json.loads(cli("reindex").stdout)
+    assert report["errors"] == [] and report["files"] == 5
+    assert json.loads(cli("status", "--json").stdout)["clean"] is True
+    cli("record", "two")
+    sync = cli("sync")
+    assert "1 file(s) brought up to date" in sync.stderr
+    assert [c["action"] for c in json.loads(sync.stdout)["changed"]] == ["append"]
+    status = json.loads(cli("status", "--json").stdout)
+    assert status["clean"] is True and status["index"]["events"] == 2
+    human = cli("status").stdout
+    assert "clean: the index reflects every file" in human
+
+
+def test_status_and_reindex_name_bad_lines(cli: Cli) -> None:
+    cli("record", "good", "--ts", "2026-02-09T05:12:33+00:00")
+    day = cli.config.store / "events/2026-02/2026-02-09.jsonl"
+    with day.open("ab") as handle:
+        handle.write(b"{broken\n")
+    reindex = cli("reindex")
+    assert "events/2026-02/2026-02-09.jsonl:2: malformed JSON" in reindex.stderr
+    status = cli("status")
+    assert "error   events/2026-02/2026-02-09.jsonl:2: malformed JSON" in status.stdout
+    with day.open("ab") as handle:
+        handle.write(b'{"torn')
+    pending = json.loads(cli("status", "--json").stdout)["pending"]
+    assert [p["path"] for p in pending] == ["events/2026-02/2026-02-09.jsonl"]
+
+
+# ----------------------------------------------------------------------------- embedded
+
+
+@pytest.mark.embedded
+def test_end_to_end_on_the_embedded_server(tmp_path: Path) -> None:
+    """init, record, sync, status with no DSN at all: the embedded PostgreSQL."""
+    runner = CliRunner()
+    root = tmp_path / "proj"
+    env: dict[str, str | None] = {"GITMEM_DSN": None, "GITMEM_SCHEMA": None,
+                                  "GITMEM_STORE": str(root / "memory"),
+                                  "GITMEM_NO_DAEMON": "1"}
+    assert runner.invoke(main, ["init", str(root)], env=env).exit_code == 0
+    recorded = runner.invoke(main, ["record", "hello from the embedded server",
+                                    "--tag", "topic:embedded"], env=env)
+    assert recorded.exit_code == 0, recorded.output
+    synced = runner.invoke(main, ["sync"], env=env)
+    assert synced.exit_code == 0, synced.output
+    status = runner.invoke(main, ["status", "--json"], env=env)
+    assert status.exit_code == 0, status.output
+    report = json.loads(status.stdout)
+    assert report["clean"] is True and report["index"]["events"] == 1
+    assert (root / ".gitmem" / "pg").is_dir()  # the embedded data lives in .gitmem/
+    assert "  .gitmem/" not in (root / ".gitignore").read_text()
+    assert ".gitmem/" in (root / ".gitignore").read_text().splitlines()
