@@ -11,6 +11,7 @@ an ACB is built "now" in the story unless the step says otherwise.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -148,9 +149,13 @@ class Run:
 
     def build(self, request: Mapping[str, Any], step: str, *, cold: bool = False
               ) -> tuple[dict[str, Any], float]:
-        """Build an ACB (on a fresh Memory when `cold`), timed; recorded for the report."""
+        """Build an ACB, timed and recorded for the report: over the daemon's socket
+        while one runs, else in process (on a fresh Memory when `cold`)."""
         started = time.perf_counter()
-        if cold:
+        via = "daemon" if self.daemon is not None and not cold else "local"
+        if via == "daemon":
+            acb = call(self, "build_acb", dict(request))
+        elif cold:
             with Memory(self.config) as fresh:
                 acb = fresh.build_acb(dict(request))
         else:
@@ -160,7 +165,7 @@ class Run:
         self.builds.append({
             "step": step, "wall_ms": wall, "build_ms": prov["timings_ms"].get("total", 0.0),
             "path": prov.get("path"), "candidate_pool_size": prov.get("candidate_pool_size", 0),
-            "token_used_est": acb["token_used_est"], "cold": cold,
+            "token_used_est": acb["token_used_est"], "cold": cold, "via": via,
             "sections": {s["name"]: len(s["items"]) for s in acb["sections"]}})
         self.acbs.append(acb)
         return acb, wall
@@ -239,10 +244,15 @@ def _record_object(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
 def _write_one(run: Run, action: str, f: Mapping[str, Any]) -> str:
     memory = run.memory
     if action == "decide":
-        options = {k: f[k] for k in ("supersedes", "rationale", "title", "scope", "constraints",
-                                     "alternatives", "consequences", "confidence") if k in f}
-        event = memory.decide(f["text"], list(_listed(f["refs"])), **options,
-                              **_without(_event_fields(run, f), "refs"))
+        options = {k: f[k] if k in ("title", "scope", "confidence") else _listed(f[k])
+                   for k in ("supersedes", "rationale", "title", "scope", "constraints",
+                             "alternatives", "consequences", "confidence") if k in f}
+        fields = _without(_event_fields(run, f), "refs")
+        if run.daemon is not None and not {"tags", "sensitivity"} & set(fields):
+            answer = call(run, "decide", {"text": f["text"], "refs": _listed(f["refs"]),
+                                          **options, **fields})
+            return str(answer["decision_id"])
+        event = memory.decide(f["text"], _listed(f["refs"]), **options, **fields)
         return str(event.content["decision_id"])
     if action == "task":
         options = {k: f[k] for k in ("status", "task_id", "details", "owner") if k in f}
@@ -291,9 +301,12 @@ def execute(run: Run, step: Step) -> None:
     produced: list[Any] = []
     if action == "record":
         objs = [_record_object(run, run.resolve(step.fields, i)) for i in numbers]
-        events = run.memory.record_many(objs, step.label) if len(objs) > 1 else [
-            run.memory.record(objs[0])]
-        produced = [e.id for e in events]
+        if run.daemon is not None:
+            produced = [call(run, "record_event", obj)["event_id"] for obj in objs]
+        else:
+            events = run.memory.record_many(objs, step.label) if len(objs) > 1 else [
+                run.memory.record(objs[0])]
+            produced = [e.id for e in events]
     elif action in WRITE_ACTIONS:
         produced = [_write_one(run, action, run.resolve(step.fields, i)) for i in numbers]
     elif action == "acb":
@@ -345,8 +358,40 @@ def _other(run: Run, action: str, f: Mapping[str, Any]) -> None:
 
 
 def daemon_step(run: Run, action: str) -> None:
-    """Start, stop, kill or restart the store's daemon."""
-    raise ScenarioError(f"daemon {action}: not implemented yet")
+    """Start, stop, kill (SIGKILL) or restart the store's daemon (gitmem.daemon).
+
+    While it runs, `record`, `decide` and `acb` steps go through its socket, as an
+    agent's calls would; everything else works on the files directly.
+    """
+    from gitmem import daemon
+
+    config = run.config
+    if action in ("stop", "restart"):
+        if daemon.stop(config) is None and action == "stop":
+            raise ScenarioError("daemon stop: no daemon serves this store")
+        run.daemon = None
+    elif action == "kill":
+        pid = daemon.running_pid(config)
+        if pid is None or pid <= 0:
+            raise ScenarioError("daemon kill: no daemon serves this store")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while daemon.running_pid(config) is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        run.daemon = None
+    if action in ("start", "restart"):
+        run.daemon = daemon.start(config, daemon.DaemonOptions(autocommit=False))
+
+
+def call(run: Run, method: str, params: Any) -> Any:
+    """One JSON-RPC call to the scenario's daemon; its errors raised as the local ones."""
+    from gitmem import client
+    from gitmem.errors import RpcError
+
+    try:
+        return client.call(run.config.socket_path, method, params)
+    except RpcError as exc:
+        raise client.local_error(exc) from None
 
 
 def _git(run: Run, f: Mapping[str, Any]) -> None:
