@@ -675,9 +675,7 @@ def verify(obj: _Context, as_json: bool) -> None:
 
     with _errors():
         config = obj.config()
-        display = os.path.relpath(config.store) + "/"
-        problems = verify_tree(config.store, load_policies(config.store),
-                               display="" if display == "./" else display)
+        problems = verify_tree(config.store, load_policies(config.store))
     if as_json:
         _emit([p.to_dict() for p in problems])
     for problem in problems:

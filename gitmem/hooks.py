@@ -29,7 +29,7 @@ HOOK_NAMES = ("pre-commit", "post-merge", "post-checkout", "post-rewrite")
 SYNC_HOOKS = ("post-merge", "post-checkout", "post-rewrite", "sync")
 CHAINED_SUFFIX = ".pre-gitmem"
 MARKER = "# gitmem-hook v1"
-HOOK_DB_TIMEOUT = 3.0
+HOOK_DB_TIMEOUT = 1.5
 
 
 def hook_script(name: str, python: str) -> str:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import git
 
-from gitmem import gitops
+from gitmem import consistency, gitops
 from gitmem.errors import FormatError, GitError, ValidationError
 from gitmem.policies import (
     Policies,
@@ -115,6 +115,7 @@ class Checker:
     display: str = ""          # prefix that names files as the user sees them (memory/)
     base: Tree | None = None
     merging: bool = False      # a merge commit: HEAD's lines must survive, in order
+    only_new: bool = False     # events: check appended lines only (the committed were checked)
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
     event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
@@ -164,8 +165,8 @@ class Checker:
                 self.fail(rel, line, "events files are append-only, but this line differs "
                           "from the committed version; restore it with `git checkout HEAD -- "
                           "<path>` and record a correction as a new event")
-                return
-        if before is not None:
+                before = None  # which lines are new is unknown: check them all
+        if before is not None and self.only_new:
             start = before.count(b"\n") + 1
             data = data[len(before):]
         if data and not data.endswith(b"\n"):
@@ -313,16 +314,23 @@ def _keeps_lines(before: bytes, after: bytes) -> bool:
     return all(any(line == other for other in remaining) for line in before.split(b"\n"))
 
 
-def verify_tree(store: Path, policies: Policies, *, display: str = "") -> list[FormatError]:
-    """Check every file of the store on disk (and append-only against git's HEAD)."""
+def verify_tree(store: Path, policies: Policies, *,
+                display: str | None = None) -> list[FormatError]:
+    """Check every file of the store on disk (and append-only against git's HEAD).
+
+    Files are named with `display` in front; by default as git names them
+    (`memory/...`), or by the store's directory name outside git.
+    """
     base: Tree | None = None
     repo: git.Repo | None = None
     try:
         repo = gitops.open_repo(store)
+        prefix = gitops.store_prefix(repo, store)
+        display = prefix if display is None else display
         if gitops.has_head(repo):
-            base = GitTree(repo, gitops.store_prefix(repo, store), "HEAD")
+            base = GitTree(repo, prefix, "HEAD")
     except GitError:  # not in a git repository: nothing to compare with
-        pass
+        display = f"{store.name}/" if display is None else display
     try:
         checker = Checker(WorkTree(store), policies, display=display, base=base)
         for rel in checker.tree.paths():
@@ -332,10 +340,22 @@ def verify_tree(store: Path, policies: Policies, *, display: str = "") -> list[F
                 if classify(rel) == "events" and not (store / rel).exists():
                     checker.check_file(rel)
         checker.check_refs(complete=True)
-        return checker.problems
+        return _with_summary_conflicts(checker.problems, store, policies, display)
     finally:
         if repo is not None:
             repo.close()
+
+
+def _with_summary_conflicts(problems: list[FormatError], store: Path, policies: Policies,
+                            display: str) -> list[FormatError]:
+    """Add `consistency.check_tree` (summaries that no longer agree with what they cite);
+    where it names the same line as a dangling reference, its message is the better one."""
+    conflicts = [type(p)(p.detail, path=display + p.path, line=p.line, field=p.field)
+                 for p in consistency.check_tree(store, policies.manifest.default_tenant)]
+    places = {(c.path, c.line) for c in conflicts}
+    kept = [p for p in problems
+            if not ((p.path, p.line) in places and "dangling" in p.detail)]
+    return kept + conflicts
 
 
 def verify_staged(store: Path, policies: Policies) -> list[FormatError]:
@@ -349,7 +369,7 @@ def verify_staged(store: Path, policies: Policies) -> list[FormatError]:
         merging = (Path(repo.git_dir) / "MERGE_HEAD").exists()
         base = GitTree(repo, prefix, "HEAD") if gitops.has_head(repo) else None
         checker = Checker(GitTree(repo, prefix, ""), policies, display=prefix, base=base,
-                          merging=merging)
+                          merging=merging, only_new=True)
         for _, rel in changes:
             checker.check_file(rel)
         checker.check_refs(complete=False)

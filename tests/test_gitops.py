@@ -1,0 +1,150 @@
+"""Autocommit of the store: only store paths, a person's index untouched, readable
+messages, never mid-merge, mid-rebase or on a detached HEAD; and the daemon's batches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitmem import gitops
+from gitmem.config import Config
+from gitmem.errors import GitError
+from gitmem.memory import Memory
+from gitmem.store import init_store
+from tests.conftest import git
+from tests.daemons import cleanup_dir, new_repo, running, short_dir
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return new_repo(tmp_path / "repo")
+
+
+def record(store: Path, text: str, session: str = "s1") -> str:
+    with Memory(Config(store=store)) as memory:
+        return memory.record({"session_id": session, "content": {"text": text}}).id
+
+
+def log(root: Path) -> list[str]:
+    return git(root, "log", "--format=%s").splitlines()
+
+
+def test_autocommit_commits_only_the_store_and_keeps_the_persons_index(root: Path) -> None:
+    store = root / "memory"
+    (root / "README.md").write_text("a person's work in progress\n")
+    git(root, "add", "README.md")
+    (root / "notes.txt").write_text("untracked, unstaged\n")
+    (store / "views" / "identity.md").write_text("# Identity\n\nedited by a person\n")
+    first = record(store, "one", "s1")
+    record(store, "two", "s1")
+    record(store, "three", "s2")
+    with Memory(Config(store=store)) as memory:
+        memory.decide("Deploy on Fridays", [first], title="Friday deploys", session_id="s1")
+        memory.task("Write the runbook", owner="ana", session_id="s1")
+    result = gitops.autocommit(store)
+    assert result is not None and result.events == 5
+    committed = git(root, "show", "--name-only", "--format=", "HEAD").split()
+    assert committed and all(p.startswith(("memory/events/", "memory/decisions/",
+                                           "memory/tasks/")) for p in committed)
+    assert git(root, "diff", "--cached", "--name-only").split() == ["README.md"]
+    assert git(root, "status", "--porcelain", "--", "memory/events", "memory/decisions",
+               "memory/tasks") == ""
+    assert " M memory/views/identity.md" in git(root, "status", "--porcelain")
+    message = git(root, "log", "-1", "--format=%B")
+    subject = message.splitlines()[0]
+    assert subject.startswith("gitmem: 5 events in 2 sessions; 1 decision; 1 task")
+    assert len(subject) <= 72
+    assert "sessions: s1 (4), s2 (1)" in message
+    assert "Friday deploys" in message and "Write the runbook [open]" in message
+    assert "events: 3 message" in message
+    assert gitops.autocommit(store) is None  # nothing left: no empty commit
+    assert log(root) == [subject, "init"]
+
+
+def test_autocommit_starts_the_history_of_a_fresh_repository(tmp_path: Path) -> None:
+    root = tmp_path / "fresh"
+    store = init_store(root).store
+    record(store, "first words")
+    result = gitops.autocommit(store)
+    assert result is not None
+    assert git(root, "rev-list", "--count", "HEAD").strip() == "1"
+    files = git(root, "show", "--name-only", "--format=", "HEAD").split()
+    assert all(f.startswith("memory/events/") or f.endswith(".gitkeep") for f in files)
+
+
+def test_autocommit_waits_out_a_merge_with_conflicts(root: Path) -> None:
+    (root / "shared.txt").write_text("base\n")
+    git(root, "add", "shared.txt")
+    git(root, "commit", "-q", "-m", "shared")
+    git(root, "checkout", "-q", "-b", "other")
+    (root / "shared.txt").write_text("theirs\n")
+    git(root, "commit", "-q", "-am", "theirs")
+    git(root, "checkout", "-q", "-")
+    (root / "shared.txt").write_text("ours\n")
+    git(root, "commit", "-q", "-am", "ours")
+    record(root / "memory", "recorded during the merge")
+    head = git(root, "rev-parse", "HEAD")
+    merge = git_may_fail(root, "merge", "other")
+    assert merge != 0
+    with pytest.raises(GitError, match="a merge is in progress"):
+        gitops.autocommit(root / "memory")
+    assert git(root, "rev-parse", "HEAD") == head
+
+
+def test_autocommit_never_on_a_rebase_or_a_detached_head(root: Path) -> None:
+    store = root / "memory"
+    record(store, "x")
+    (Path(git(root, "rev-parse", "--absolute-git-dir").strip()) / "rebase-merge").mkdir()
+    with pytest.raises(GitError, match="rebase"):
+        gitops.autocommit(store)
+    (Path(git(root, "rev-parse", "--absolute-git-dir").strip()) / "rebase-merge").rmdir()
+    git(root, "checkout", "-q", "--detach")
+    with pytest.raises(GitError, match="detached"):
+        gitops.autocommit(store)
+
+
+def test_autocommit_outside_git_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(GitError, match="not inside a git repository"):
+        gitops.autocommit(tmp_path)
+
+
+def git_may_fail(root: Path, *args: str) -> int:
+    import subprocess
+
+    return subprocess.run(["git", *args], cwd=root, capture_output=True,
+                          env={"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x",
+                               "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@x",
+                               "PATH": "/usr/bin:/bin"}).returncode
+
+
+@pytest.fixture
+def daemon_root(dsn: str, schema: str) -> Iterator[Config]:
+    root = short_dir("gmc")
+    new_repo(root)
+    yield Config(store=root / "memory", dsn=dsn, schema=schema)
+    cleanup_dir(root)
+
+
+def test_the_daemon_commits_in_batches_and_on_stop(daemon_root: Config) -> None:
+    root = daemon_root.root
+    with running(daemon_root, "--autocommit", "--commit-max-events", "5",
+                 "--commit-interval", "60") as daemon:
+        with daemon.client() as client:
+            for n in range(5):
+                client.call("record_event", {"session_id": "auto",
+                                             "content": {"text": f"batch {n}"}})
+        deadline = time.monotonic() + 10
+        while len(log(root)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log(root)[0].startswith("gitmem: 5 events in 1 session")
+        daemon.call("record_event", {"session_id": "auto", "content": {"text": "one more"}})
+        time.sleep(0.5)
+        assert len(log(root)) == 2  # below the batch size and the interval: it waits
+        state = daemon.call("daemon_status")["autocommit"]
+        assert state["commits"] == 1 and state["uncommitted_changes"]
+    assert log(root)[0].startswith("gitmem: 1 event in 1 session")  # committed on stop
+    assert git(root, "status", "--porcelain", "--", "memory/events") == ""
+    assert git(root, "log", "--merges", "--format=%H") == ""

@@ -1,0 +1,236 @@
+"""Git hooks through real `git commit` / `git checkout` runs: install, chaining,
+core.hooksPath, what pre-commit refuses (naming path:line), and the post-* syncs."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitmem.config import Config
+from gitmem.hooks import CHAINED_SUFFIX, HOOK_NAMES, MARKER, install
+from gitmem.memory import Memory
+from tests.conftest import git
+from tests.daemons import Index, append, event_line, new_repo
+
+DAY = "memory/events/2026-03/2026-03-01.jsonl"
+
+
+def run_git(root: Path, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com",
+            "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com", **(env or {})}
+    full.pop("GITMEM_STORE", None)
+    return subprocess.run(["git", *args], cwd=root, env=full, capture_output=True, text=True)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    repo = new_repo(tmp_path / "repo")
+    install(repo / "memory")
+    return repo
+
+
+def commit(root: Path, message: str = "change") -> subprocess.CompletedProcess[str]:
+    run_git(root, "add", "-A")
+    return run_git(root, "commit", "-q", "-m", message)
+
+
+# --------------------------------------------------------------------------- install
+
+def test_install_writes_executable_hooks_and_is_idempotent(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    first = install(repo / "memory")
+    hooks = repo / ".git" / "hooks"
+    for name in HOOK_NAMES:
+        path = hooks / name
+        assert MARKER in path.read_text() and path.stat().st_mode & stat.S_IXUSR
+        assert f"gitmem hook {name}" in path.read_text()
+    assert all(m.endswith("installed") for m in first)
+    again = install(repo / "memory")
+    assert all(m.endswith("up to date") for m in again)
+
+
+def test_install_honours_core_hooks_path_and_chains_existing_hooks(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    git(repo, "config", "core.hooksPath", ".githooks")
+    (repo / ".githooks").mkdir()
+    old = repo / ".githooks" / "pre-commit"
+    old.write_text('#!/bin/sh\necho "old hook ran" >> "$(git rev-parse --show-toplevel)'
+                   '/old-hook.log"\n')
+    old.chmod(0o755)
+    messages = install(repo / "memory")
+    assert any("kept the existing hook" in m for m in messages)
+    assert (repo / ".githooks" / f"pre-commit{CHAINED_SUFFIX}").is_file()
+    assert MARKER in old.read_text()
+    assert not (repo / ".git" / "hooks" / "post-merge").exists()
+    install(repo / "memory")  # idempotent: the chained hook is not wrapped twice
+    assert not (repo / ".githooks" / f"pre-commit{CHAINED_SUFFIX}{CHAINED_SUFFIX}").exists()
+    with Memory(Config(store=repo / "memory")) as memory:
+        memory.record({"content": {"text": "hello"}})
+    assert commit(repo).returncode == 0
+    assert (repo / "old-hook.log").read_text() == "old hook ran\n"
+    old.with_name(f"pre-commit{CHAINED_SUFFIX}").write_text("#!/bin/sh\nexit 1\n")
+    (repo / "x.txt").write_text("x")
+    assert commit(repo).returncode == 1  # a failing old hook still stops the commit
+
+
+def test_gitmem_init_installs_the_hooks(tmp_path: Path) -> None:
+    result = subprocess.run([os.sys.executable, "-m", "gitmem", "init", str(tmp_path / "new")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert MARKER in (tmp_path / "new" / ".git" / "hooks" / "pre-commit").read_text()
+
+
+# --------------------------------------------------------------------------- pre-commit
+
+def record(root: Path, text: str, **fields: object) -> str:
+    with Memory(Config(store=root / "memory")) as memory:
+        return memory.record({"content": {"text": text}, "ts": "2026-03-01T09:00:00+00:00",
+                              **fields}).id
+
+
+def test_pre_commit_accepts_a_pure_append(root: Path) -> None:
+    record(root, "first")
+    assert commit(root).returncode == 0
+    record(root, "second")
+    result = commit(root)
+    assert result.returncode == 0, result.stderr
+
+
+def test_pre_commit_refuses_an_edited_event_line(root: Path) -> None:
+    record(root, "what was said")
+    record(root, "and then this")
+    assert commit(root).returncode == 0
+    path = root / DAY
+    path.write_text(path.read_text().replace("and then this", "and then that"))
+    result = commit(root)
+    assert result.returncode == 1
+    assert f"{DAY}:2: events files are append-only" in result.stderr
+    assert "git commit --no-verify" in result.stderr
+
+
+def test_pre_commit_refuses_invalid_records_naming_path_and_line(root: Path) -> None:
+    record(root, "fine")
+    _, bad = event_line("s", "wrong channel", number=1, channel="radio")
+    append(root / DAY, bad)
+    decision = root / "memory" / "decisions" / "dec_01KHBYB0000000000000000009.md"
+    decision.write_text("---\nid: dec_01KHBYB0000000000000000009\nts: yesterday\n---\nx\n")
+    result = commit(root)
+    assert result.returncode == 1
+    assert f"{DAY}:2: field 'channel'" in result.stderr
+    assert "memory/decisions/dec_01KHBYB0000000000000000009.md:" in result.stderr
+
+
+def test_pre_commit_refuses_dangling_refs_and_supersedes(root: Path) -> None:
+    cited = record(root, "the reason")
+    with Memory(Config(store=root / "memory")) as memory:
+        first = memory.decide("Use Postgres", [cited]).content["decision_id"]
+    assert commit(root).returncode == 0
+    text = (root / "memory" / "decisions" / f"{first}.md").read_text()
+    ghost_dec = "dec_01KHBYB0000000000000000077"
+    ghost_evt = "evt_01KHBYB0000000000000000078"
+    new = root / "memory" / "decisions" / "dec_01KHBYB0000000000000000079.md"
+    new.write_text(text.replace(first, "dec_01KHBYB0000000000000000079")
+                   .replace(cited, ghost_evt).replace("refs:", f"supersedes:\n- {ghost_dec}\n"
+                                                      "refs:"))
+    result = commit(root)
+    assert result.returncode == 1
+    assert f"{ghost_evt} is not in the store" in result.stderr
+    assert f"field 'supersedes': {ghost_dec} is not in the store" in result.stderr
+
+
+def test_pre_commit_refuses_deleting_a_cited_decision(root: Path) -> None:
+    cited = record(root, "because")
+    with Memory(Config(store=root / "memory")) as memory:
+        decision = memory.decide("Keep it", [cited]).content["decision_id"]
+        memory.decide("Keep it better", [cited], supersedes=[decision])
+    assert commit(root).returncode == 0
+    (root / "memory" / "decisions" / f"{decision}.md").unlink()
+    result = commit(root)
+    assert result.returncode == 1 and f"cites {decision}, which this commit deletes" in \
+        result.stderr
+
+
+def test_pre_commit_refuses_secrets(root: Path) -> None:
+    record(root, "fine")
+    assert commit(root).returncode == 0
+    _, leaked = event_line("s", "the key is sk-abcdefghijklmnopqrstuvwxyz123456", number=5)
+    append(root / DAY, leaked)
+    _, secret = event_line("s", "classified", number=6, sensitivity="secret")
+    append(root / DAY, secret)
+    result = commit(root)
+    assert result.returncode == 1
+    assert f"{DAY}:2: matches the redaction pattern" in result.stderr
+    assert "sk-abcdefghij" not in result.stderr  # the secret itself is never echoed
+    assert f"{DAY}:3: field 'sensitivity'" in result.stderr
+
+
+def test_pre_commit_ignores_changes_outside_the_store(root: Path) -> None:
+    (root / "README.md").write_text("password: hunter2 in docs is not our business\n")
+    assert commit(root).returncode == 0
+
+
+# --------------------------------------------------------------------------- post-* hooks
+
+@pytest.fixture
+def indexed(root: Path, dsn: str, schema: str) -> Iterator[tuple[Path, dict[str, str]]]:
+    env = {"GITMEM_DSN": dsn, "GITMEM_SCHEMA": schema, "GITMEM_NO_DAEMON": ""}
+    with Memory(Config(store=root / "memory", dsn=dsn, schema=schema)) as memory:
+        memory.sync()
+    yield root, env
+
+
+def test_post_checkout_and_merge_sync_the_index_without_a_daemon(
+        indexed: tuple[Path, dict[str, str]], dsn: str, schema: str) -> None:
+    root, env = indexed
+    old = record(root, "old fact")
+    assert run_git(root, "add", "-A", env=env).returncode == 0
+    assert run_git(root, "commit", "-q", "-m", "old", env=env).returncode == 0
+    new = record(root, "new fact")
+    run_git(root, "add", "-A", env=env)
+    assert run_git(root, "commit", "-q", "-m", "new", env=env).returncode == 0
+    index = Index(Config(store=root / "memory", dsn=dsn, schema=schema))
+    try:
+        checkout = run_git(root, "checkout", "-q", "HEAD~1", env=env)
+        assert checkout.returncode == 0, checkout.stderr
+        assert index.has_event(old) and not index.has_event(new)
+        run_git(root, "checkout", "-q", "-", env=env)
+        assert index.has_event(new)
+    finally:
+        index.close()
+
+
+def test_post_checkout_with_the_database_down_only_warns(root: Path) -> None:
+    env = {"GITMEM_DSN": "postgresql://nobody@127.0.0.1:1/none", "GITMEM_SCHEMA": "t_down"}
+    record(root, "x")
+    run_git(root, "add", "-A")
+    assert run_git(root, "commit", "-q", "-m", "x", env=env).returncode == 0
+    result = run_git(root, "checkout", "-q", "HEAD~1", env=env)
+    assert result.returncode == 0
+    assert "gitmem: the index was not updated" in result.stderr
+
+
+def test_hook_command_rejects_unknown_names(root: Path) -> None:
+    result = subprocess.run([os.sys.executable, "-m", "gitmem", "hook", "pre-push"], cwd=root,
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "unknown hook 'pre-push'" in result.stderr
+
+
+def test_pre_commit_framework_manifest_lists_the_hooks() -> None:
+    import yaml
+
+    manifest = yaml.safe_load((Path(__file__).parent.parent / ".pre-commit-hooks.yaml")
+                              .read_text())
+    ids = {hook["id"]: hook for hook in manifest}
+    assert ids["gitmem-verify"]["entry"] == "gitmem hook pre-commit"
+    assert "post-checkout" in ids["gitmem-sync"]["stages"]
+    for name in HOOK_NAMES:
+        shim = (Path(__file__).parent.parent / "hooks" / name).read_text()
+        assert shim.startswith("#!/bin/sh") and f'exec gitmem hook {name} "$@"' in shim
+    assert json.dumps(manifest)
