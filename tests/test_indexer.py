@@ -474,6 +474,10 @@ def test_incremental_index_equals_reindex_of_a_fresh_clone(
         if round_number == 4:
             write(store, "events/2026-02/2026-02-20.jsonl",
                   line(500, day="2026-02-20")[25:], mode="a")
+        if round_number == 3:  # bad input, reported the same way by both paths
+            write(store, "events/2026-02/2026-02-21.jsonl",
+                  line(600, day="2026-02-21") + "{broken\n")
+            write(store, "views/broken.md", "---\nsection: [rules\n---\n# Broken\n")
         glossary = store / "views" / "glossary.md"
         glossary.write_text(glossary.read_text() + f"\n## Term {round_number}\n\nmeaning\n")
         memory.sync()
@@ -486,7 +490,9 @@ def test_incremental_index_equals_reindex_of_a_fresh_clone(
     git(repo, "commit", "-qm", "final")
     memory.sync()
     status = memory.status()
-    assert status["clean"] and status["errors"] == [] and status["pending"] == []
+    assert status["clean"] and status["pending"] == []
+    assert sorted((e["path"], e["line"]) for e in status["errors"]) == [
+        ("events/2026-02/2026-02-21.jsonl", 2), ("views/broken.md", 3)]
     incremental = index_digest(memory.db)
     counts = status["index"]
 
@@ -495,7 +501,7 @@ def test_incremental_index_equals_reindex_of_a_fresh_clone(
     clone_config = Config(store=clone / "memory", dsn=dsn, schema=other_schema)
     with Memory(clone_config) as fresh:
         report = fresh.reindex()
-        assert report.errors == []
+        assert len(report.errors) == 2
         assert fresh.status()["index"] == counts
         assert fresh.status()["git"]["indexed_head"] == status["git"]["head"]
         rebuilt = index_digest(fresh.db)
