@@ -21,6 +21,8 @@ import hashlib
 import json
 import logging
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -286,23 +288,25 @@ def reindex(db: Database, store: Path, policies: Policies,
     with db.rebuild() as conn:
         batch = FileRows()
         states: list[tuple[Any, ...]] = []
-        for rel, kind in files:
-            found = assess(store, rel, kind, None, policies)
-            if found.action == "unchanged":  # vanished between listing and reading
-                continue
-            rows = parse_file(rel, kind, found.data, policies)
-            _drop_seen(rows, seen_events)
-            batch.extend(rows)
-            state = dict(found.state)
-            state["errors"] = json.dumps(_errors_json(rows.errors))
-            states.append(tuple(state[c] for c in _STATE_COLUMNS))
-            report.errors.extend(_errors_json(rows.errors))
-            if progress is not None:
-                progress(len(found.data) + found.pending_bytes)
-            if batch.count() >= COPY_BATCH_ROWS:
-                report.rows += _copy(db, conn, batch)
-                batch = FileRows()
-        report.rows += _copy(db, conn, batch)
+        with _CopyBehind(db, conn) as loader:
+            for rel, kind in files:
+                found = assess(store, rel, kind, None, policies)
+                if found.action == "unchanged":  # vanished between listing and reading
+                    continue
+                rows = parse_file(rel, kind, found.data, policies)
+                _drop_seen(rows, seen_events)
+                batch.extend(rows)
+                state = dict(found.state)
+                state["errors"] = json.dumps(_errors_json(rows.errors))
+                states.append(tuple(state[c] for c in _STATE_COLUMNS))
+                report.errors.extend(_errors_json(rows.errors))
+                if progress is not None:
+                    progress(len(found.data) + found.pending_bytes)
+                if batch.count() >= COPY_BATCH_ROWS:
+                    loader.put(batch)
+                    batch = FileRows()
+            loader.put(batch)
+        report.rows += loader.rows
         db.execute("lexemes_rebuild", None, conn)
         db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
         report.head = gitops.head(store)
@@ -325,6 +329,52 @@ def _drop_seen(rows: FileRows, seen: set[str]) -> None:
         rows.tables["events"] = [r for r in events if r[0] not in dupes]
         rows.tables["chunks"] = [r for r in rows.tables["chunks"] if r[3] not in dupes]
         rows.tables["artifacts"] = [r for r in rows.tables["artifacts"] if r[1] not in dupes]
+
+
+class _CopyBehind:
+    """COPYs batches of rows in a thread while the caller parses the next files.
+
+    Parsing is Python and COPY is mostly the server's work, so on two cores the
+    two overlap. The connection belongs to the thread between `__enter__` and
+    `__exit__`; the caller uses it again only after the thread has joined. A
+    COPY error stops the parsing at the next `put`; an error while parsing
+    drops the batches still queued.
+    """
+
+    def __init__(self, db: Database, conn: psycopg.Connection[Row]) -> None:
+        self._db = db
+        self._conn = conn
+        self._queue: queue.Queue[FileRows | None] = queue.Queue(maxsize=2)
+        self._thread = threading.Thread(target=self._run, name="gitmem-reindex-copy",
+                                        daemon=True)
+        self._error: BaseException | None = None
+        self._abort = False
+        self.rows = 0
+
+    def __enter__(self) -> _CopyBehind:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        self._abort = exc_type is not None
+        self._queue.put(None)
+        self._thread.join()
+        if exc_type is None and self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while (batch := self._queue.get()) is not None:
+            if self._error is None and not self._abort:
+                try:
+                    self.rows += _copy(self._db, self._conn, batch)
+                except BaseException as exc:  # handed to the parsing thread
+                    self._error = exc
+
+    def put(self, batch: FileRows) -> None:
+        """Queue a batch for COPY (waits while two are queued)."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put(batch)
 
 
 def _copy(db: Database, conn: psycopg.Connection[Row], batch: FileRows) -> int:

@@ -97,8 +97,18 @@ def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
 
 def split_text(text: str, max_tokens: int) -> list[str]:
     """`text` cut at paragraph (then line) boundaries into parts of <= max_tokens."""
-    if tokens.count(text) <= max_tokens:
-        return [text]
+    return [part for part, _ in split_counted(text, max_tokens)]
+
+
+def split_counted(text: str, max_tokens: int) -> list[tuple[str, int]]:
+    """`split_text` with each part's token count (a short text is tokenized once)."""
+    size = tokens.count(text)
+    if size <= max_tokens:
+        return [(text, size)]
+    return [(part, tokens.count(part)) for part in _split_long(text, max_tokens)]
+
+
+def _split_long(text: str, max_tokens: int) -> list[str]:
     parts: list[str] = []
     current: list[str] = []
     used = 0
@@ -116,12 +126,12 @@ def split_text(text: str, max_tokens: int) -> list[str]:
 
 
 def _fit(paragraph: str, max_tokens: int) -> list[str]:
-    if tokens.count(paragraph) <= max_tokens - 1:
+    encoded = tokens.encode(paragraph)
+    if len(encoded) <= max_tokens - 1:
         return [paragraph]
     # Encode once and cut where a token starts a character: a token may hold part of
     # a multi-byte character, and decoding such a prefix would invent U+FFFD.
-    encoded = tokens.encoding().encode_ordinary(paragraph)
-    _, starts = tokens.encoding().decode_with_offsets(encoded)
+    starts = tokens.char_starts(encoded)
     out: list[str] = []
     pos = 0
     while pos < len(paragraph):
@@ -167,16 +177,16 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
                                         int(event.content.get("bytes", 0)), path))
     if event.kind in FILE_BACKED_KINDS:
         return
-    parts = split_text(event_chunk_text(event), policies.budgets.chunk_max_tokens)
+    parts = split_counted(event_chunk_text(event), policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
     extra = search_extra(event.actor.id, event.tags)
-    for number, text in enumerate(parts, start=1):
+    for number, (text, size) in enumerate(parts, start=1):
         chunk_id = event.id if len(parts) == 1 else f"{event.id}#{number}"
         digest = event.hash if len(parts) == 1 else f"{event.hash}#{number}"
         out.tables["chunks"].append((
             chunk_id, event.tenant_id, "event", event.id, path, line, event.ts, event.kind,
             event.channel, event.session_id, event.agent_id, event.sensitivity, tags, refs,
-            digest, tokens.count(text), weight, text, extra))
+            digest, size, weight, text, extra))
 
 
 def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str, path: str,

@@ -30,6 +30,28 @@ def count_many(texts: Sequence[str]) -> list[int]:
     return [len(tokens) for tokens in encoding().encode_ordinary_batch(list(texts))]
 
 
+def encode(text: str) -> list[int]:
+    """The tokens of `text` (special-token text encoded as ordinary text)."""
+    return encoding().encode_ordinary(text)
+
+
+_CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 bytes that do not start a character
+
+
+def char_starts(tokens: Sequence[int]) -> list[int]:
+    """For each token, the index of the first character holding its bytes.
+
+    The offsets of `Encoding.decode_with_offsets`, counted with `bytes.translate`
+    instead of a Python loop over every byte.
+    """
+    starts: list[int] = []
+    length = 0
+    for token in encoding().decode_tokens_bytes(tokens):
+        starts.append(max(0, length - (0x80 <= token[0] < 0xC0)))
+        length += len(token.translate(None, _CONTINUATION))
+    return starts
+
+
 def truncate(text: str, max_tokens: int) -> str:
     """The longest prefix of `text` with at most `max_tokens` tokens."""
     tokens = encoding().encode_ordinary(text)
