@@ -390,11 +390,24 @@ def conflict_flagged(run: Run, p: dict[str, Any]) -> None:
             raise Failure(f"{summary} {'flagged' if present else 'not flagged'} {want}",
                           {"conflicts": items[0].get("conflicts") if items else None,
                            "conflict_omission": listed}, excerpt(acb))
-    if where in ("verify", "both"):
-        found = consistency.tree_conflicts(_tree(run)).get(summary, [])
-        if present != (bool(found) and fits(found)):
-            raise Failure(f"verify {'flags' if present else 'does not flag'} {summary} {want}",
-                          found or "no conflicts")
+    if where in ("verify", "both"):  # what `gitmem verify` reports over the files
+        from gitmem.verify import verify_tree
+
+        problems = [str(p) for p in verify_tree(run.store, run.memory.policies)
+                    if summary in p.path]
+        said = _VERIFY_SAYS.get(str(p.get("kind")), "").format(**{"decision": "", "ref": "",
+                                                                  **p})
+        if present != any(said in problem for problem in problems):
+            raise Failure(f"gitmem verify {'flags' if present else 'does not flag'} {summary}"
+                          f" {want}", problems or "no problem with it")
+
+
+_VERIFY_SAYS = {  # how consistency.describe words each kind
+    "superseded_decision": "states {decision} as current, but it is superseded",
+    "unknown_decision": "states {decision} as current, but no such decision exists",
+    "missing_ref": "cites {ref}, which exists nowhere",
+    "foreign_session_ref": "cites {ref} of session",
+}
 
 
 def not_stored(run: Run, p: dict[str, Any]) -> None:
