@@ -18,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -33,7 +34,7 @@ from gitmem.policies import load_policies
 from gitmem.recorder import Recorder
 from gitmem.store import init_store
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 CACHE_DIR = Path(__file__).resolve().parent / ".cache" / "corpus"
 BATCH_EVENTS = 1000
 Progress = Callable[[int, int], None]
@@ -151,10 +152,29 @@ def _distinct(rng: random.Random, words: list[str], lengths: tuple[int, ...],
     return list(found)
 
 
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "gitmem bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
+                "GIT_COMMITTER_NAME": "gitmem bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
+
+
+def new_repo(repo: Path, default_tenant: str = "default") -> Path:
+    """A git repository of its own at `repo` (never the checkout that holds the cache)
+    with a fresh store; the store's path."""
+    repo.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    return init_store(repo, default_tenant=default_tenant).store
+
+
+def commit_all(repo: Path, message: str) -> None:
+    """Commit everything in `repo`, as a project keeps its memory committed."""
+    env = {**os.environ, **GIT_IDENTITY}
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "--no-verify", "-m", message],
+                   check=True, env=env)
+
+
 def write_corpus(plan: Plan, repo: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Write the plan's events into a new store under `repo`; what was written."""
-    init_store(repo, default_tenant=plan.tenants[0].id)
-    store = repo / "memory"
+    """Write the plan's events into a new store in a new repository `repo`; what was written."""
+    store = new_repo(repo, plan.tenants[0].id)
     writer = _Writer(Recorder(store, load_policies(store)))
     planned = sum(s.length for s in plan.sessions)
     ops = heapq.merge(*(session_ops(s) for s in plan.sessions), key=lambda op: op.key)
@@ -187,6 +207,9 @@ def ensure_corpus(size: str, seed: int = 1, cache: Path = CACHE_DIR,
     plan = make_plan(shape.events, shape.tenants, shape.questions, seed)
     written = write_corpus(plan, tmp / "repo", progress)
     seconds = (time.perf_counter_ns() - started) / 1e9
+    with_commit = time.perf_counter_ns()
+    commit_all(tmp / "repo", f"benchmark corpus {size}, seed {seed}")
+    commit_s = (time.perf_counter_ns() - with_commit) / 1e9
     questions = {"version": GENERATOR_VERSION, "size": size, "seed": seed,
                  "now": NOW.isoformat(), "questions": [q.to_dict() for q in plan.questions],
                  "term_queries": _term_queries(seed)}
@@ -194,7 +217,7 @@ def ensure_corpus(size: str, seed: int = 1, cache: Path = CACHE_DIR,
     info = {"size": size, "seed": seed, "generator_version": GENERATOR_VERSION,
             "now": NOW.isoformat(), "tenants": len(plan.tenants),
             "sessions": len(plan.sessions), "questions": len(plan.questions),
-            **written, "generation_s": round(seconds, 2),
+            **written, "generation_s": round(seconds, 2), "git_commit_s": round(commit_s, 2),
             "events_per_s": round(written["events"] / seconds, 1),
             "store_bytes": _tree_bytes(tmp / "repo" / "memory")}
     (tmp / "corpus.json").write_text(json.dumps(info, indent=1) + "\n")

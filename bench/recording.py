@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import Context, Skip
+from bench.corpus import new_repo
 from bench.plan import make_plan
 from bench.sessions import session_ops
 from bench.stats import Metric, latency, timed
 from gitmem.policies import load_policies
 from gitmem.recorder import Recorder
-from gitmem.store import init_store
 
 # (single events, batches of 100, batches of 1000, CLI batch events, CLI single processes)
 PLAN = {"tiny": (200, 3, 1, 1000, 5), "10k": (1000, 10, 5, 5000, 10)}
@@ -57,7 +57,7 @@ def measure(ctx: Context) -> list[Metric]:
     events = iter(live_events(total, ctx.seed + 1000))
     root = ctx.scratch / "record"
     shutil.rmtree(root, ignore_errors=True)
-    store = init_store(root).store
+    store = new_repo(root)
     recorder = Recorder(store, load_policies(store))
     metrics: list[Metric] = []
 
