@@ -21,6 +21,7 @@ from gitmem.errors import GitmemError, ScenarioError
 from gitmem.harness import percentile, timing_stats
 from gitmem.memory import Memory
 from gitmem.records import Event, canonical_json, event_text
+from gitmem.scenario import ASSERTIONS
 from gitmem.steps import Failure, Run
 
 Check = Callable[[Run, dict[str, Any]], None]
@@ -521,18 +522,5 @@ def acb_build_latency_max_ms(run: Run, p: dict[str, Any]) -> None:
     _latency(run, p, "max")
 
 
-CHECKS: dict[str, Check] = {
-    "event_exists": event_exists, "acb_max_tokens": acb_max_tokens,
-    "acb_within_caps": acb_within_caps, "acb_section_contains": acb_section_contains,
-    "acb_section_not_contains": acb_section_not_contains,
-    "acb_contains_ref": acb_contains_ref, "acb_not_contains_ref": acb_not_contains_ref,
-    "acb_sections": acb_sections, "acb_path": acb_path, "item_max_tokens": item_max_tokens,
-    "traceability": traceability, "decision_active": decision_active,
-    "decision_superseded": decision_superseded, "omission": omission,
-    "pinned_included": pinned_included, "no_duplicates": no_duplicates,
-    "conflict_flagged": conflict_flagged, "index_equivalent": index_equivalent,
-    "index_fresh": index_fresh, "deterministic": deterministic,
-    "acb_build_latency_p95_ms": acb_build_latency_p95_ms,
-    "acb_build_latency_max_ms": acb_build_latency_max_ms,
-    "acb_candidate_scan_max": acb_candidate_scan_max, "not_stored": not_stored,
-}
+# every assertion type of the format is the function of the same name here
+CHECKS: dict[str, Check] = {name: globals()[name] for name in ASSERTIONS}
