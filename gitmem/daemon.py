@@ -207,6 +207,9 @@ class Autocommit:
 def run(config: Config, options: DaemonOptions) -> None:
     """Serve the store in the foreground until SIGTERM or SIGINT."""
     lock_fd = _lock_pid_file(config)
+    # Socket threads mostly wait; a short GIL switch interval keeps a busy indexer
+    # batch from delaying their answers by the default 5 ms slices.
+    sys.setswitchinterval(0.0005)
     memory = Memory(config, db_pool_size=options.db_pool_size, db_timeout=options.db_timeout)
     committer: Autocommit | None = None
     if options.autocommit:

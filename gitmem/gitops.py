@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections import Counter
@@ -29,16 +30,63 @@ from gitmem.store import classify
 # Machine-written parts of the store; views and policies are left for people to commit.
 AUTOCOMMIT_DIRS = ("events", "decisions", "tasks", "summaries", "handoffs", "artifacts")
 ZERO_OID = "0" * 40
+_OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _IN_PROGRESS = (("MERGE_HEAD", "a merge"), ("CHERRY_PICK_HEAD", "a cherry-pick"),
                 ("REVERT_HEAD", "a revert"), ("rebase-merge", "a rebase"),
                 ("rebase-apply", "a rebase or am"), ("BISECT_LOG", "a bisect"))
 
 
 def head(path: Path) -> str | None:
-    """The commit HEAD points at in the repository holding `path`, or None."""
+    """The commit HEAD points at in the repository holding `path`, or None.
+
+    Read from the files under `.git` (every sync asks; a `git` process each time
+    costs more than the sync), falling back to `git rev-parse` for anything unusual.
+    """
+    try:
+        found = _read_head(path)
+    except (OSError, UnicodeDecodeError):
+        found = None
+    if found is not None:
+        return found or None
     result = subprocess.run(["git", "-C", str(path), "rev-parse", "--verify", "-q", "HEAD"],
                             capture_output=True, text=True)
     return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def _read_head(path: Path) -> str | None:
+    """HEAD's commit from the files; '' for an unborn branch; None: ask git instead."""
+    if any(k in os.environ for k in ("GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE")):
+        return None
+    git_dir = next((d / ".git" for d in (path, *path.parents) if (d / ".git").exists()), None)
+    if git_dir is None:
+        return None
+    if git_dir.is_file():  # a worktree or submodule: "gitdir: <path>"
+        text = git_dir.read_text(encoding="utf-8").strip()
+        if not text.startswith("gitdir: "):
+            return None
+        git_dir = (git_dir.parent / text[8:]).resolve()
+    common = git_dir
+    if (git_dir / "commondir").is_file():
+        common = (git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+    if (common / "reftable").exists():
+        return None
+    text = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    if _OID.fullmatch(text):
+        return text
+    if not text.startswith("ref: "):
+        return None
+    ref = text[5:]
+    for base in (git_dir, common):
+        if (base / ref).is_file():
+            value = (base / ref).read_text(encoding="utf-8").strip()
+            return value if _OID.fullmatch(value) else None
+    packed = common / "packed-refs"
+    if packed.is_file():
+        for line in packed.read_text(encoding="utf-8").splitlines():
+            oid, _, name = line.partition(" ")
+            if name == ref and _OID.fullmatch(oid):
+                return oid
+    return ""
 
 
 def open_repo(path: Path) -> git.Repo:

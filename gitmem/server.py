@@ -166,6 +166,8 @@ class _Connection:
         self.sock = sock
         self.number = number
         self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._send_lock = threading.Lock()
+        self._queued = 0  # answers waiting in the outbox (they go out in order)
         self._pending = 0
         self._pending_cond = threading.Condition()
         self._closed = False
@@ -181,12 +183,28 @@ class _Connection:
     # ---- sending
 
     def send(self, message: Any) -> None:
-        if self.outbox.qsize() > _MAX_OUTBOX:
-            logger.warning("connection %d does not read its responses; closing it", self.number)
-            self.close()
-            return
-        self.outbox.put(json.dumps(message, ensure_ascii=False, separators=(",", ":"),
-                                   default=str).encode("utf-8") + b"\n")
+        """Answer: straight onto the socket when it takes it all now, else via the sender."""
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"),
+                          default=str).encode("utf-8") + b"\n"
+        with self._send_lock:
+            if self._queued == 0:  # nothing ahead of it: no thread hand-off needed
+                try:
+                    sent = self.sock.send(data, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    self.close()
+                    return
+                if sent == len(data):
+                    return
+                data = data[sent:]
+            if self._queued > _MAX_OUTBOX:
+                logger.warning("connection %d does not read its answers; closing it",
+                               self.number)
+                self.close()
+                return
+            self._queued += 1
+            self.outbox.put(data)
 
     def _send_loop(self) -> None:
         try:
@@ -195,6 +213,8 @@ class _Connection:
                 if data is None:
                     break
                 self.sock.sendall(data)
+                with self._send_lock:
+                    self._queued -= 1
         except OSError:
             pass  # the client went away; the reader notices too
         finally:
