@@ -36,7 +36,7 @@ from gitmem.db import Database, Row
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
 from gitmem.rows import TABLE_COLUMNS, FileRows, parse_file
-from gitmem.store import classify, iter_store_files
+from gitmem.store import classify, iter_store_files, unrecognized_files
 
 logger = logging.getLogger(__name__)
 
@@ -412,6 +412,7 @@ def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
         "git": {"head": head, "indexed_head": indexed_head["value"] if indexed_head else None},
         "index": {k: int(v) for k, v in counts.items()},
         "files_indexed": len(states),
+        "unrecognized": unrecognized_files(store),
     }
 
 

@@ -152,6 +152,38 @@ def read_artifact(store: Path, artifact_id: str) -> bytes:
                          f"{artifact_path(store, artifact_id)}") from None
 
 
+EXPECTED_NAMES = {
+    "events": "events/YYYY-MM/YYYY-MM-DD.jsonl",
+    "decisions": "decisions/dec_<ULID>.md",
+    "tasks": "tasks/tsk_<ULID>.md",
+    "summaries": "summaries/session|episode/sum_<ULID>.md",
+    "handoffs": "handoffs/hof_<ULID>.yaml",
+    "views": "views/<name>.md (letters, digits and ._-)",
+}
+
+
+def unrecognized_files(store: Path) -> list[dict[str, str]]:
+    """Files in the record directories that gitmem ignores because of their name.
+
+    A decision saved as `decisions/use-fts.md` would otherwise never be indexed and
+    nothing would say why.
+    """
+    found: list[dict[str, str]] = []
+    for top, expected in EXPECTED_NAMES.items():
+        base = store / top
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.startswith("."):  # .gitkeep, our .tmp- files, editors' swap files
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), store).replace(os.sep, "/")
+                if classify(rel) is None:
+                    found.append({"path": rel, "reason": f"ignored: not named {expected}"})
+    return found
+
+
 def iter_store_files(store: Path) -> Iterator[tuple[str, str]]:
     """(relative path, kind) of every indexed file, in a stable order."""
     found: list[tuple[str, str]] = []

@@ -560,3 +560,20 @@ def test_one_huge_record_does_not_fail_the_sync(memory: Memory, store: Path, dsn
                 "plainto_tsquery('simple', %s)", (tags[0],)) == [(1,)]
     memory.reindex()
     assert len(event_ids(dsn, schema)) == 2
+
+
+def test_status_names_files_ignored_for_their_name(memory: Memory, store: Path) -> None:
+    write(store, "decisions/use-fts.md", "---\nrefs: []\n---\nUse FTS.\n")
+    write(store, "views/My Notes.md", "# Notes\n")
+    write(store, "events/2026-02/today.jsonl", line(1))
+    write(store, "views/.rules.md.swp", "editor state")
+    memory.sync()
+    status = memory.status()
+    assert status["clean"]  # nothing indexable is stale; these are reported apart
+    assert status["unrecognized"] == [
+        {"path": "events/2026-02/today.jsonl",
+         "reason": "ignored: not named events/YYYY-MM/YYYY-MM-DD.jsonl"},
+        {"path": "decisions/use-fts.md", "reason": "ignored: not named decisions/dec_<ULID>.md"},
+        {"path": "views/My Notes.md",
+         "reason": "ignored: not named views/<name>.md (letters, digits and ._-)"},
+    ]
