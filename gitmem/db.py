@@ -210,7 +210,6 @@ class Database:
             conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(
                 sql.Identifier(self.schema, table) for table in tables)))
 
-
     # ------------------------------------------------------------------ statements
 
     def fetchall(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
