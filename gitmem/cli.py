@@ -354,10 +354,13 @@ def sync(obj: _Context) -> None:
     Example:
       gitmem sync
     """
-    with _errors(), obj.memory() as memory:
-        report = memory.sync()
-    _say(f"{len(report.changed)} file(s) brought up to date")
-    _emit(report.to_dict())
+    with _errors():
+        answer = _via_daemon(obj, "sync", {})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = memory.sync().to_dict()
+    _say(f"{len(answer['changed'])} file(s) brought up to date")
+    _emit(answer)
 
 
 @main.command()

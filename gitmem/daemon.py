@@ -237,7 +237,8 @@ def run(config: Config, options: DaemonOptions) -> None:
 
     server = Server(memory, config.socket_path, sync=sync, daemon_status=daemon_status,
                     options=options.server,
-                    on_written=committer.note_events if committer else None)
+                    on_written=committer.note_events if committer else None,
+                    before_write=watcher.refresh_policies)
     memory.catch_up = watcher.flush
     previous = {sig: signal.signal(sig, lambda *_: server.shutdown())
                 for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -71,10 +71,12 @@ class GroupWriter:
     """
 
     def __init__(self, memory: Memory, *, max_batch: int = 2048,
-                 on_written: Callable[[list[Event]], None] | None = None) -> None:
+                 on_written: Callable[[list[Event]], None] | None = None,
+                 before_write: Callable[[], None] | None = None) -> None:
         self.memory = memory
         self.max_batch = max_batch
         self.on_written = on_written
+        self.before_write = before_write
         self._queue: queue.SimpleQueue[tuple[Any, Future[Event]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="gitmem-writer", daemon=True)
         self._submit_lock = threading.Lock()
@@ -128,6 +130,8 @@ class GroupWriter:
     def _write(self, batch: list[tuple[Any, Future[Event]]]) -> None:
         written: list[Event] = []
         try:
+            if self.before_write is not None:
+                self.before_write()
             written = self.memory.record_many([obj for obj, _ in batch])
             for (_, future), event in zip(batch, written, strict=True):
                 future.set_result(event)
@@ -365,12 +369,13 @@ class Server:
                  sync: Callable[[list[str] | None], dict[str, Any]],
                  daemon_status: Callable[[], dict[str, Any]],
                  options: ServerOptions | None = None,
-                 on_written: Callable[[list[Event]], None] | None = None) -> None:
+                 on_written: Callable[[list[Event]], None] | None = None,
+                 before_write: Callable[[], None] | None = None) -> None:
         self.memory = memory
         self.socket_path = socket_path
         self.options = options or ServerOptions()
         self.writer = GroupWriter(memory, max_batch=self.options.max_batch,
-                                  on_written=on_written)
+                                  on_written=on_written, before_write=before_write)
         self.methods = Methods(memory, sync, daemon_status)
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = os.pipe()

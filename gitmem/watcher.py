@@ -125,6 +125,7 @@ class Watcher:
         self._barrier_issued = 0
         self._barrier_seen = 0
         self._logged: dict[str, set[str]] = {}
+        self._policy_seen: dict[str, tuple[int, int, int] | None] = {}
         self.stats: dict[str, Any] = {
             "batches": 0, "files_synced": 0, "reconciles": 0, "last_batch_ms": None,
             "last_reconcile": None, "last_error": None, "db_ok": None, "db_error": None,
@@ -136,6 +137,7 @@ class Watcher:
         """Watch the store and start the indexer thread (no reconcile: the caller's)."""
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).addHandler(self._alarm)
+        self._policy_seen = self._policy_stats()
         handler = _Handler(self)
         try:
             observer: BaseObserver = Observer()
@@ -192,6 +194,36 @@ class Watcher:
         with self._cond:
             self._barrier_seen = max(self._barrier_seen, number)
             self._cond.notify_all()
+
+    # ------------------------------------------------------------------ policies on write
+
+    def refresh_policies(self) -> None:
+        """Before a write: apply a policy edit whose file events are still on their way.
+
+        A redaction pattern added a moment ago must already apply to the next
+        event; a stat of the few policy files costs microseconds.
+        """
+        stats = self._policy_stats()
+        if stats == self._policy_seen:
+            return
+        changed = sorted(rel for rel in stats.keys() | self._policy_seen.keys()
+                         if stats.get(rel) != self._policy_seen.get(rel))
+        self._policy_seen = stats
+        try:
+            self.memory.invalidate(changed)
+        except FormatError as exc:
+            logger.warning("policy change not applied (the last good policies stay): %s", exc)
+            self._problem(str(exc))
+
+    def _policy_stats(self) -> dict[str, tuple[int, int, int] | None]:
+        stats: dict[str, tuple[int, int, int] | None] = {}
+        for rel in self.memory.policies.hashes:
+            try:
+                st = os.stat(self.store / rel)
+                stats[rel] = (st.st_mtime_ns, st.st_size, st.st_ino)
+            except FileNotFoundError:
+                stats[rel] = None
+        return stats
 
     # ------------------------------------------------------------------ catch-up on read
 

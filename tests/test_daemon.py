@@ -151,6 +151,7 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
                               "--title", "Socket first").stdout.strip()
         task = daemon.cli("task", "Document the socket", "--owner", "ana").stdout.strip()
         status = json.loads(daemon.cli("status", "--json").stdout)
+        synced = json.loads(daemon.cli("sync").stdout)
         errors = {
             "daemon": daemon.cli("record", "x", "--channel", "radio", check=False),
             "local": daemon.cli("record", "x", "--channel", "radio", check=False, env=local_env),
@@ -166,6 +167,7 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
     assert task.startswith("tsk_")
     assert writer["events"] >= 1  # record went through the group writer
     assert status["clean"] and status["index"]["events"] == 5
+    assert synced["changed"] == [] and "files" in synced
     for pair in (errors, batch_errors):
         assert pair["daemon"].returncode == pair["local"].returncode == 1
         assert pair["daemon"].stderr == pair["local"].stderr

@@ -129,6 +129,18 @@ def test_policy_edits_apply_without_a_restart(daemon: Daemon) -> None:
     assert after["policies/privacy.yaml"] == before["policies/privacy.yaml"]
 
 
+def test_a_new_redaction_pattern_applies_to_the_very_next_write(daemon: Daemon) -> None:
+    privacy = daemon.config.store / "policies" / "privacy.yaml"
+    text = privacy.read_text()
+    assert "  redact_patterns:\n" in text
+    privacy.write_text(text.replace("  redact_patterns:\n",
+                                    "  redact_patterns:\n    - 'PROJECT-[0-9]{4}'\n"))
+    recorded = daemon.call("record_event", {"content": {"text": "codename PROJECT-1234 ok"}})
+    day = next(daemon.config.store.glob("events/*/*.jsonl"))
+    line = next(x for x in day.read_text().splitlines() if recorded["event_id"] in x)
+    assert "PROJECT-1234" not in line and "codename [REDACTED] ok" in line
+
+
 def test_git_checkout_of_an_older_commit_and_back(daemon: Daemon, index: Index) -> None:
     root = daemon.config.root
     ts = "2026-03-01T09:00:00+00:00"
