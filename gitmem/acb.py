@@ -227,6 +227,8 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     for name in order:
         section = build.packer.open(name, build.cap(name))
         step = time.perf_counter()
+        if not request.handoff_id:
+            _views(build, section, name)  # curated views first, in any section they name
         fillers[name](section)
         build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
     for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
@@ -275,8 +277,8 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
 def _fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
     evidence = _Evidence(build)
     return {
-        "identity": lambda s: _views(build, s, "identity"),
-        "rules": lambda s: _views(build, s, "rules"),
+        "identity": lambda s: None,  # views only
+        "rules": lambda s: None,
         "task_state": lambda s: _tasks(build, s),
         "relevant_decisions": lambda s: _decisions(build, s, evidence.decision_scores()),
         "retrieved_evidence": evidence.fill,
@@ -322,7 +324,6 @@ def _views(build: _Build, section: Section, section_name: str) -> None:
 
 
 def _tasks(build: _Build, section: Section) -> None:
-    _views(build, section, "task_state")
     rows = build.cache.open_tasks(build.request.tenant_id)
     status_rank = {"doing": 0, "blocked": 1, "open": 2}
 
@@ -455,14 +456,19 @@ def _recent(build: _Build, section: Section) -> None:
             for older in rows[number + 1:]:  # out of budget: older turns would leave a gap
                 build.packer.omit("budget", older["chunk_id"])
             break
-    section.items.sort(key=lambda item: (item["ts"], item["id"]))
+    section.items.sort(key=_reading_order)
 
 
 def _tools(build: _Build, section: Section) -> None:
-    rows = _session_rows(build, "tools", build.policies.budgets.tool_state_events)
-    for row in rows:
+    for row in _session_rows(build, "tools", build.policies.budgets.tool_state_events):
         build.packer.add(section, _chunk_item(row), row["hash"])
-    section.items.sort(key=lambda item: (item["ts"], item["id"]))
+    section.items.sort(key=_reading_order)
+
+
+def _reading_order(item: dict[str, Any]) -> tuple[str, str, int]:
+    """Oldest event first; a long event's chunks (`evt_x#2`, ...) in order."""
+    base, _, part = item["id"].partition("#")
+    return (item["ts"], base, int(part or 0))
 
 
 # --------------------------------------------------------------------------- handoff

@@ -54,28 +54,35 @@ LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
 WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
 
 -- name: session_recent
--- The session's latest events other than tool results, newest first.
+-- The chunks of the session's latest %(limit)s events other than tool results (and
+-- the kinds whose Markdown file is the record), newest event first.
+WITH latest AS (
+  SELECT event_id, ts FROM events
+  WHERE tenant_id = %(tenant)s AND session_id = %(session)s
+    AND kind NOT IN ('tool_result', 'decision', 'summary', 'task_update')
+  ORDER BY ts DESC, event_id DESC
+  LIMIT %(limit)s
+)
 SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
        c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
-       e.content ->> 'artifact_id' AS artifact_id
-FROM chunks c
-LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
-WHERE c.tenant_id = %(tenant)s AND c.session_id = %(session)s AND c.source_type = 'event'
-  AND c.kind <> 'tool_result'
-ORDER BY c.ts DESC, c.chunk_id DESC
-LIMIT %(limit)s
+       NULL::text AS artifact_id
+FROM latest l JOIN chunks c ON c.source_id = l.event_id
+ORDER BY l.ts DESC, l.event_id DESC, length(c.chunk_id), c.chunk_id
 
 -- name: session_tools
--- The session's latest tool results, newest first.
+-- The chunks of the session's latest %(limit)s tool results, newest result first,
+-- each result's chunks in order (the first carries the tool and path).
+WITH latest AS (
+  SELECT event_id, ts, content ->> 'artifact_id' AS artifact_id FROM events
+  WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND kind = 'tool_result'
+  ORDER BY ts DESC, event_id DESC
+  LIMIT %(limit)s
+)
 SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
        c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
-       e.content ->> 'artifact_id' AS artifact_id
-FROM chunks c
-LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
-WHERE c.tenant_id = %(tenant)s AND c.session_id = %(session)s AND c.source_type = 'event'
-  AND c.kind = 'tool_result'
-ORDER BY c.ts DESC, c.chunk_id DESC
-LIMIT %(limit)s
+       l.artifact_id
+FROM latest l JOIN chunks c ON c.source_id = l.event_id
+ORDER BY l.ts DESC, l.event_id DESC, length(c.chunk_id), c.chunk_id
 
 -- name: pinned_chunks
 SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,

@@ -355,3 +355,30 @@ def test_cli_acb_json_and_text(cli: Cli, memory: Memory) -> None:
     assert "## Retrieved evidence" in text and "Mondays" in text
     bad = cli("acb", "--max-tokens", "0", ok=False)
     assert bad.exit_code == 1 and "max_tokens" in bad.output
+
+
+def test_a_view_loads_into_any_section_it_names(memory: Memory) -> None:
+    (memory.store / "views" / "runbook.md").write_text(
+        "---\nsection: retrieved_evidence\npinned: true\n---\n# Runbook\n\nRestart with make up.\n")
+    acb = memory.build_acb({"now": NOW})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == ["views/runbook.md#runbook"]
+
+
+def test_tool_state_keeps_whole_results_head_first(memory: Memory) -> None:
+    long_output = "\n\n".join(f"paragraph {n}: " + "word " * 300 for n in range(12))
+    for n in range(3):
+        memory.record({"kind": "tool_result", "session_id": "s1",
+                       "ts": f"2026-03-01T0{n}:00:00+00:00",
+                       "content": {"tool": "fs.read_file", "path": f"file{n}.md",
+                                   "output": f"small output {n}"}})
+    big = memory.record({"kind": "tool_result", "session_id": "s1",
+                         "ts": "2026-03-01T05:00:00+00:00",
+                         "content": {"tool": "fs.read_file", "path": "BIG.md",
+                                     "output": long_output}})
+    acb = memory.build_acb({"session_id": "s1", "now": NOW})
+    tools = section(acb, "tool_state")
+    ids = [i["id"] for i in tools]
+    assert f"{big.id}#1" in ids and tools[-1]["id"].startswith(big.id)
+    head = next(i for i in tools if i["id"] == f"{big.id}#1")
+    assert head["text"].startswith("[fs.read_file result BIG.md]")
+    assert sum(i["text"].startswith("[fs.read_file result file") for i in tools) == 3
