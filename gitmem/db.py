@@ -101,6 +101,15 @@ class Database:
                  timeout: float = 30.0) -> None:
         self.dsn = dsn
         self.schema = schema
+        # One direct attempt first: a wrong DSN, a refused connection or a bad password
+        # fails now with the server's reason, not after the pool retried for `timeout`.
+        try:
+            psycopg.connect(dsn, connect_timeout=max(1, round(min(timeout, 10)))).close()
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            raise DatabaseError(
+                f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {reason}; check that "
+                "the server runs and the DSN (--dsn / GITMEM_DSN) is right") from exc
         self._pool = ConnectionPool(
             dsn, min_size=1, max_size=max_size, open=False, timeout=timeout,
             kwargs={"autocommit": True, "row_factory": dict_row,

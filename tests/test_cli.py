@@ -257,3 +257,21 @@ def test_end_to_end_on_the_embedded_server(tmp_path: Path) -> None:
     assert (root / ".gitmem" / "pg").is_dir()  # the embedded data lives in .gitmem/
     assert "  .gitmem/" not in (root / ".gitignore").read_text()
     assert ".gitmem/" in (root / ".gitignore").read_text().splitlines()
+
+
+@pytest.mark.parametrize(("bad_dsn", "reason"), [
+    ("postgresql://postgres@127.0.0.1:1/x", "Connection refused"),
+    ("not a dsn", 'missing "="'),
+    ("postgresql://nobody:hunter2@127.0.0.1:1/x", "Connection refused"),
+])
+def test_a_wrong_dsn_fails_fast_with_the_reason(cli: Cli, bad_dsn: str, reason: str) -> None:
+    import time
+
+    started = time.perf_counter()
+    result = cli.runner.invoke(main, ["--dsn", bad_dsn, "status"],
+                               env={**cli.env(), "GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1
+    assert "cannot connect to PostgreSQL" in result.stderr and reason in result.stderr
+    assert "hunter2" not in result.output
+    assert "Traceback" not in result.output
+    assert time.perf_counter() - started < 10  # not the pool's 30 s of retries
