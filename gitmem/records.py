@@ -349,6 +349,7 @@ def split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int]:
     Frontmatter is opened by a first line of exactly `---` and must be closed by
     another `---` line; a file without it has no metadata.
     """
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
     opening = _FENCE.match(text)
     if opening is None:
         return {}, text, 1
@@ -382,7 +383,7 @@ def field_line(text: str, key: str) -> int | None:
 
 def _record_frontmatter(text: str, path: str, what: str) -> tuple[dict[str, Any], str, int]:
     """Frontmatter that a decision, task or summary file must open with."""
-    if _FENCE.match(text) is None:
+    if _FENCE.match(text.removeprefix("\ufeff")) is None:
         raise FormatError(f"a {what} file starts with YAML frontmatter between '---' lines "
                           "(id, ts, ...); line 1 is not '---'", path=path, line=1)
     return split_frontmatter(text, path)

@@ -505,3 +505,14 @@ def test_view_broken_frontmatter() -> None:
         parse_view("---\nsection: [rules\n---\n# Hi\n", "views/x.md", "rules")
     assert caught.value.path == "views/x.md" and caught.value.line in (2, 3)
     assert "broken YAML frontmatter" in str(caught.value)
+
+
+def test_crlf_and_byte_order_mark_files_parse() -> None:
+    crlf = decision_text().replace("\n", "\r\n")
+    assert parse_decision(crlf, DEC_PATH, "d").text == "Use PostgreSQL full-text search."
+    bom = "\ufeff" + decision_text(tags=5)
+    err = decision_error(bom)
+    assert (err.line, err.field) == (8, "tags")  # located as without the mark
+    view = parse_view("\ufeff---\nsection: identity\n---\n# Hi\n", "views/x.md", "rules")
+    assert view.section == "identity" and [c.line for c in view.chunks] == [4]
+    assert not any("\ufeff" in c.text for c in view.chunks)
