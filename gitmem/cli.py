@@ -643,11 +643,16 @@ def hook(obj: _Context, name: str, args: tuple[str, ...]) -> None:
       gitmem hook pre-commit            # what `git commit` runs
       gitmem hook post-checkout OLD NEW 1
     """
-    from gitmem.errors import VerifyError
+    from gitmem.errors import ConfigError, VerifyError
     from gitmem.hooks import SYNC_HOOKS, run_hook
 
     try:
-        warnings = run_hook(name, args, obj.config())
+        config = obj.config()
+    except ConfigError as exc:  # the hooks stay, the store moved: never block git for it
+        _say(f"gitmem {name} hook skipped: {exc}")
+        return
+    try:
+        warnings = run_hook(name, args, config)
     except VerifyError as exc:
         _say(f"gitmem pre-commit: {exc}")
         raise click.ClickException("commit refused; fix the files above (or bypass the "

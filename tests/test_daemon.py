@@ -54,6 +54,7 @@ def ids_in_files(store: Path) -> list[str]:
 
 # --------------------------------------------------------------------------- lifecycle
 
+@pytest.mark.embedded
 def test_start_status_stop(store_config: Config) -> None:
     daemon = Daemon(store_config)
     pid = daemon.start()

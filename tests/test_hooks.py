@@ -216,6 +216,15 @@ def test_post_checkout_with_the_database_down_only_warns(root: Path) -> None:
     assert "gitmem: the index was not updated" in result.stderr
 
 
+def test_hooks_never_block_git_in_a_repository_without_a_store(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    install(repo / "memory")
+    run_git(repo, "rm", "-r", "-q", "memory")
+    result = commit(repo, "drop the store")
+    assert result.returncode == 0, result.stderr
+    assert "gitmem pre-commit hook skipped: no memory/ store" in result.stderr
+
+
 def test_hook_command_rejects_unknown_names(root: Path) -> None:
     result = subprocess.run([os.sys.executable, "-m", "gitmem", "hook", "pre-push"], cwd=root,
                             capture_output=True, text=True)

@@ -70,6 +70,7 @@ def test_a_hand_appended_line_is_indexed_within_200ms(daemon: Daemon, index: Ind
     assert latencies[-2] < 0.2  # p90 of ten within 200 ms, no read needed
 
 
+@pytest.mark.embedded
 def test_build_acb_right_after_a_hand_append_never_misses_it(daemon: Daemon) -> None:
     path = daemon.config.store / DAY
     with daemon.client() as client:
