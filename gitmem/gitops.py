@@ -20,12 +20,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import git
+from typing import TYPE_CHECKING
 
 from gitmem.errors import FormatError, GitError
 from gitmem.records import parse_decision, parse_task
 from gitmem.store import classify
+
+if TYPE_CHECKING:  # gitpython costs ~0.1 s to import; `head` (every sync) does without it
+    import git
 
 # Machine-written parts of the store; views and policies are left for people to commit.
 AUTOCOMMIT_DIRS = ("events", "decisions", "tasks", "summaries", "handoffs", "artifacts")
@@ -91,6 +93,8 @@ def _read_head(path: Path) -> str | None:
 
 def open_repo(path: Path) -> git.Repo:
     """The repository holding `path`, or GitError."""
+    import git
+
     try:
         return git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -201,6 +205,8 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
 
     Raises GitError naming the reason when committing now would be wrong.
     """
+    import git
+
     repo = open_repo(store)
     try:
         reason = busy_state(repo)

@@ -116,6 +116,7 @@ def checked(method: str, params: Any, spec: dict[str, tuple[str, bool]]) -> dict
 
 
 def as_object(method: str, params: Any) -> dict[str, Any]:
+    """`params` as an object (absent: empty), or Fault -32602."""
     if params is None:
         return {}
     if not isinstance(params, dict):

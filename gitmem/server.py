@@ -179,6 +179,7 @@ class _Connection:
         self._threads_lock = threading.Lock()
 
     def start(self) -> None:
+        """Start the reader and sender threads."""
         threading.Thread(target=self._read_loop, name=f"gitmem-conn-{self.number}",
                          daemon=True).start()
         threading.Thread(target=self._send_loop, name=f"gitmem-send-{self.number}",
@@ -233,6 +234,7 @@ class _Connection:
             self.sock.close()
 
     def close(self) -> None:
+        """Shut the socket down both ways (the threads then end)."""
         if self._closed:
             return
         self._closed = True

@@ -17,9 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
-
-import git
+from typing import TYPE_CHECKING, Protocol
 
 from gitmem import consistency, gitops
 from gitmem.errors import FormatError, GitError, ValidationError
@@ -41,6 +39,9 @@ from gitmem.records import (
 )
 from gitmem.rows import parse_file
 from gitmem.store import classify
+
+if TYPE_CHECKING:
+    import git
 
 _EVENT_ID = re.compile(rb'"id":\s*"(evt_[0-9A-HJKMNP-TV-Z]{26})"')
 _POLICY_PARSERS = {"policies/budgets.yaml": parse_budgets, "policies/privacy.yaml": parse_privacy,

@@ -64,6 +64,7 @@ class _Handler(FileSystemEventHandler):
         return rel
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        """Queue the store paths an event touches (a directory move: a reconcile)."""
         if event.event_type in ("opened", "closed", "closed_no_write", "attrib"):
             return
         if event.is_directory:
@@ -88,6 +89,7 @@ class _OverflowAlarm(logging.Handler):
         self.watcher = watcher
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Ask for a reconcile when watchdog reports an overflow."""
         if "overflow" in record.getMessage().lower():
             self.watcher.request_reconcile("the inotify queue overflowed")
 
