@@ -101,34 +101,39 @@ def split_text(text: str, max_tokens: int) -> list[str]:
 
 
 def split_counted(text: str, max_tokens: int) -> list[tuple[str, int]]:
-    """`split_text` with each part's token count (a short text is tokenized once)."""
-    size = tokens.count(text)
-    if size <= max_tokens:
-        return [(text, size)]
-    return [(part, tokens.count(part)) for part in _split_long(text, max_tokens)]
-
-
-def _split_long(text: str, max_tokens: int) -> list[str]:
-    parts: list[str] = []
-    current: list[str] = []
+    """`split_text` with each part's token count; no string is tokenized twice."""
+    encoded = tokens.encode(text)
+    if len(encoded) <= max_tokens:
+        return [(text, len(encoded))]
+    paragraphs = text.split("\n\n")
+    whole = encoded if len(paragraphs) == 1 else None
+    parts: list[tuple[str, int]] = []
+    current: list[tuple[str, int]] = []
     used = 0
-    pieces = [p for para in text.split("\n\n") for p in _fit(para, max_tokens)]
-    for piece in pieces:
-        size = tokens.count(piece) + 1
-        if current and used + size > max_tokens:
-            parts.append("\n\n".join(current))
+    for piece, size in (p for para in paragraphs for p in _fit(para, max_tokens, whole)):
+        if current and used + size + 1 > max_tokens:
+            parts.append(_joined(current))
             current, used = [], 0
-        current.append(piece)
-        used += size
+        current.append((piece, size))
+        used += size + 1
     if current:
-        parts.append("\n\n".join(current))
+        parts.append(_joined(current))
     return parts
 
 
-def _fit(paragraph: str, max_tokens: int) -> list[str]:
-    encoded = tokens.encode(paragraph)
+def _joined(pieces: list[tuple[str, int]]) -> tuple[str, int]:
+    if len(pieces) == 1:
+        return pieces[0]
+    text = "\n\n".join(piece for piece, _ in pieces)
+    return text, tokens.count(text)
+
+
+def _fit(paragraph: str, max_tokens: int,
+         encoded: list[int] | None = None) -> list[tuple[str, int]]:
+    """Pieces of <= max_tokens - 1 tokens, each with its token count."""
+    encoded = tokens.encode(paragraph) if encoded is None else encoded
     if len(encoded) <= max_tokens - 1:
-        return [paragraph]
+        return [(paragraph, len(encoded))]
     # Encode once and cut where a token starts a character: a token may hold part of
     # a multi-byte character, and decoding such a prefix would invent U+FFFD.
     starts = tokens.char_starts(encoded)
@@ -148,7 +153,7 @@ def _fit(paragraph: str, max_tokens: int) -> list[str]:
         pos += len(head)
         while pos < len(paragraph) and paragraph[pos] == "\n":
             pos += 1
-    return out
+    return [(piece, tokens.count(piece)) for piece in out]
 
 
 def event_chunk_text(event: Event) -> str:

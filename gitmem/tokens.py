@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 
 import tiktoken
@@ -38,18 +39,34 @@ def encode(text: str) -> list[int]:
 _CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 bytes that do not start a character
 
 
+@functools.cache
+def _token_chars() -> tuple[list[int], list[int]]:
+    """Per token id: how many characters start in its bytes, and 1 if its first byte
+    continues a character begun by the token before (else 0)."""
+    enc = encoding()
+    starts_in: list[int] = []
+    continues: list[int] = []
+    for rank in range(enc.n_vocab):
+        try:
+            data = enc.decode_single_token_bytes(rank)
+        except KeyError:  # an unused rank (never produced by encoding)
+            data = b""
+        starts_in.append(len(data.translate(None, _CONTINUATION)))
+        continues.append(1 if data and 0x80 <= data[0] < 0xC0 else 0)
+    return starts_in, continues
+
+
 def char_starts(tokens: Sequence[int]) -> list[int]:
     """For each token, the index of the first character holding its bytes.
 
-    The offsets of `Encoding.decode_with_offsets`, counted with `bytes.translate`
-    instead of a Python loop over every byte.
+    The offsets of `Encoding.decode_with_offsets`, from per-token tables built
+    once instead of a Python loop over every byte of every token.
     """
-    starts: list[int] = []
-    length = 0
-    for token in encoding().decode_tokens_bytes(tokens):
-        starts.append(max(0, length - (0x80 <= token[0] < 0xC0)))
-        length += len(token.translate(None, _CONTINUATION))
-    return starts
+    starts_in, continues = _token_chars()
+    # characters before each token (one more total than tokens: zip stops at the last token)
+    before = itertools.accumulate((starts_in[t] for t in tokens), initial=0)
+    return [length - continues[t] if length else 0
+            for length, t in zip(before, tokens, strict=False)]
 
 
 def truncate(text: str, max_tokens: int) -> str:
