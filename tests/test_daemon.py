@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -333,5 +331,3 @@ def test_kill_9_during_a_50k_event_load_loses_and_doubles_nothing(store_config: 
     finally:
         daemon.stop()
     print(f"killed after {killed_at} answered events; {len(on_disk)} on disk")
-    assert os.path.exists(store_config.store)
-    assert time.time()

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def test_install_honours_core_hooks_path_and_chains_existing_hooks(tmp_path: Pat
 
 
 def test_gitmem_init_installs_the_hooks(tmp_path: Path) -> None:
-    result = subprocess.run([os.sys.executable, "-m", "gitmem", "init", str(tmp_path / "new")],
+    result = subprocess.run([sys.executable, "-m", "gitmem", "init", str(tmp_path / "new")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert MARKER in (tmp_path / "new" / ".git" / "hooks" / "pre-commit").read_text()
@@ -226,7 +227,7 @@ def test_hooks_never_block_git_in_a_repository_without_a_store(tmp_path: Path) -
 
 
 def test_hook_command_rejects_unknown_names(root: Path) -> None:
-    result = subprocess.run([os.sys.executable, "-m", "gitmem", "hook", "pre-push"], cwd=root,
+    result = subprocess.run([sys.executable, "-m", "gitmem", "hook", "pre-push"], cwd=root,
                             capture_output=True, text=True)
     assert result.returncode == 1 and "unknown hook 'pre-push'" in result.stderr
 
