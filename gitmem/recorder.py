@@ -12,7 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,9 +111,25 @@ class Recorder:
 
     def record(self, obj: Mapping[str, Any]) -> Event:
         """Validate and durably append one event; returns it with id, ts and hash."""
-        prepared = self._prepare(obj)
-        self._commit([prepared])
+        with self._task_lock([obj]):
+            prepared = self._prepare(obj)
+            self._commit([prepared])
         return prepared.event
+
+    @contextmanager
+    def _task_lock(self, objs: Sequence[Mapping[str, Any]]) -> Iterator[None]:
+        """Serialize task updates: each reads its task file, changes it, writes it back."""
+        if not any(isinstance(o, Mapping) and o.get("kind") == "task_update" for o in objs):
+            yield
+            return
+        directory = self.store / "tasks"
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
                     lines: Sequence[int] | None = None) -> list[Event]:
@@ -121,16 +138,18 @@ class Recorder:
         An invalid object is reported as `source:N`: its line in `lines`, else
         its 1-based position.
         """
+        objs = list(objs)
         prepared: list[_Prepared] = []
-        for position, obj in enumerate(objs):
-            number = lines[position] if lines is not None else position + 1
-            try:
-                prepared.append(self._prepare(obj))
-            except FormatError as exc:
-                raise exc.at(source, number) from None
-            except PrivacyError as exc:
-                raise PrivacyError(f"{source}:{number}: {exc}") from None
-        self._commit(prepared)
+        with self._task_lock(objs):
+            for position, obj in enumerate(objs):
+                number = lines[position] if lines is not None else position + 1
+                try:
+                    prepared.append(self._prepare(obj))
+                except FormatError as exc:
+                    raise exc.at(source, number) from None
+                except PrivacyError as exc:
+                    raise PrivacyError(f"{source}:{number}: {exc}") from None
+            self._commit(prepared)
         return [p.event for p in prepared]
 
     def decide(self, text: str, refs: list[str], *, supersedes: Iterable[str] = (),

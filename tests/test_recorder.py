@@ -407,3 +407,25 @@ def test_an_existing_decision_is_never_rewritten(recorder: Recorder, repo: Path)
                          "content": {"text": "Second", "decision_id": dec}})
     assert caught.value.field == "content.decision_id" and "supersedes" in str(caught.value)
     assert snapshot(repo) == before
+
+
+def test_concurrent_task_updates_lose_nothing(memory: Memory) -> None:
+    import threading
+
+    task_id = memory.task("Shared task").content["task_id"]
+    updates: list[str] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        for k in range(10):
+            event = memory.task("Shared task", task_id=task_id, details=f"update {n}.{k}")
+            with lock:
+                updates.append(event.id)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    text = (memory.store / "tasks" / f"{task_id}.md").read_text()
+    assert all(event_id in text for event_id in updates)  # every update kept its ref
