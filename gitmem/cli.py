@@ -360,6 +360,8 @@ def sync(obj: _Context) -> None:
             with obj.memory() as memory:
                 answer = memory.sync().to_dict()
     _say(f"{len(answer['changed'])} file(s) brought up to date")
+    for problem in answer.get("errors", []):
+        _say(f"  {_where(problem)}: {problem['message']}")
     _emit(answer)
 
 
@@ -396,6 +398,8 @@ def status(obj: _Context, as_json: bool) -> None:
         click.echo(f"  pending {item['path']}: {item['bytes']} bytes, {item['reason']}")
     for problem in report["errors"]:
         click.echo(f"  error   {_where(problem)}: {problem['message']}")
+    for item in report.get("unrecognized", []):
+        click.echo(f"  ignored {item['path']}: {item['reason']}")
 
 
 @main.command(name="acb")
