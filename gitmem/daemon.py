@@ -210,6 +210,8 @@ def run(config: Config, options: DaemonOptions) -> None:
     # Socket threads mostly wait; a short GIL switch interval keeps a busy indexer
     # batch from delaying their answers by the default 5 ms slices.
     sys.setswitchinterval(0.0005)
+    # The watcher reports an outage once; the pool would log every reconnect attempt.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     memory = Memory(config, db_pool_size=options.db_pool_size, db_timeout=options.db_timeout)
     committer: Autocommit | None = None
     if options.autocommit:
