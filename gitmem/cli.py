@@ -690,11 +690,13 @@ def verify(obj: _Context, as_json: bool) -> None:
         problems = verify_tree(config.store, load_policies(config.store))
     if as_json:
         _emit([p.to_dict() for p in problems])
+    errors = [p for p in problems if p.severity == "error"]
     for problem in problems:
-        _say(str(problem))
-    if problems:
-        raise click.ClickException(f"{len(problems)} problem(s) in {config.store}")
-    _say(f"{config.store}: no problems")
+        _say(("" if problem.severity == "error" else f"{problem.severity}: ") + str(problem))
+    if errors:
+        raise click.ClickException(f"{len(errors)} problem(s) in {config.store}")
+    warnings = len(problems) - len(errors)
+    _say(f"{config.store}: no problems" + (f" ({warnings} warning(s))" if warnings else ""))
 
 
 # --------------------------------------------------------------------------- scenarios

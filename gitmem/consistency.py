@@ -10,7 +10,9 @@ files of a whole store for `gitmem verify`.
 
 Conflict kinds:
 - superseded_decision: `decisions` names a decision that is superseded
-  (by a later decision's `supersedes`, or by `status: superseded`);
+  (by a later decision's `supersedes`, or by `status: superseded`). With
+  `stale: true` the summary was right when written and the world moved on
+  (a warning for `gitmem verify`); without, it was already wrong (an error);
 - unknown_decision: `decisions` names a decision that does not exist;
 - missing_ref: `refs` names an id that exists nowhere in the tenant's memory;
 - foreign_session_ref: a session summary cites an event of another session.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,7 @@ class SummaryFacts:
     scope: str
     decisions: tuple[str, ...]
     refs: tuple[str, ...]
+    ts: datetime | None = None
 
 
 def summary_conflicts(summary: SummaryFacts, chain: TenantDecisions,
@@ -69,8 +73,11 @@ def summary_conflicts(summary: SummaryFacts, chain: TenantDecisions,
         if decision_id not in chain.by_id:
             found.append({"kind": "unknown_decision", "decision": decision_id})
         elif decision_id in chain.superseded_by:
+            since = chain.superseded_at.get(decision_id)
+            stale = since is None or summary.ts is None or since > summary.ts
             found.append({"kind": "superseded_decision", "decision": decision_id,
-                          "superseded_by": chain.superseded_by[decision_id] or None})
+                          "superseded_by": chain.superseded_by[decision_id] or None,
+                          "stale": stale})
     for ref in summary.refs:
         if ref not in ref_sessions:
             found.append({"kind": "missing_ref", "ref": ref})
@@ -90,7 +97,7 @@ def index_conflicts(db: Database, tenant: str, summary_ids: Sequence[str],
     out: dict[str, list[dict[str, Any]]] = {}
     for row in db.fetchall("summary_sources", {"tenant": tenant, "ids": list(summary_ids)}):
         facts = SummaryFacts(row["summary_id"], row["session_id"], row["scope"],
-                             tuple(row["decisions"]), tuple(row["refs"]))
+                             tuple(row["decisions"]), tuple(row["refs"]), row["ts"])
         sessions = {ref: session or NO_SESSION for ref, session in row["ref_sessions"].items()}
         conflicts = summary_conflicts(facts, chain, sessions)
         if conflicts:
@@ -195,7 +202,7 @@ def tree_conflicts(tree: Tree) -> dict[str, list[dict[str, Any]]]:
     for summary_id, (_, _, s) in sorted(tree.summaries.items()):
         if s.tenant_id not in chains:
             chains[s.tenant_id] = tree.chain(s.tenant_id)
-        facts = SummaryFacts(s.id, s.session_id, s.scope, s.decisions, s.refs)
+        facts = SummaryFacts(s.id, s.session_id, s.scope, s.decisions, s.refs, parse_ts(s.ts))
         conflicts = summary_conflicts(facts, chains[s.tenant_id], tree.known(s.tenant_id))
         if conflicts:
             out[summary_id] = conflicts
@@ -215,7 +222,9 @@ def check_tree(store: Path, default_tenant: str) -> list[FormatError]:
         for conflict in conflicts:
             key = "decisions" if "decision" in conflict else "refs"
             problems.append(FormatError(describe(conflict), path=rel,
-                                        line=field_line(text, key), field=key))
+                                        line=field_line(text, key), field=key,
+                                        severity="warning" if conflict.get("stale")
+                                        else "error"))
     return problems
 
 
@@ -224,8 +233,10 @@ def describe(conflict: Mapping[str, Any]) -> str:
     kind = conflict["kind"]
     if kind == "superseded_decision":
         by = conflict.get("superseded_by")
+        when = ("; it was current when the summary was written" if conflict.get("stale")
+                else "; it already was when the summary was written")
         return (f"states {conflict['decision']} as current, but it is superseded"
-                + (f" by {by}" if by else "") + "; write a new summary")
+                + (f" by {by}" if by else "") + when + ": write a new summary")
     if kind == "unknown_decision":
         return f"states {conflict['decision']} as current, but no such decision exists"
     if kind == "missing_ref":

@@ -56,6 +56,7 @@ class TenantDecisions:
     by_id: dict[str, Row] = field(default_factory=dict)
     active: list[Row] = field(default_factory=list)           # newest first
     superseded_by: dict[str, str] = field(default_factory=dict)  # id -> latest active id
+    superseded_at: dict[str, Any] = field(default_factory=dict)  # id -> ts of its successor
 
     def latest(self, decision_id: str) -> str | None:
         """The active end of the chain `decision_id` belongs to (itself if active)."""
@@ -93,6 +94,9 @@ def resolve_decisions(rows: list[Row]) -> TenantDecisions:
         else:
             latest = follow(row["decision_id"])
             result.superseded_by[row["decision_id"]] = latest or ""
+            direct = replaced_by.get(row["decision_id"], [])
+            if direct:  # else a person set `status: superseded`: no date known
+                result.superseded_at[row["decision_id"]] = by_id[direct[0]]["ts"]
     result.active.sort(key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
     return result
 

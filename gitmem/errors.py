@@ -31,11 +31,12 @@ class FormatError(GitmemError):
     """A file or record does not parse; names `path:line` and what was expected."""
 
     def __init__(self, message: str, *, path: str = "", line: int | None = None,
-                 field: str | None = None) -> None:
+                 field: str | None = None, severity: str = "error") -> None:
         self.path = path
         self.line = line
         self.field = field
         self.detail = message
+        self.severity = severity  # "warning": reported, but no reason to fail a check
         super().__init__(self._compose())
 
     @property
@@ -54,12 +55,13 @@ class FormatError(GitmemError):
         """The same error, located in a file (keeps an existing location)."""
         if self.path:
             return self
-        return type(self)(self.detail, path=path, line=line, field=self.field)
+        return type(self)(self.detail, path=path, line=line, field=self.field,
+                          severity=self.severity)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form for status reports and RPC errors."""
         return {"path": self.path, "line": self.line, "field": self.field,
-                "message": self.detail}
+                "message": self.detail, "severity": self.severity}
 
 
 class ValidationError(FormatError):

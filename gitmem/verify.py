@@ -351,7 +351,8 @@ def _with_summary_conflicts(problems: list[FormatError], store: Path, policies: 
                             display: str) -> list[FormatError]:
     """Add `consistency.check_tree` (summaries that no longer agree with what they cite);
     where it names the same line as a dangling reference, its message is the better one."""
-    conflicts = [type(p)(p.detail, path=display + p.path, line=p.line, field=p.field)
+    conflicts = [type(p)(p.detail, path=display + p.path, line=p.line, field=p.field,
+                         severity=p.severity)
                  for p in consistency.check_tree(store, policies.manifest.default_tenant)]
     places = {(c.path, c.line) for c in conflicts}
     kept = [p for p in problems

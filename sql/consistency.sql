@@ -3,7 +3,7 @@
 -- name: summary_sources
 -- Each summary with the sessions of the ids it cites that exist in its tenant
 -- (NULL for records that have no session); an id absent from ref_sessions is missing.
-SELECT s.summary_id, s.session_id, s.scope, s.decisions, s.refs,
+SELECT s.summary_id, s.ts, s.session_id, s.scope, s.decisions, s.refs,
        COALESCE((
          SELECT jsonb_object_agg(r.ref, r.session)
          FROM (

@@ -28,9 +28,21 @@ def chain(*rows: tuple[str, int, list[str], str]) -> TenantDecisions:
 def test_a_summary_stating_a_superseded_decision_names_its_successor() -> None:
     decisions = chain(("dec_a", 1, [], "active"), ("dec_b", 2, ["dec_a"], "active"),
                       ("dec_c", 3, ["dec_b"], "active"))
-    facts = SummaryFacts("sum_1", "s1", "session", ("dec_a", "dec_c"), ("evt_1",))
+    facts = SummaryFacts("sum_1", "s1", "session", ("dec_a", "dec_c"), ("evt_1",),
+                         DAY.replace(day=5))
     assert summary_conflicts(facts, decisions, {"evt_1": "s1"}) == [
-        {"kind": "superseded_decision", "decision": "dec_a", "superseded_by": "dec_c"}]
+        {"kind": "superseded_decision", "decision": "dec_a", "superseded_by": "dec_c",
+         "stale": False}]
+
+
+def test_a_summary_overtaken_by_a_later_decision_is_stale_not_wrong(memory: Memory) -> None:
+    decisions = chain(("dec_a", 1, [], "active"), ("dec_b", 3, ["dec_a"], "active"))
+    written_before = SummaryFacts("sum_1", "s1", "session", ("dec_a",), (), DAY.replace(day=2))
+    [conflict] = summary_conflicts(written_before, decisions, {})
+    assert conflict["stale"] is True
+    assert "it was current when the summary was written" in describe(conflict)
+    written_after = SummaryFacts("sum_2", "s1", "session", ("dec_a",), (), DAY.replace(day=4))
+    assert summary_conflicts(written_after, decisions, {})[0]["stale"] is False
 
 
 def test_a_decision_retired_by_hand_has_no_successor() -> None:
@@ -38,7 +50,7 @@ def test_a_decision_retired_by_hand_has_no_successor() -> None:
     facts = SummaryFacts("sum_1", "s1", "session", ("dec_a",), ("evt_1",))
     [conflict] = summary_conflicts(facts, decisions, {"evt_1": "s1"})
     assert conflict == {"kind": "superseded_decision", "decision": "dec_a",
-                        "superseded_by": None}
+                        "superseded_by": None, "stale": True}
     assert describe(conflict).startswith("states dec_a as current, but it is superseded;")
 
 
@@ -72,4 +84,5 @@ def test_check_tree_reports_the_file_line_and_field(memory: Memory) -> None:
     text = (memory.store / problem.path).read_text().splitlines()[problem.line - 1]
     assert text.startswith("decisions:")
     assert f"superseded by {d2}" in str(problem)
+    assert problem.severity == "warning"  # right when written: stale, not wrong
     assert set(load_tree(memory.store, "default").decisions) == {d1, d2}

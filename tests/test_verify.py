@@ -65,3 +65,22 @@ def test_a_broken_policy_file_is_a_problem_too(config: Config) -> None:
     problems = verify_tree(config.store, policies, display="memory/")
     assert [p.path for p in problems] == ["memory/policies/channels.yaml"]
     assert problems[0].line is not None
+
+
+def test_verify_warns_about_a_stale_summary_and_fails_on_a_wrong_one(cli: Cli,
+                                                                     memory: Memory) -> None:
+    evt = memory.record({"content": {"text": "Deploy with Ansible"}, "session_id": "s1",
+                         "ts": "2026-02-01T00:00:00+00:00"}).id
+    old = memory.decide("Deploy with Ansible", [evt],
+                        ts="2026-02-01T01:00:00+00:00").content["decision_id"]
+    memory.record({"kind": "summary", "session_id": "s1", "refs": [evt],
+                   "ts": "2026-02-02T00:00:00+00:00",
+                   "content": {"text": "We deploy with Ansible", "decisions": [old]}})
+    memory.decide("Deploy with Helm", [evt], supersedes=[old], ts="2026-02-03T00:00:00+00:00")
+    stale = cli("verify")
+    assert "warning:" in stale.output and "current when the summary was written" in stale.output
+    memory.record({"kind": "summary", "session_id": "s1", "refs": [evt],
+                   "ts": "2026-02-04T00:00:00+00:00",
+                   "content": {"text": "We still deploy with Ansible", "decisions": [old]}})
+    wrong = cli("verify", ok=False)
+    assert wrong.exit_code == 1 and "already was when the summary was written" in wrong.output
