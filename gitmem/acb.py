@@ -13,6 +13,7 @@ acb_id (P7): every ordering ends in an id, and the clock is the request's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -90,7 +91,10 @@ def header(name: str) -> str:
     return f"## {SECTION_TITLES[name]}\n"
 
 
-_HEADER_TOKENS = {name: tokens.count(header(name)) + 1 for name in SECTION_TITLES}
+@functools.cache
+def header_tokens(name: str) -> int:
+    """Tokens a section's heading and its separator cost (counted once per process)."""
+    return tokens.count(header(name)) + 1
 
 
 @dataclass
@@ -134,7 +138,7 @@ class Packer:
             return False
         cost = item["token_est"] + ITEM_SEPARATOR_TOKENS
         if not section.items:
-            cost += _HEADER_TOKENS[section.name]
+            cost += header_tokens(section.name)
         if section.used + cost > section.cap or self.used + cost > self.available:
             self.omit("budget", item["id"])
             return False
