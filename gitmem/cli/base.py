@@ -1,0 +1,100 @@
+"""Shared pieces of the `gitmem` command line: the root group, its context, output.
+
+Machine output (ids, JSON) goes to stdout; messages for people go to stderr.
+Every GitmemError becomes a one-line message and exit status 1; bad flags
+exit 2 (click's usage errors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+from gitmem.config import Config, load_config
+from gitmem.errors import GitmemError
+from gitmem.memory import Memory
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Context:
+    def __init__(self, store: str | None, dsn: str | None) -> None:
+        self.store_option = store
+        self.dsn_option = dsn
+
+    def config(self) -> Config:
+        return load_config(self.store_option, self.dsn_option)
+
+    @contextmanager
+    def memory(self) -> Iterator[Memory]:
+        with Memory(self.config(), db_pool_size=2) as memory:
+            yield memory
+
+
+def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
+    """The daemon's answer when one serves this store, else None (work locally).
+
+    `GITMEM_NO_DAEMON=1` always works locally. An error the daemon answers with
+    is raised as the same GitmemError the local work would have raised.
+    """
+    if os.environ.get("GITMEM_NO_DAEMON"):
+        return None
+    from gitmem import client
+    from gitmem.errors import RpcError
+
+    try:
+        return client.call_if_running(obj.config().socket_path, method, params)
+    except RpcError as exc:
+        raise client.local_error(exc) from None
+
+
+def fail(exc: GitmemError) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    try:
+        yield
+    except GitmemError as exc:
+        raise fail(exc) from exc
+
+
+def emit(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--store", envvar="GITMEM_STORE", metavar="PATH",
+              help="The store directory (default: memory/ in the nearest ancestor).")
+@click.option("--dsn", envvar="GITMEM_DSN", metavar="DSN",
+              help="PostgreSQL DSN (default: an embedded server under .gitmem/).")
+@click.option("-v", "--verbose", is_flag=True, help="Log what happens to stderr.")
+@click.version_option(package_name="gitmem")
+@click.pass_context
+def main(ctx: click.Context, store: str | None, dsn: str | None, verbose: bool) -> None:
+    """Memory for AI agents that people review like code.
+
+    \b
+    Example:
+      gitmem init && gitmem record "We deploy on Fridays" && gitmem acb "when do we deploy?"
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    ctx.obj = Context(store, dsn)
+
+
+def where(problem: dict[str, Any]) -> str:
+    line = f":{problem['line']}" if problem.get("line") else ""
+    return f"{problem.get('path', '')}{line}"

@@ -1,0 +1,241 @@
+"""Commands of the daemon, the socket and git: daemon, call, hooks, hook."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+import click
+
+from gitmem.cli.base import Context, F, emit, fail, main, reported, say
+from gitmem.errors import GitmemError
+
+
+def _daemon_options(func: F) -> F:
+    options = [
+        click.option("--autocommit/--no-autocommit", default=True, show_default=True,
+                     help="Commit the store's changes to git in batches."),
+        click.option("--commit-interval", type=click.FloatRange(min=0.1), default=300.0,
+                     show_default=True, metavar="SECONDS",
+                     help="Commit this long after the first uncommitted change."),
+        click.option("--commit-max-events", type=click.IntRange(min=1), default=500,
+                     show_default=True, metavar="N",
+                     help="...or as soon as N events wait to be committed."),
+        click.option("--reconcile-interval", type=click.FloatRange(min=0.1), default=300.0,
+                     show_default=True, metavar="SECONDS",
+                     help="Full reconcile of index and files this often."),
+        click.option("--max-request-bytes", type=click.IntRange(min=1024),
+                     default=16 * 1024 * 1024, show_default=True, metavar="N",
+                     help="Largest JSON-RPC request line accepted."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _daemon_settings(flags: dict[str, Any]) -> Any:
+    from gitmem.daemon import DaemonOptions
+    from gitmem.server import ServerOptions
+
+    return DaemonOptions(autocommit=flags["autocommit"], commit_interval=flags["commit_interval"],
+                         commit_max_events=flags["commit_max_events"],
+                         reconcile_interval=flags["reconcile_interval"],
+                         server=ServerOptions(max_request_bytes=flags["max_request_bytes"]))
+
+
+@main.group()
+def daemon() -> None:
+    """The daemon: file watcher, incremental index sync and the local socket, one per store.
+
+    \b
+    Examples:
+      gitmem daemon start && gitmem daemon status
+      gitmem daemon stop
+    """
+
+
+@daemon.command("run")
+@_daemon_options
+@click.pass_obj
+def daemon_run(obj: Context, /, **flags: Any) -> None:
+    """Serve this store in the foreground until SIGTERM or Ctrl-C; logs to stderr.
+
+    \b
+    Example:
+      gitmem daemon run --no-autocommit
+    """
+    from gitmem import daemon as lifecycle
+
+    logging.getLogger().setLevel(logging.INFO)
+    with reported():
+        lifecycle.run(obj.config(), _daemon_settings(flags))
+
+
+@daemon.command("start")
+@_daemon_options
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait until the daemon answers.")
+@click.pass_obj
+def daemon_start(obj: Context, /, timeout: float, **flags: Any) -> None:
+    """Start the daemon in the background; returns once it answers; prints its pid.
+
+    \b
+    Example:
+      gitmem daemon start --commit-interval 60
+    """
+    from gitmem import daemon as lifecycle
+
+    with reported():
+        config = obj.config()
+        pid = lifecycle.start(config, _daemon_settings(flags), timeout=timeout)
+    say(f"gitmem daemon {pid} serves {config.store} on {config.socket_path} "
+         f"(log: {lifecycle.log_path(config)})")
+    click.echo(pid)
+
+
+@daemon.command("stop")
+@click.option("--timeout", type=float, default=30.0, show_default=True,
+              help="Seconds to wait for it to exit.")
+@click.pass_obj
+def daemon_stop(obj: Context, timeout: float) -> None:
+    """Stop the daemon (SIGTERM) and wait until it has exited.
+
+    \b
+    Example:
+      gitmem daemon stop
+    """
+    from gitmem import daemon as lifecycle
+
+    with reported():
+        pid = lifecycle.stop(obj.config(), timeout=timeout)
+    say("no daemon was running" if pid is None else f"stopped gitmem daemon {pid}")
+
+
+@daemon.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def daemon_status(obj: Context, as_json: bool) -> None:
+    """Whether a daemon serves this store (exit 0) or not (exit 3), and its state.
+
+    \b
+    Example:
+      gitmem daemon status --json
+    """
+    from gitmem import daemon as lifecycle
+
+    with reported():
+        report = lifecycle.status(obj.config())
+    if as_json:
+        emit(report)
+    elif not report["running"]:
+        click.echo(f"not running (socket {report['socket']})")
+    else:
+        info = report.get("daemon") or {}
+        watcher = info.get("watcher", {})
+        click.echo(f"running  pid {report['pid']}, up {info.get('uptime_s', '?')}s, "
+                   f"socket {report['socket']}")
+        if "error" in report:
+            click.echo(f"error    {report['error']}")
+        if watcher:
+            db = "ok" if watcher.get("db_ok") is not False else f"down: {watcher['db_error']}"
+            click.echo(f"watcher  {watcher['mode']}, {watcher['batches']} batches, "
+                       f"{watcher['pending_paths']} pending, database {db}")
+            for problem in watcher.get("problems", []):
+                click.echo(f"  skipped {problem}")
+        click.echo(f"log      {report['log']}")
+    if not report["running"]:
+        sys.exit(3)
+
+
+@main.command("call")
+@click.argument("method")
+@click.argument("params", required=False)
+@click.pass_obj
+def call(obj: Context, method: str, params: str | None) -> None:
+    """Send one JSON-RPC call to the daemon; print its result as JSON.
+
+    PARAMS is a JSON object, or - to read it from stdin.
+
+    \b
+    Examples:
+      gitmem call status
+      gitmem call build_acb '{"query_text": "how do we deploy?", "session_id": "s1"}'
+      echo '{"content": {"text": "hello"}}' | gitmem call record_event -
+    """
+    from gitmem import client
+
+    value: Any = None
+    if params is not None:
+        text = sys.stdin.read() if params == "-" else params
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise click.UsageError(f"PARAMS is not JSON: {exc.msg} at column {exc.colno}") \
+                from None
+    with reported():
+        result = client.call(obj.config().socket_path, method, value)
+    emit(result)
+
+
+@main.group("hooks")
+def hooks_group() -> None:
+    """Git hooks: pre-commit checks and a sync after merge, checkout and rewrite.
+
+    \b
+    Example:
+      gitmem hooks install
+    """
+
+
+@hooks_group.command("install")
+@click.pass_obj
+def hooks_install(obj: Context) -> None:
+    """Wire gitmem's hooks into this repository (honours core.hooksPath; chains old hooks).
+
+    \b
+    Example:
+      gitmem hooks install    # idempotent; an existing hook is kept and runs first
+    """
+    from gitmem.hooks import install
+
+    with reported():
+        messages = install(obj.config().store)
+    for message in messages:
+        say(message)
+
+
+@main.command("hook", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_obj
+def hook(obj: Context, name: str, args: tuple[str, ...]) -> None:
+    """Run git hook NAME (the shims in .git/hooks call this).
+
+    \b
+    Examples:
+      gitmem hook pre-commit            # what `git commit` runs
+      gitmem hook post-checkout OLD NEW 1
+    """
+    from gitmem.errors import ConfigError, VerifyError
+    from gitmem.hooks import SYNC_HOOKS, run_hook
+
+    try:
+        config = obj.config()
+    except ConfigError as exc:  # the hooks stay, the store moved: never block git for it
+        say(f"gitmem {name} hook skipped: {exc}")
+        return
+    try:
+        warnings = run_hook(name, args, config)
+    except VerifyError as exc:
+        say(f"gitmem pre-commit: {exc}")
+        raise click.ClickException("commit refused; fix the files above (or bypass the "
+                                   "check once with `git commit --no-verify`)") from exc
+    except GitmemError as exc:
+        if name in SYNC_HOOKS:  # the git operation already happened: warn, never fail it
+            say(f"gitmem: {exc}")
+            return
+        raise fail(exc) from exc
+    for warning in warnings:
+        say(warning)

@@ -1,0 +1,159 @@
+"""Commands that read and check: reindex, sync, status, acb, verify."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from gitmem.cli.base import Context, emit, main, reported, say, via_daemon, where
+
+
+@main.command()
+@click.pass_obj
+def reindex(obj: Context) -> None:
+    """Drop the index and rebuild it from the files (bulk COPY; progress on a terminal).
+
+    \b
+    Example:
+      gitmem reindex            # CI: rebuild from a clean checkout
+    """
+    from gitmem.store import iter_store_files
+    with reported(), obj.memory() as memory:
+        total = sum((memory.store / rel).stat().st_size
+                    for rel, _ in iter_store_files(memory.store))
+        if sys.stderr.isatty():
+            with click.progressbar(length=total, label="reindex", file=sys.stderr) as bar:
+                report = memory.reindex(bar.update)
+        else:
+            report = memory.reindex()
+    say(f"indexed {report.files} files, {report.rows} rows, {len(report.errors)} problem(s)")
+    for problem in report.errors:
+        say(f"  {where(problem)}: {problem['message']}")
+    emit(report.to_dict())
+
+
+@main.command()
+@click.pass_obj
+def sync(obj: Context) -> None:
+    """Index what changed in the files since the last sync (appends, edits, deletes).
+
+    \b
+    Example:
+      gitmem sync
+    """
+    with reported():
+        answer = via_daemon(obj, "sync", {})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = memory.sync().to_dict()
+    say(f"{len(answer['changed'])} file(s) brought up to date")
+    for problem in answer.get("errors", []):
+        say(f"  {where(problem)}: {problem['message']}")
+    emit(answer)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_obj
+def status(obj: Context, as_json: bool) -> None:
+    """Compare the index with the files: which are stale and why; exit 0 either way.
+
+    \b
+    Examples:
+      gitmem status
+      gitmem status --json | jq .stale
+    """
+    with reported():
+        report = via_daemon(obj, "status", {})
+        if report is None:
+            with obj.memory() as memory:
+                report = memory.status()
+    if as_json:
+        emit(report)
+        return
+    counts = ", ".join(f"{v} {k}" for k, v in report["index"].items())
+    click.echo(f"store   {report['store']}")
+    click.echo(f"index   {counts}")
+    git = report["git"]
+    click.echo(f"git     HEAD {git['head'] or '(none)'}, "
+               f"indexed at {git['indexed_head'] or '(none)'}")
+    click.echo("state   " + ("clean: the index reflects every file" if report["clean"]
+                            else f"{len(report['stale'])} stale file(s)"))
+    for item in report["stale"]:
+        click.echo(f"  stale   {item['path']}: {item['reason']}")
+    for item in report["pending"]:
+        click.echo(f"  pending {item['path']}: {item['bytes']} bytes, {item['reason']}")
+    for problem in report["errors"]:
+        click.echo(f"  error   {where(problem)}: {problem['message']}")
+    for item in report.get("unrecognized", []):
+        click.echo(f"  ignored {item['path']}: {item['reason']}")
+
+
+@main.command(name="acb")
+@click.argument("query", required=False, default="")
+@click.option("--channel", default="private", show_default=True, help="private|public|team|agent")
+@click.option("--session", "session_id", default=None, help="Session id.")
+@click.option("--agent", "agent_id", default=None, help="Agent id.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant (default from manifest).")
+@click.option("--intent", default="", help="What the call is for (recorded in provenance).")
+@click.option("--max-tokens", type=int, default=None, help="Budget (default from budgets.yaml).")
+@click.option("--now", default=None, help="Fixed clock, ISO-8601 (default: now).")
+@click.option("--handoff", "handoff_id", default=None, help="Build from this handoff packet only.")
+@click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json",
+              show_default=True, help="JSON bundle, or the rendered prompt text.")
+@click.pass_obj
+def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
+    """Build the Active Context Bundle for a question and print it.
+
+    \b
+    Examples:
+      gitmem acb "Which city hosts the cluster our deployments run on?" --session s1
+      gitmem acb --channel public --max-tokens 3000 --format text
+    """
+    from gitmem.acb import render_text, summarize
+
+    request = {k: v for k, v in fields.items() if v not in (None, "")}
+    request["query_text"] = query
+    with reported():
+        bundle = via_daemon(obj, "build_acb", request)
+        if bundle is None:
+            with obj.memory() as memory:
+                bundle = memory.build_acb(request)
+    for line in summarize(bundle):
+        say(line)
+    if fmt == "text":
+        click.echo(render_text(bundle), nl=False)
+    else:
+        emit(bundle)
+
+
+
+@main.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
+@click.pass_obj
+def verify(obj: Context, as_json: bool) -> None:
+    """Check the whole store: records parse, events files only grow, refs resolve, no secrets.
+
+    Exit 1 with each problem as path:line: message.
+
+    \b
+    Example:
+      gitmem verify
+    """
+    from gitmem.policies import load_policies
+    from gitmem.verify import verify_tree
+
+    with reported():
+        config = obj.config()
+        problems = verify_tree(config.store, load_policies(config.store))
+    if as_json:
+        emit([p.to_dict() for p in problems])
+    errors = [p for p in problems if p.severity == "error"]
+    for problem in problems:
+        say(("" if problem.severity == "error" else f"{problem.severity}: ") + str(problem))
+    if errors:
+        raise click.ClickException(f"{len(errors)} problem(s) in {config.store}")
+    warnings = len(problems) - len(errors)
+    say(f"{config.store}: no problems" + (f" ({warnings} warning(s))" if warnings else ""))

@@ -1,0 +1,233 @@
+"""Commands that write: init, record, decide, task."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
+from gitmem.errors import FormatError
+from gitmem.store import init_store
+
+
+@main.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--tenant", default="default", show_default=True, help="Default tenant id.")
+def init(directory: Path, tenant: str) -> None:
+    """Create DIRECTORY/memory with default policies and views; idempotent.
+
+    \b
+    Example:
+      gitmem init ~/projects/agent    # git-inits the directory if needed
+    """
+    from gitmem.hooks import install
+
+    with reported():
+        report = init_store(directory, tenant)
+        installed = install(report.store)
+    if report.git_initialized:
+        say(f"initialized a git repository in {directory.resolve()}")
+    for rel in report.created:
+        say(f"created {rel}")
+    for message in installed:
+        if not message.endswith("up to date"):
+            say(f"hook {message}")
+    if not report.created:
+        say(f"{report.store} is already a gitmem store; nothing changed")
+    click.echo(str(report.store))
+
+
+def _event_options(func: F) -> F:
+    options = [
+        click.option("--kind", default="message", show_default=True,
+                     help="message|tool_call|tool_result|decision|summary|task_update|artifact"),
+        click.option("--channel", default=None, help="private|public|team|agent (default private)"),
+        click.option("--session", "session_id", default=None, help="Session id."),
+        click.option("--agent", "agent_id", default=None, help="Agent id."),
+        click.option("--tenant", "tenant_id", default=None, help="Tenant (default from manifest)."),
+        click.option("--actor", default=None, metavar="TYPE:ID",
+                     help="Who produced it, e.g. human:alice or tool:shell."),
+        click.option("--tag", "tags", multiple=True, help="A tag; repeatable."),
+        click.option("--sensitivity", default=None, help="none|low|high|secret"),
+        click.option("--ref", "refs", multiple=True, help="A cited id; repeatable."),
+        click.option("--ts", default=None, help="ISO-8601 timestamp (default now)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _event_fields(**values: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for key in ("kind", "channel", "session_id", "agent_id", "tenant_id", "sensitivity", "ts"):
+        if values.get(key) is not None:
+            fields[key] = values[key]
+    actor = values.get("actor")
+    if actor is not None:
+        kind, sep, name = actor.partition(":")
+        if not sep or not name:
+            raise click.UsageError(f"--actor expects TYPE:ID such as human:alice, got {actor!r}")
+        fields["actor"] = {"type": kind, "id": name}
+    if values.get("tags"):
+        fields["tags"] = list(values["tags"])
+    if values.get("refs"):
+        fields["refs"] = list(values["refs"])
+    return fields
+
+
+def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
+    name = "<stdin>" if source == "-" else source
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise click.UsageError(f"cannot read {source}: {exc.strerror}") from exc
+    objs: list[Any] = []
+    numbers: list[int] = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        numbers.append(number)
+        try:
+            objs.append(json.loads(line.decode("utf-8")))
+        except UnicodeDecodeError as exc:
+            raise fail(FormatError(f"not valid UTF-8 at column {exc.start + 1}",
+                                    path=name, line=number)) from None
+        except json.JSONDecodeError as exc:
+            raise fail(FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
+                                    path=name, line=number)) from None
+    return objs, numbers
+
+
+@main.command()
+@click.argument("text", required=False)
+@_event_options
+@click.option("--content", "content_json", default=None, metavar="JSON",
+              help="The content object as JSON (instead of TEXT).")
+@click.option("--tool", default=None, help="Tool name (tool_call / tool_result).")
+@click.option("--json", "json_source", default=None, metavar="FILE|-",
+              help="Record each JSON object of a JSONL stream instead.")
+@click.pass_obj
+def record(obj: Context, /, text: str | None, content_json: str | None, tool: str | None,
+           json_source: str | None, **values: Any) -> None:
+    """Append one event (or a JSONL stream of them); print each new id.
+
+    \b
+    Examples:
+      gitmem record "We deploy on Fridays" --session s1 --actor human:alice --tag topic:deploy
+      gitmem record --kind tool_result --tool fs.read_file "$(cat README.md)"
+      gitmem record --json events.jsonl
+    """
+    if json_source is not None:
+        if text is not None or content_json is not None:
+            raise click.UsageError("--json replaces TEXT and --content; give one of them")
+        objs, numbers = _read_jsonl(json_source)
+        name = "<stdin>" if json_source == "-" else json_source
+        with reported():
+            answer = via_daemon(obj, "record_events",
+                                 {"events": objs, "source": name, "lines": numbers})
+            if answer is None:
+                with obj.memory() as memory:
+                    answer = {"event_ids": [e.id for e in
+                                            memory.record_many(objs, name, numbers)]}
+        for event_id in answer["event_ids"]:
+            click.echo(event_id)
+        return
+    fields = _event_fields(**values)
+    fields["content"] = _content(fields.get("kind", "message"), text, content_json, tool)
+    with reported():
+        answer = via_daemon(obj, "record_event", fields)
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"event_id": memory.record(fields).id}
+    click.echo(answer["event_id"])
+
+
+def _content(kind: str, text: str | None, content_json: str | None,
+             tool: str | None) -> dict[str, Any]:
+    if content_json is not None:
+        try:
+            content = json.loads(content_json)
+        except json.JSONDecodeError as exc:
+            raise click.UsageError(f"--content is not JSON: {exc.msg}") from exc
+        if not isinstance(content, dict):
+            raise click.UsageError("--content must be a JSON object")
+        return content
+    if text is None:
+        raise click.UsageError("give TEXT, --content JSON or --json FILE")
+    if kind == "tool_result":
+        return {"tool": tool or "tool", "output": text}
+    if kind == "tool_call":
+        return {"tool": tool or text, "args": {} if tool is None else {"input": text}}
+    return {"text": text}
+
+
+@main.command()
+@click.argument("text")
+@click.option("--ref", "refs", multiple=True, required=True,
+              help="A source id this decision rests on; repeatable, at least one.")
+@click.option("--supersedes", multiple=True, help="A decision this one replaces; repeatable.")
+@click.option("--rationale", multiple=True, help="A reason; repeatable.")
+@click.option("--title", default="", help="A short title.")
+@click.option("--scope", default="project", show_default=True, help="project|user|global|team")
+@click.option("--constraint", "constraints", multiple=True, help="A constraint; repeatable.")
+@click.option("--alternative", "alternatives", multiple=True, help="An option not taken.")
+@click.option("--consequence", "consequences", multiple=True, help="A consequence.")
+@click.option("--confidence", type=float, default=None, help="0..1")
+@click.option("--session", "session_id", default=None, help="Session id.")
+@click.option("--agent", "agent_id", default=None, help="Agent id.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant.")
+@click.option("--ts", default=None, help="ISO-8601 timestamp (default now).")
+@click.pass_obj
+def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) -> None:
+    """Record a decision (decisions/dec_<id>.md plus a decision event); print its id.
+
+    \b
+    Example:
+      gitmem decide "Use PostgreSQL FTS for retrieval" --ref evt_01J... --rationale "no new service"
+    """
+    kwargs = {k: v for k, v in options.items() if v not in (None, ())}
+    for key in ("supersedes", "rationale", "constraints", "alternatives", "consequences"):
+        if key in kwargs:
+            kwargs[key] = list(kwargs[key])
+    with reported():
+        answer = via_daemon(obj, "decide", {"text": text, "refs": list(refs), **kwargs})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"decision_id": memory.decide(text, list(refs), **kwargs)
+                          .content["decision_id"]}
+    click.echo(answer["decision_id"])
+
+
+@main.command()
+@click.argument("title")
+@click.option("--status", default="open", show_default=True,
+              help="open|doing|blocked|done|cancelled")
+@click.option("--id", "task_id", default=None, help="Update this task instead of creating one.")
+@click.option("--details", default="", help="Details (the file's body).")
+@click.option("--owner", default="", help="Who owns it.")
+@click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
+@click.option("--session", "session_id", default=None, help="Session id.")
+@click.option("--agent", "agent_id", default=None, help="Agent id.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant.")
+@click.pass_obj
+def task(obj: Context, /, title: str, refs: tuple[str, ...], **options: Any) -> None:
+    """Create or update a task (tasks/tsk_<id>.md plus a task_update event); print its id.
+
+    \b
+    Examples:
+      gitmem task "Write the onboarding guide" --owner alice
+      gitmem task "Write the onboarding guide" --id tsk_01J... --status done
+    """
+    kwargs = {k: v for k, v in options.items() if v not in (None, "")}
+    if refs:
+        kwargs["refs"] = list(refs)
+    with reported():
+        answer = via_daemon(obj, "task", {"title": title, **kwargs})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"task_id": memory.task(title, **kwargs).content["task_id"]}
+    click.echo(answer["task_id"])
