@@ -5,6 +5,7 @@ assembles the token-budgeted Active Context Bundle for each LLM call.
 """
 
 from gitmem.config import Config, load_config
+from gitmem.documents import Decision, Handoff, Summary, Task, View
 from gitmem.errors import (
     ConfigError,
     DaemonError,
@@ -20,7 +21,7 @@ from gitmem.errors import (
     VerifyError,
 )
 from gitmem.memory import Memory
-from gitmem.records import Decision, Event, Handoff, Summary, Task, View
+from gitmem.records import Event
 from gitmem.store import init_store
 
 __all__ = [

@@ -28,22 +28,19 @@ from typing import Any
 
 from gitmem.context import TenantDecisions, resolve_decisions
 from gitmem.db import Database
-from gitmem.errors import FormatError
-from gitmem.records import (
+from gitmem.documents import (
     Decision,
-    Event,
     Handoff,
     Summary,
     Task,
     field_line,
-    iter_lines,
     parse_decision,
-    parse_event_line,
     parse_handoff,
     parse_summary,
     parse_task,
-    parse_ts,
 )
+from gitmem.errors import FormatError
+from gitmem.records import Event, iter_events, parse_ts
 from gitmem.store import iter_store_files
 
 NO_SESSION = ""  # a cited record that has no session (decision, task, artifact)
@@ -159,13 +156,9 @@ def load_tree(store: Path, default_tenant: str) -> Tree:
     for rel, kind in iter_store_files(store):
         path = store / rel
         if kind == "events":
-            for number, raw in iter_lines(path.read_bytes()):
-                if not raw.strip():
-                    continue
-                try:
-                    event = parse_event_line(raw, path=rel, line=number)
-                except FormatError as exc:
-                    tree.problems.append(exc)
+            for _, event in iter_events(path.read_bytes(), rel):
+                if isinstance(event, FormatError):
+                    tree.problems.append(event)
                     continue
                 tree.events.append(event)
                 exists(event.tenant_id, event.id, event.session_id)

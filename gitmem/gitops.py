@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, GitError
-from gitmem.records import parse_decision, parse_task
 from gitmem.store import classify
 
 if TYPE_CHECKING:  # gitpython costs ~0.1 s to import; `head` (every sync) does without it

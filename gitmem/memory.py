@@ -13,9 +13,10 @@ from gitmem import acb, indexer, retrieval
 from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
+from gitmem.documents import Handoff
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
-from gitmem.records import Event, Handoff, format_ts
+from gitmem.records import Event, format_ts
 from gitmem.store import read_artifact
 
 logger = logging.getLogger(__name__)

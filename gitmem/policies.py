@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from gitmem.documents import load_yaml
 from gitmem.errors import FormatError, ValidationError
-from gitmem.records import CHANNELS, SENSITIVITIES, load_yaml, valid_name
+from gitmem.records import CHANNELS, SENSITIVITIES, valid_name
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
             "recent_window", "tool_state", "handoff")

@@ -20,28 +20,30 @@ from pathlib import Path
 from typing import Any
 
 from gitmem import ids
+from gitmem.documents import (
+    Decision,
+    Handoff,
+    Summary,
+    Task,
+    decision_to_text,
+    handoff_to_text,
+    parse_decision,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+    summary_to_text,
+    task_to_text,
+)
 from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.policies import Policies
 from gitmem.records import (
     EVENT_FIELDS,
-    Decision,
     Event,
-    Handoff,
-    Summary,
-    Task,
     content_hash,
-    decision_to_text,
     format_ts,
-    handoff_to_text,
-    parse_decision,
     parse_event,
-    parse_handoff,
-    parse_summary,
-    parse_task,
     parse_ts,
     reject_nul,
-    summary_to_text,
-    task_to_text,
 )
 from gitmem.store import artifact_path, day_file
 

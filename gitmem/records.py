@@ -1,9 +1,7 @@
-"""The record formats of the memory tree: event lines and Markdown/YAML records.
+"""Event lines, the field checks every record shares, and the canonical forms.
 
-Every parser takes the file's text and its store-relative path and raises a
-`FormatError`/`ValidationError` naming `path:line`, the field and what was
-expected. Parsed records are frozen dataclasses; `to_*` functions write them
-back in the canonical form the store keeps.
+Parsers raise a `FormatError`/`ValidationError` naming `path:line`, the field
+and what was expected. The Markdown and YAML records are in `documents`.
 """
 
 from __future__ import annotations
@@ -12,11 +10,9 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-
-import yaml
 
 from gitmem.errors import FormatError, ValidationError
 from gitmem.ids import ARTIFACT_ID, ULID_ID
@@ -96,14 +92,14 @@ def reject_nul(value: Any, field_name: str = "") -> None:
             reject_nul(item, field_name)
 
 
-def _choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
+def check_choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
     if value not in choices:
         raise ValidationError(f"expected one of {'|'.join(choices)}, got {value!r}",
                               field=field_name)
     return str(value)
 
 
-def _text(value: Any, field_name: str, *, allow_empty: bool = False) -> str:
+def check_text(value: Any, field_name: str, *, allow_empty: bool = False) -> str:
     if value is None:
         raise ValidationError("missing; expected a string", field=field_name)
     if not isinstance(value, str):
@@ -119,8 +115,8 @@ def valid_name(text: str) -> bool:
     return bool(_NAME.match(text))
 
 
-def _name(value: Any, field_name: str) -> str:
-    text = _text(value, field_name)
+def check_name(value: Any, field_name: str) -> str:
+    text = check_text(value, field_name)
     if not _NAME.match(text):
         raise ValidationError(
             f"expected a name of letters, digits and ._:@/+- (max 200), got {text!r}",
@@ -128,7 +124,7 @@ def _name(value: Any, field_name: str) -> str:
     return text
 
 
-def _str_list(value: Any, field_name: str) -> tuple[str, ...]:
+def check_str_list(value: Any, field_name: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -138,8 +134,8 @@ def _str_list(value: Any, field_name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _refs(value: Any, field_name: str = "refs") -> tuple[str, ...]:
-    refs = _str_list(value, field_name)
+def check_refs(value: Any, field_name: str = "refs") -> tuple[str, ...]:
+    refs = check_str_list(value, field_name)
     for ref in refs:
         if not (ULID_ID.match(ref) or ARTIFACT_ID.match(ref)):
             raise ValidationError(
@@ -148,21 +144,21 @@ def _refs(value: Any, field_name: str = "refs") -> tuple[str, ...]:
     return refs
 
 
-def _id(value: Any, prefix: str, field_name: str = "id") -> str:
-    text = _text(value, field_name)
+def check_id(value: Any, prefix: str, field_name: str = "id") -> str:
+    text = check_text(value, field_name)
     if not ULID_ID.match(text) or not text.startswith(prefix + "_"):
         raise ValidationError(f"expected {prefix}_ + a 26-character ULID, got {text!r}",
                               field=field_name)
     return text
 
 
-def _bool(value: Any, field_name: str) -> bool:
+def check_bool(value: Any, field_name: str) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(f"expected true or false, got {value!r}", field=field_name)
     return value
 
 
-def _number(value: Any, field_name: str, lo: float, hi: float) -> float:
+def check_number(value: Any, field_name: str, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
         raise ValidationError(f"expected a number in [{lo}, {hi}], got {value!r}",
                               field=field_name)
@@ -224,22 +220,22 @@ def validate_content(kind: str, content: Any) -> dict[str, Any]:
                               field="content")
     text_required = {"message": "text", "decision": "text", "summary": "text"}
     if kind in text_required:
-        _text(content.get(text_required[kind]), f"content.{text_required[kind]}")
+        check_text(content.get(text_required[kind]), f"content.{text_required[kind]}")
     if kind == "tool_call":
-        _text(content.get("tool"), "content.tool")
+        check_text(content.get("tool"), "content.tool")
     if kind == "tool_result":
-        _text(content.get("tool"), "content.tool")
-        _text(content.get("excerpt_text"), "content.excerpt_text", allow_empty=True)
-        _bool(content.get("truncated", False), "content.truncated")
+        check_text(content.get("tool"), "content.tool")
+        check_text(content.get("excerpt_text"), "content.excerpt_text", allow_empty=True)
+        check_bool(content.get("truncated", False), "content.truncated")
         line_range = content.get("line_range")
         if line_range is not None and not (
                 isinstance(line_range, list) and len(line_range) == 2
                 and all(isinstance(n, int) and not isinstance(n, bool) for n in line_range)):
             raise ValidationError("expected [first_line, last_line]", field="content.line_range")
     if kind == "task_update":
-        _id(content.get("task_id"), "tsk", "content.task_id")
+        check_id(content.get("task_id"), "tsk", "content.task_id")
         if "status" in content:
-            _choice(content["status"], TASK_STATUSES, "content.status")
+            check_choice(content["status"], TASK_STATUSES, "content.status")
     if kind == "artifact" and not ARTIFACT_ID.match(str(content.get("artifact_id", ""))):
         raise ValidationError("expected art_ + sha256 hex", field="content.artifact_id")
     # artifact references are indexed into typed columns: check them for every kind
@@ -271,26 +267,26 @@ def parse_event(obj: Any) -> Event:
     actor = obj["actor"]
     if not isinstance(actor, dict) or set(actor) != {"type", "id"}:
         raise ValidationError('expected {"type": human|agent|tool, "id": NAME}', field="actor")
-    kind = _choice(obj["kind"], KINDS, "kind")
-    ts = _text(obj["ts"], "ts")
+    kind = check_choice(obj["kind"], KINDS, "kind")
+    ts = check_text(obj["ts"], "ts")
     parse_ts(ts)
-    digest = _text(obj["hash"], "hash")
+    digest = check_text(obj["hash"], "hash")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise ValidationError(f"expected sha256:<64 hex>, got {digest!r}", field="hash")
     return Event(
-        id=_id(obj["id"], "evt"),
+        id=check_id(obj["id"], "evt"),
         ts=ts,
-        tenant_id=_name(obj["tenant_id"], "tenant_id"),
-        session_id=_name(obj["session_id"], "session_id"),
-        agent_id=_name(obj["agent_id"], "agent_id"),
-        channel=_choice(obj["channel"], CHANNELS, "channel"),
-        actor=Actor(_choice(actor["type"], ACTOR_TYPES, "actor.type"),
-                    _name(actor["id"], "actor.id")),
+        tenant_id=check_name(obj["tenant_id"], "tenant_id"),
+        session_id=check_name(obj["session_id"], "session_id"),
+        agent_id=check_name(obj["agent_id"], "agent_id"),
+        channel=check_choice(obj["channel"], CHANNELS, "channel"),
+        actor=Actor(check_choice(actor["type"], ACTOR_TYPES, "actor.type"),
+                    check_name(actor["id"], "actor.id")),
         kind=kind,
         content=validate_content(kind, obj["content"]),
-        refs=_refs(obj["refs"]),
-        tags=_str_list(obj["tags"], "tags"),
-        sensitivity=_choice(obj["sensitivity"], SENSITIVITIES, "sensitivity"),
+        refs=check_refs(obj["refs"]),
+        tags=check_str_list(obj["tags"], "tags"),
+        sensitivity=check_choice(obj["sensitivity"], SENSITIVITIES, "sensitivity"),
         hash=digest,
     )
 
@@ -338,478 +334,6 @@ def event_text(event: Event) -> str:
     return str(content.get("text", ""))
 
 
-# --------------------------------------------------------------------------- Markdown records
-
-_FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
-
-
-def split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int]:
-    """The YAML metadata, the body and the body's first line number (1-based).
-
-    Frontmatter is opened by a first line of exactly `---` and must be closed by
-    another `---` line; a file without it has no metadata.
-    """
-    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
-    opening = _FENCE.match(text)
-    if opening is None:
-        return {}, text, 1
-    closing = _FENCE.search(text, opening.end() + 1)
-    if closing is None:
-        raise FormatError("frontmatter opened by '---' on line 1 is never closed; add a "
-                          "'---' line after the last field", path=path, line=1)
-    try:
-        meta = yaml.safe_load(text[opening.end() + 1:closing.start()])
-    except yaml.MarkedYAMLError as exc:
-        problem, line = yaml_problem(exc, first_line=2)
-        raise FormatError(f"broken YAML frontmatter: {problem}", path=path, line=line) from None
-    except yaml.YAMLError as exc:
-        raise FormatError(f"broken YAML frontmatter: {exc}", path=path, line=1) from None
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, dict):
-        raise FormatError(f"expected frontmatter of `field: value` lines, got a YAML "
-                          f"{type(meta).__name__}", path=path, line=2)
-    body_start = closing.end() + 1 if text[closing.end():closing.end() + 1] == "\n" \
-        else closing.end()
-    body_line = text.count("\n", 0, body_start) + 1
-    return {str(k): v for k, v in meta.items()}, text[body_start:], body_line
-
-
-def field_line(text: str, key: str) -> int | None:
-    """The 1-based line of a top-level `key:` in a frontmatter document."""
-    match = re.search(rf"^{re.escape(key)}\s*:", text, re.MULTILINE)
-    return text.count("\n", 0, match.start()) + 1 if match else None
-
-
-def _record_frontmatter(text: str, path: str, what: str) -> tuple[dict[str, Any], str, int]:
-    """Frontmatter that a decision, task or summary file must open with."""
-    if _FENCE.match(text.removeprefix("\ufeff")) is None:
-        raise FormatError(f"a {what} file starts with YAML frontmatter between '---' lines "
-                          "(id, ts, ...); line 1 is not '---'", path=path, line=1)
-    return split_frontmatter(text, path)
-
-
-def _check_file_name(path: str, expected: str, record_id: str, text: str) -> None:
-    if not path.endswith(expected):
-        raise ValidationError(f"file name does not match id {record_id} (expected {expected})",
-                              path=path, line=field_line(text, "id") or 1, field="id")
-
-
-def _located(exc: FormatError, text: str, path: str, body_line: int = 1) -> FormatError:
-    """Locate a field error at its key's line (the body's first line for `body`).
-
-    A missing field has no line of its own: line 1, where the frontmatter opens.
-    """
-    key = (exc.field or "").split(".")[0]
-    if key == "body":
-        return exc.at(path, body_line)
-    return exc.at(path, (field_line(text, key) or 1) if key else 1)
-
-
-def _yaml_value(value: Any) -> Any:
-    """YAML may load timestamps as datetimes; the records keep ISO text."""
-    if isinstance(value, datetime):
-        return format_ts(value)
-    return value
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One decision file: the body is the decision text."""
-
-    id: str
-    ts: str
-    tenant_id: str
-    scope: str
-    status: str
-    refs: tuple[str, ...]
-    text: str
-    title: str = ""
-    rationale: tuple[str, ...] = ()
-    constraints: tuple[str, ...] = ()
-    alternatives: tuple[str, ...] = ()
-    consequences: tuple[str, ...] = ()
-    confidence: float | None = None
-    supersedes: tuple[str, ...] = ()
-    sensitivity: str = "none"
-    tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Task:
-    """One task file: the body holds its details."""
-
-    id: str
-    ts: str
-    tenant_id: str
-    status: str
-    title: str
-    details: str = ""
-    owner: str = ""
-    refs: tuple[str, ...] = ()
-    session_id: str = ""
-    sensitivity: str = "none"
-    tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Summary:
-    """A session or episode summary; every summary cites its sources."""
-
-    id: str
-    ts: str
-    tenant_id: str
-    scope: str
-    refs: tuple[str, ...]
-    text: str
-    session_id: str = ""
-    decisions: tuple[str, ...] = ()
-    sensitivity: str = "none"
-    tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """A multi-agent handoff packet: the only context a receiving agent gets."""
-
-    id: str
-    ts: str
-    tenant_id: str
-    to_agent: str
-    task: str
-    from_agent: str = ""
-    constraints: tuple[str, ...] = ()
-    decisions: tuple[str, ...] = ()
-    required_files: tuple[str, ...] = ()
-    open_questions: tuple[str, ...] = ()
-    refs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ViewChunk:
-    """One heading-delimited part of a view: `views/x.md#anchor`."""
-
-    anchor: str
-    heading: str
-    text: str
-    line: int
-
-
-@dataclass(frozen=True)
-class View:
-    """A curated Markdown view."""
-
-    path: str
-    section: str
-    pinned: bool
-    sensitivity: str
-    channels: tuple[str, ...]
-    max_tokens: int | None
-    title: str
-    chunks: tuple[ViewChunk, ...] = field(default_factory=tuple)
-
-
-def _unknown_keys(meta: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(meta) - set(allowed))
-    if unknown:
-        raise ValidationError(f"unknown field; expected only {', '.join(allowed)}",
-                              field=unknown[0])
-
-
-DECISION_KEYS = ("id", "ts", "tenant_id", "scope", "status", "refs", "title", "rationale",
-                 "constraints", "alternatives", "consequences", "confidence", "supersedes",
-                 "sensitivity", "tags")
-
-
-def parse_decision(text: str, path: str, default_tenant: str) -> Decision:
-    """Parse and validate a decision file."""
-    meta, body, body_line = _record_frontmatter(text, path, "decision")
-    try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, DECISION_KEYS)
-        refs = _refs(meta.get("refs"))
-        if not refs:
-            raise ValidationError("a decision must cite at least one source id (P4)",
-                                  field="refs")
-        ts = _text(meta.get("ts"), "ts")
-        parse_ts(ts)
-        confidence = meta.get("confidence")
-        decision = Decision(
-            id=_id(meta.get("id"), "dec"), ts=ts,
-            tenant_id=_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            scope=_choice(meta.get("scope", "project"), DECISION_SCOPES, "scope"),
-            status=_choice(meta.get("status", "active"), DECISION_STATUSES, "status"),
-            refs=refs, text=_text(body.strip(), "body"),
-            title=_text(meta.get("title", ""), "title", allow_empty=True),
-            rationale=_str_list(meta.get("rationale"), "rationale"),
-            constraints=_str_list(meta.get("constraints"), "constraints"),
-            alternatives=_str_list(meta.get("alternatives"), "alternatives"),
-            consequences=_str_list(meta.get("consequences"), "consequences"),
-            confidence=None if confidence is None else _number(confidence, "confidence", 0, 1),
-            supersedes=tuple(_id(s, "dec", "supersedes")
-                             for s in _str_list(meta.get("supersedes"), "supersedes")),
-            sensitivity=_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            tags=_str_list(meta.get("tags"), "tags"),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path, body_line) from None
-    _check_file_name(path, f"decisions/{decision.id}.md", decision.id, text)
-    return decision
-
-
-TASK_KEYS = ("id", "ts", "tenant_id", "status", "title", "owner", "refs", "session_id",
-             "sensitivity", "tags")
-
-
-def parse_task(text: str, path: str, default_tenant: str) -> Task:
-    """Parse and validate a task file."""
-    meta, body, body_line = _record_frontmatter(text, path, "task")
-    try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, TASK_KEYS)
-        ts = _text(meta.get("ts"), "ts")
-        parse_ts(ts)
-        task = Task(
-            id=_id(meta.get("id"), "tsk"), ts=ts,
-            tenant_id=_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            status=_choice(meta.get("status", "open"), TASK_STATUSES, "status"),
-            title=_text(meta.get("title"), "title"), details=body.strip(),
-            owner=_text(meta.get("owner", ""), "owner", allow_empty=True),
-            refs=_refs(meta.get("refs")),
-            session_id=_text(meta.get("session_id", ""), "session_id", allow_empty=True),
-            sensitivity=_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            tags=_str_list(meta.get("tags"), "tags"),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path, body_line) from None
-    _check_file_name(path, f"tasks/{task.id}.md", task.id, text)
-    return task
-
-
-SUMMARY_KEYS = ("id", "ts", "tenant_id", "scope", "refs", "session_id", "decisions",
-                "sensitivity", "tags")
-
-
-def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
-    """Parse and validate a summary file."""
-    meta, body, body_line = _record_frontmatter(text, path, "summary")
-    try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, SUMMARY_KEYS)
-        refs = _refs(meta.get("refs"))
-        if not refs:
-            raise ValidationError("a summary must cite the events it summarises (P4)",
-                                  field="refs")
-        ts = _text(meta.get("ts"), "ts")
-        parse_ts(ts)
-        summary = Summary(
-            id=_id(meta.get("id"), "sum"), ts=ts,
-            tenant_id=_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            scope=_choice(meta.get("scope", "session"), SUMMARY_SCOPES, "scope"),
-            refs=refs, text=_text(body.strip(), "body"),
-            session_id=_text(meta.get("session_id", ""), "session_id", allow_empty=True),
-            decisions=tuple(_id(d, "dec", "decisions")
-                            for d in _str_list(meta.get("decisions"), "decisions")),
-            sensitivity=_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            tags=_str_list(meta.get("tags"), "tags"),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path, body_line) from None
-    _check_file_name(path, f"summaries/{summary.scope}/{summary.id}.md", summary.id, text)
-    return summary
-
-
-HANDOFF_KEYS = ("id", "ts", "tenant_id", "from_agent", "to_agent", "task", "constraints",
-                "decisions", "required_files", "open_questions", "refs")
-
-
-def parse_handoff(text: str, path: str, default_tenant: str) -> Handoff:
-    """Parse and validate a handoff packet (YAML)."""
-    meta = load_yaml(text, path)
-    try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, HANDOFF_KEYS)
-        ts = _text(meta.get("ts"), "ts")
-        parse_ts(ts)
-        handoff = Handoff(
-            id=_id(meta.get("id"), "hof"), ts=ts,
-            tenant_id=_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            to_agent=_name(meta.get("to_agent"), "to_agent"),
-            task=_text(meta.get("task"), "task"),
-            from_agent=_text(meta.get("from_agent", ""), "from_agent", allow_empty=True),
-            constraints=_str_list(meta.get("constraints"), "constraints"),
-            decisions=tuple(_id(d, "dec", "decisions")
-                            for d in _str_list(meta.get("decisions"), "decisions")),
-            required_files=_str_list(meta.get("required_files"), "required_files"),
-            open_questions=_str_list(meta.get("open_questions"), "open_questions"),
-            refs=_refs(meta.get("refs")),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path) from None
-    _check_file_name(path, f"handoffs/{handoff.id}.yaml", handoff.id, text)
-    return handoff
-
-
-VIEW_KEYS = ("section", "pinned", "sensitivity", "channels", "max_tokens", "title")
-VIEW_SECTIONS = ("identity", "rules", "task_state", "relevant_decisions",
-                 "retrieved_evidence", "recent_window", "tool_state")
-
-
-def slugify(heading: str) -> str:
-    """A GitHub-style anchor for a heading."""
-    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return re.sub(r"\s", "-", slug)
-
-
-def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
-    chunks: list[ViewChunk] = []
-    seen: dict[str, int] = {}
-    heading, anchor, start = "", "", first_line
-    lines: list[str] = []
-    in_fence = False
-
-    def flush() -> None:
-        text = "\n".join(lines).strip()
-        if text:
-            chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=start))
-
-    for offset, line in enumerate(body.split("\n")):
-        if line.lstrip().startswith("```"):
-            in_fence = not in_fence
-        match = None if in_fence else re.match(r"^(#{1,6})\s+(.+?)\s*#*\s*$", line)
-        if match:
-            flush()
-            heading = match.group(2)
-            base = slugify(heading) or "section"
-            count = seen.get(base, 0)
-            seen[base] = count + 1
-            anchor = base if count == 0 else f"{base}-{count}"
-            start, lines = first_line + offset, [line]
-        else:
-            lines.append(line)
-    flush()
-    return tuple(chunks)
-
-
-def parse_view(text: str, path: str, default_section: str) -> View:
-    """Parse a view: frontmatter options and its heading-delimited chunks."""
-    meta, body, body_line = split_frontmatter(text, path)
-    try:
-        _unknown_keys(meta, VIEW_KEYS)
-        max_tokens = meta.get("max_tokens")
-        if max_tokens is not None and (isinstance(max_tokens, bool)
-                                       or not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
-                                  field="max_tokens")
-        channels = _str_list(meta.get("channels"), "channels")
-        for channel in channels:
-            _choice(channel, CHANNELS, "channels")
-        name = path.rsplit("/", 1)[-1].removesuffix(".md")
-        return View(
-            path=path,
-            section=_choice(meta.get("section", default_section), VIEW_SECTIONS, "section"),
-            pinned=_bool(meta.get("pinned", False), "pinned"),
-            sensitivity=_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            channels=channels, max_tokens=max_tokens,
-            title=_text(meta.get("title", name), "title"),
-            chunks=_view_chunks(body, body_line),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path) from None
-
-
-def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, int]:
-    """What a YAML parser error says, and the 1-based line it points at."""
-    mark = exc.problem_mark
-    line = mark.line + first_line if mark is not None else first_line
-    problem = str(exc.problem)
-    if exc.context and exc.context_mark is not None:
-        opened = exc.context_mark.line + first_line
-        if opened != line:
-            problem += f" ({exc.context} that opens on line {opened})"
-    return problem, line
-
-
-def load_yaml(text: str, path: str) -> dict[str, Any]:
-    """A YAML mapping document, or a FormatError naming its line."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        problem, line = yaml_problem(exc)
-        raise FormatError(f"broken YAML: {problem}", path=path, line=line) from None
-    except yaml.YAMLError as exc:
-        raise FormatError(f"broken YAML: {exc}", path=path, line=1) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise FormatError(f"expected a mapping at the top, got {type(data).__name__}",
-                          path=path, line=1)
-    return data
-
-
-# --------------------------------------------------------------------------- writing
-
-def _meta_without_defaults(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in pairs
-            if v not in (None, "", ())}
-
-
-def decision_to_text(decision: Decision) -> str:
-    """The Markdown file of a decision."""
-    meta = _meta_without_defaults([
-        ("id", decision.id), ("ts", decision.ts), ("tenant_id", decision.tenant_id),
-        ("title", decision.title), ("scope", decision.scope), ("status", decision.status),
-        ("refs", decision.refs), ("supersedes", decision.supersedes),
-        ("rationale", decision.rationale), ("constraints", decision.constraints),
-        ("alternatives", decision.alternatives), ("consequences", decision.consequences),
-        ("confidence", decision.confidence),
-        ("sensitivity", None if decision.sensitivity == "none" else decision.sensitivity),
-        ("tags", decision.tags),
-    ])
-    return _dump(meta, decision.text)
-
-
-def task_to_text(task: Task) -> str:
-    """The Markdown file of a task."""
-    meta = _meta_without_defaults([
-        ("id", task.id), ("ts", task.ts), ("tenant_id", task.tenant_id),
-        ("title", task.title), ("status", task.status), ("owner", task.owner),
-        ("session_id", task.session_id), ("refs", task.refs),
-        ("sensitivity", None if task.sensitivity == "none" else task.sensitivity),
-        ("tags", task.tags),
-    ])
-    return _dump(meta, task.details)
-
-
-def summary_to_text(summary: Summary) -> str:
-    """The Markdown file of a summary."""
-    meta = _meta_without_defaults([
-        ("id", summary.id), ("ts", summary.ts), ("tenant_id", summary.tenant_id),
-        ("scope", summary.scope), ("session_id", summary.session_id),
-        ("refs", summary.refs), ("decisions", summary.decisions),
-        ("sensitivity", None if summary.sensitivity == "none" else summary.sensitivity),
-        ("tags", summary.tags),
-    ])
-    return _dump(meta, summary.text)
-
-
-def handoff_to_text(handoff: Handoff) -> str:
-    """The YAML file of a handoff packet."""
-    meta = _meta_without_defaults([
-        ("id", handoff.id), ("ts", handoff.ts), ("tenant_id", handoff.tenant_id),
-        ("from_agent", handoff.from_agent), ("to_agent", handoff.to_agent),
-        ("task", handoff.task), ("constraints", handoff.constraints),
-        ("decisions", handoff.decisions), ("required_files", handoff.required_files),
-        ("open_questions", handoff.open_questions), ("refs", handoff.refs),
-    ])
-    return str(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=88))
-
-
-def _dump(meta: dict[str, Any], body: str) -> str:
-    head = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=88)
-    return f"---\n{head}---\n{body.strip()}\n"
-
-
 def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, bytes without newline) for each complete line."""
     start = 0
@@ -821,3 +345,16 @@ def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
         number += 1
         yield number, data[start:end]
         start = end + 1
+
+
+def iter_events(data: bytes, path: str, start_line: int = 1,
+                ) -> Iterator[tuple[int, Event | FormatError]]:
+    """(line number, the event or why it is not one) for each non-blank complete line."""
+    for offset, raw in iter_lines(data):
+        if not raw.strip():
+            continue
+        number = start_line + offset - 1
+        try:
+            yield number, parse_event_line(raw, path=path, line=number)
+        except FormatError as exc:
+            yield number, exc

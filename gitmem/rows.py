@@ -13,19 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gitmem import tokens
+from gitmem.documents import parse_decision, parse_handoff, parse_summary, parse_task, parse_view
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
-from gitmem.records import (
-    Event,
-    event_text,
-    iter_lines,
-    parse_decision,
-    parse_event_line,
-    parse_handoff,
-    parse_summary,
-    parse_task,
-    parse_view,
-)
+from gitmem.records import Event, event_text, iter_events
 
 EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
                  "actor_type", "actor_id", "kind", "sensitivity", "tags", "refs", "content",
@@ -222,14 +213,9 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
     tenant = policies.manifest.default_tenant
     if kind == "events":
         seen: set[str] = set()
-        for offset, raw in iter_lines(data):
-            number = start_line + offset - 1
-            if not raw.strip():
-                continue
-            try:
-                event = parse_event_line(raw, path=path, line=number)
-            except FormatError as exc:
-                out.errors.append(exc)
+        for number, event in iter_events(data, path, start_line):
+            if isinstance(event, FormatError):
+                out.errors.append(event)
                 continue
             if event.id in seen:  # a union merge may repeat a line: index it once
                 continue

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from gitmem import consistency, gitops
+from gitmem.documents import field_line, parse_decision, parse_handoff, parse_summary, parse_task
 from gitmem.errors import FormatError, GitError, ValidationError
 from gitmem.policies import (
     Policies,
@@ -28,15 +29,7 @@ from gitmem.policies import (
     parse_manifest,
     parse_privacy,
 )
-from gitmem.records import (
-    field_line,
-    iter_lines,
-    parse_decision,
-    parse_event_line,
-    parse_handoff,
-    parse_summary,
-    parse_task,
-)
+from gitmem.records import iter_events
 from gitmem.rows import parse_file
 from gitmem.store import classify
 
@@ -173,15 +166,11 @@ class Checker:
         if data and not data.endswith(b"\n"):
             self.fail(rel, start + data.count(b"\n"), "the last line has no newline "
                       "(a torn write?); finish or remove it")
-        for offset, raw in iter_lines(data):
-            number = start + offset - 1
-            if not raw.strip():
-                continue
-            try:
-                event = parse_event_line(raw, path=rel, line=number)
-            except FormatError as exc:
-                self.located(exc, rel)
-                self._secrets(rel, number, raw.decode("utf-8", errors="replace"))
+        lines = data.split(b"\n")
+        for number, event in iter_events(data, rel, start):
+            if isinstance(event, FormatError):
+                self.located(event, rel)
+                self._secrets(rel, number, lines[number - start].decode("utf-8", "replace"))
                 continue
             for text in _strings([event.content, list(event.tags)]):
                 if self._secrets(rel, number, text):

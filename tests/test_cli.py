@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from gitmem.cli import main
+from gitmem.documents import parse_decision, parse_task
 from gitmem.ids import ULID_ID
-from gitmem.records import parse_decision, parse_task
 from tests.conftest import Cli, snapshot
 
 SECRET = "sk-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"

@@ -10,12 +10,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, PrivacyError, ValidationError
 from gitmem.ids import ULID_ID
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
 from gitmem.recorder import Recorder, append_lines, cut_excerpt
-from gitmem.records import content_hash, parse_decision, parse_event_line, parse_task
+from gitmem.records import content_hash, parse_event_line
 from gitmem.store import artifact_path, day_file
 from tests.conftest import snapshot
 

@@ -7,16 +7,10 @@ from typing import Any
 
 import pytest
 
-from gitmem.errors import FormatError, ValidationError
-from gitmem.records import (
-    Event,
-    content_hash,
+from gitmem.documents import (
     decision_to_text,
     handoff_to_text,
-    iter_lines,
     parse_decision,
-    parse_event,
-    parse_event_line,
     parse_handoff,
     parse_summary,
     parse_task,
@@ -25,6 +19,8 @@ from gitmem.records import (
     summary_to_text,
     task_to_text,
 )
+from gitmem.errors import FormatError, ValidationError
+from gitmem.records import Event, content_hash, iter_lines, parse_event, parse_event_line
 
 EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
 EVT2 = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
