@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import psycopg
 from psycopg import sql
+from psycopg.adapt import Dumper
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -266,11 +267,13 @@ class Database:
             sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
         types = _copy_types(conn, table, columns)
         count = 0
-        with conn.cursor() as cur, cur.copy(statement) as copy:
-            copy.set_types(types)
-            for row in rows:
-                copy.write_row(row)
-                count += 1
+        with conn.cursor() as cur:
+            cur.adapters.register_dumper(None, _TextArrayDumper)
+            with cur.copy(statement) as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+                    count += 1
         return count
 
 
@@ -278,8 +281,24 @@ class Database:
 # them once saves choosing a dumper for every value; the text sent is the same.
 # Timestamps and JSON travel as the text the rows already hold (the server parses
 # them), so a str is never re-encoded as a JSON string.
+TEXT_ARRAY_OID = 1009  # text[] (a built-in type: the same oid on every server)
 _COPY_TRANSPORT = {"int2": "int8", "int4": "int8", "int8": "int8", "float4": "float8",
                    "float8": "float8", "bool": "bool", "_text": "text[]"}
+
+
+class _TextArrayDumper(Dumper):
+    """A list of str as a text[] literal, without the generic list dumper's per-element
+    dispatch (most tags and refs lists are empty). Every element is quoted, so the
+    server reads the same values."""
+
+    oid = TEXT_ARRAY_OID
+
+    def dump(self, obj: Any) -> bytes:
+        if not obj:
+            return b"{}"
+        return ("{" + ",".join("NULL" if item is None else
+                               '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                               for item in obj) + "}").encode()
 
 
 def _copy_types(conn: psycopg.Connection[Row], table: str, columns: Sequence[str]) -> list[str]:
