@@ -91,7 +91,7 @@ def _sizes(row: dict[str, Any]) -> dict[str, float]:
             "total_mb": round(int(row["total_bytes"]) / mb, 2)}
 
 
-def measure_fingerprint(ctx: Context) -> list[Metric]:
+def measure_digest(ctx: Context) -> list[Metric]:
     """`gitmem.indexer.index_digest` of the corpus index: a faster reindex must not change it."""
     db = ctx.ensure_index()
     with timed() as clock:

@@ -28,7 +28,7 @@ class Measurement:
     description: str
     run: Measure | None = None
     needs: tuple[str, ...] = ()
-    slow: bool = False   # skipped unless asked for by name (e.g. fingerprint)
+    slow: bool = False   # skipped unless asked for by name (e.g. index_digest)
 
     def missing(self) -> list[str]:
         """Modules this measurement needs that are not importable here."""
@@ -40,8 +40,8 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 recording.measure),
     Measurement("reindex", "full reindex beside raw COPY + index build; index size and counts",
                 indexing.measure),
-    Measurement("fingerprint", "sha256 of the index content per table (same index check)",
-                indexing.measure_fingerprint, slow=True),
+    Measurement("index_digest", "indexer.index_digest of the corpus index (same-index check)",
+                indexing.measure_digest, slow=True),
     Measurement("quality_bm25", "BM25 baseline: evidence within 2,000 tokens",
                 quality.measure_bm25),
     # ---- planned: they need gitmem.acb / gitmem.server (SPEC §9) ----

@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         _parser().error(f"unknown measurement(s): {', '.join(sorted(unknown))}")
     started = datetime.now(UTC)
+    load_start = os.getloadavg()[0]
     dsn = pg.resolve_dsn(args.dsn)
     _say(f"gitmem bench: size {args.size}, seed {args.seed}, database {redact_dsn(dsn)}")
     cached = (corpus_dir(args.size, args.seed, args.cache) / "corpus.json").is_file()
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
         "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
+        "load_avg_1m": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "corpus": {**info, "path": str(corpus.root)},
         "metrics": [m.to_dict() for m in metrics],
         "skipped": outcome["skipped"], "pending": outcome["pending"],
