@@ -47,6 +47,10 @@ FILE_BACKED_KINDS = ("decision", "summary", "task_update")
 BASE_IMPORTANCE = {"message": 0.3, "tool_call": 0.1, "tool_result": 0.3, "artifact": 0.2,
                    "decision": 0.8, "summary": 0.6, "task": 0.5}
 
+# json.dumps(obj, ensure_ascii=False) builds a new encoder per call; one encoder
+# with the same settings writes the same text.
+_content_json = json.JSONEncoder(ensure_ascii=False).encode
+
 
 @dataclass
 class FileRows:
@@ -167,7 +171,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
     out.tables["events"].append((
         event.id, event.tenant_id, event.ts, event.session_id, event.agent_id, event.channel,
         event.actor.type, event.actor.id, event.kind, event.sensitivity, tags, refs,
-        json.dumps(event.content, ensure_ascii=False), event.hash, path, line))
+        _content_json(event.content), event.hash, path, line))
     if "artifact_id" in event.content:
         out.tables["artifacts"].append((event.content["artifact_id"], event.id, event.tenant_id,
                                         int(event.content.get("bytes", 0)), path))
