@@ -190,3 +190,10 @@ def query_lexemes(conn: Conn, text: str) -> str:
     """The english tsvector text of a query (the lexemes PostgreSQL would search)."""
     row = conn.execute("SELECT to_tsvector('english', %s)::text AS lex", (text,)).fetchone()
     return str(row["lex"]) if row else ""
+
+
+def chunk_texts(conn: Conn, schema: str, chunk_ids: list[str]) -> dict[str, str]:
+    """The text of each of `chunk_ids`."""
+    query = sql.SQL("SELECT chunk_id, text FROM {}.chunks WHERE chunk_id = ANY(%s)").format(
+        sql.Identifier(schema))
+    return {row["chunk_id"]: row["text"] for row in conn.execute(query, (chunk_ids,))}

@@ -7,7 +7,8 @@ The same scoring serves both sides:
 
 - the BM25 baseline (`rank_bm25.BM25Okapi`) over the question's tenant's
   chunks, the ones its channel may load, tokenised into PostgreSQL's english
-  lexemes so both sides see the same words;
+  lexemes so both sides see the same words, each ranked chunk sized with
+  `gitmem.tokens.count` of its text;
 - gitmem: `acb_retriever(build_acb)` turns the ACB's retrieved_evidence
   section into items (plug in the build function when it exists).
 """
@@ -25,6 +26,7 @@ from rank_bm25 import BM25Okapi
 from bench import pg
 from bench.context import Context
 from bench.stats import Metric
+from gitmem import tokens
 
 BUDGET_TOKENS = 2000
 RANKED_MAX = 200   # like retrieved_chunks_max: no retriever ranks more than this
@@ -125,29 +127,29 @@ class _TenantIndex:
     """BM25 over one tenant's loadable chunks, plus postings to find candidates fast."""
 
     def __init__(self, rows: Iterator[tuple[str, str, int, str]]) -> None:
-        self.ids: list[frozenset[str]] = []
-        self.tokens: list[int] = []
+        self.chunk_ids: list[str] = []
+        self.source_ids: list[str] = []
         self.postings: dict[str, array[int]] = {}
         self.bm25 = BM25Okapi(self._documents(rows))
 
     def _documents(self, rows: Iterator[tuple[str, str, int, str]]) -> Iterator[list[str]]:
-        for number, (chunk_id, source_id, token_est, tsv) in enumerate(rows):
-            self.ids.append(frozenset((chunk_id.split("#", 1)[0], source_id)))
-            self.tokens.append(token_est)
+        for number, (chunk_id, source_id, _, tsv) in enumerate(rows):
+            self.chunk_ids.append(chunk_id)
+            self.source_ids.append(source_id)
             words = lexemes(tsv)
             for word in set(words):
                 self.postings.setdefault(word, array("I")).append(number)
             yield words
 
-    def rank(self, query: list[str]) -> list[Item]:
-        """The top chunks for the query's lexemes, best first (ties: chunk order)."""
+    def rank(self, query: list[str]) -> list[int]:
+        """Document numbers of the top chunks for the query's lexemes, best first
+        (ties: chunk order)."""
         candidates = sorted({doc for word in query for doc in self.postings.get(word, ())})
         if not candidates:
             return []
         scores = self.bm25.get_batch_scores(query, candidates)
         best = sorted(range(len(candidates)), key=lambda i: (-scores[i], candidates[i]))
-        return [Item(self.ids[candidates[i]], self.tokens[candidates[i]])
-                for i in best[:RANKED_MAX]]
+        return [candidates[i] for i in best[:RANKED_MAX]]
 
 
 class BM25Retriever:
@@ -170,7 +172,12 @@ class BM25Retriever:
                                                              suppressed))
                 self._key = key
             query = sorted(set(lexemes(pg.query_lexemes(conn, question["question"]))))
-        return self._index.rank(query)
+            ranked = self._index.rank(query)
+            chunk_ids = [self._index.chunk_ids[doc] for doc in ranked]
+            texts = pg.chunk_texts(conn, self.schema, chunk_ids)
+        return [Item(frozenset((chunk_id.split("#", 1)[0], self._index.source_ids[doc])),
+                     tokens.count(texts[chunk_id]))
+                for doc, chunk_id in zip(ranked, chunk_ids, strict=True)]
 
 
 # --------------------------------------------------------------------------- gitmem
