@@ -6,6 +6,8 @@ or on first use by any later measurement (untimed), and shared from here.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ class Context:
     schemas: Schemas
     repeat: int = 1
     shared: dict[str, Any] = field(default_factory=dict)
+    cleanups: list[Callable[[], None]] = field(default_factory=list)  # run by close(), last first
     indexed: bool = False
     _index: Database | None = None
 
@@ -61,7 +64,14 @@ class Context:
         return db
 
     def close(self) -> None:
-        """Close the shared connections (schemas are dropped by the caller)."""
+        """Run the cleanups (daemons stop), close the shared connections (schemas are
+        dropped by the caller)."""
+        while self.cleanups:
+            cleanup = self.cleanups.pop()
+            try:
+                cleanup()
+            except Exception as exc:  # the others must still run
+                print(f"cleanup {cleanup!r} failed: {exc}", file=sys.stderr)
         if self._index is not None:
             self._index.close()
             self._index = None

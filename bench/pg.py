@@ -197,3 +197,21 @@ def chunk_texts(conn: Conn, schema: str, chunk_ids: list[str]) -> dict[str, str]
     query = sql.SQL("SELECT chunk_id, text FROM {}.chunks WHERE chunk_id = ANY(%s)").format(
         sql.Identifier(schema))
     return {row["chunk_id"]: row["text"] for row in conn.execute(query, (chunk_ids,))}
+
+
+def tenant_chunks(conn: Conn, schema: str) -> dict[str, int]:
+    """Chunks per tenant, largest first."""
+    query = sql.SQL("SELECT tenant_id, count(*) AS n FROM {}.chunks GROUP BY tenant_id "
+                    "ORDER BY n DESC, tenant_id").format(sql.Identifier(schema))
+    return {row["tenant_id"]: int(row["n"]) for row in conn.execute(query)}
+
+
+def sample_sessions(conn: Conn, schema: str, count: int) -> list[dict[str, Any]]:
+    """`count` sessions picked by a hash of their id (the same on every run): tenant,
+    session, and the agent and channel of their latest event."""
+    query = sql.SQL(
+        "SELECT DISTINCT ON (tenant_id, session_id) tenant_id, session_id, agent_id, channel "
+        "FROM {}.events ORDER BY tenant_id, session_id, ts DESC").format(sql.Identifier(schema))
+    query = sql.SQL("SELECT * FROM ({}) s ORDER BY md5(tenant_id || '/' || session_id) "
+                    "LIMIT %s").format(query)
+    return list(conn.execute(query, (count,)).fetchall())

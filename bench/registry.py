@@ -13,7 +13,7 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import indexing, quality, recording
+from bench import acb_latency, indexing, quality, recording, socket_record
 from bench.context import Context
 from bench.stats import Metric
 
@@ -46,11 +46,12 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 quality.measure_bm25),
     # ---- planned: they need gitmem.acb / gitmem.server (SPEC §9) ----
     Measurement("socket_record", "record_event over the socket: single, batched, 8 clients; "
-                "events/s and p95", needs=("gitmem.server",)),
+                "events/s and p95", socket_record.measure, needs=("gitmem.server",)),
     Measurement("append_visible", "append → visible in build_acb, p95 under the daemon",
                 needs=("gitmem.server", "gitmem.acb")),
     Measurement("acb_latency", "build_acb over the socket p50/p95/max: fast path, common "
-                "terms, rare terms, questions", needs=("gitmem.server", "gitmem.acb")),
+                "terms, rare terms, questions", acb_latency.measure,
+                needs=("gitmem.server", "gitmem.acb")),
     Measurement("cold_start", "daemon start to first ACB", needs=("gitmem.server",)),
     Measurement("naive_baseline", "unbounded ts_rank over all matches; ratio to build_acb",
                 needs=("gitmem.acb",)),

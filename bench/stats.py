@@ -78,3 +78,22 @@ def latency(group: str, name: str, samples_ns: Sequence[int], *, count: int,
                   p50=round(percentile(ms, 50), 3), p95=round(percentile(ms, 95), 3),
                   max=round(max(ms), 3) if ms else None, dist_unit="ms",
                   samples=len(samples_ns), target=target, extra=dict(extra))
+
+
+def timing(group: str, name: str, samples_ms: Sequence[float], *, target: str = "",
+           **extra: Any) -> Metric:
+    """A latency distribution in milliseconds; its value is the p95 (what SPEC §9 reads)."""
+    p95 = round(percentile(samples_ms, 95), 3)
+    return Metric(group, name, p95, "ms p95", p50=round(percentile(samples_ms, 50), 3),
+                  p95=p95, max=round(max(samples_ms), 3) if samples_ms else None,
+                  dist_unit="ms", samples=len(samples_ms), target=target, extra=dict(extra))
+
+
+def medians(rows: Sequence[dict[str, float]], digits: int = 3) -> dict[str, float]:
+    """The median of each key over the dicts that have it (e.g. per-phase timings)."""
+    keys: dict[str, list[float]] = {}
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, int | float):
+                keys.setdefault(key, []).append(float(value))
+    return {key: round(percentile(values, 50), digits) for key, values in keys.items()}

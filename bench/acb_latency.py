@@ -1,0 +1,123 @@
+"""build_acb over the socket: p50/p95/max per category, and where the time goes.
+
+One client on the corpus daemon (index present). A warm-up pass asks every
+request once (its fast-path calls, the first of each session, are reported
+apart: caches cold), then `PASSES` measured passes, category after category.
+Each call is timed at the client (send → parsed answer); the server's own
+breakdown comes from `provenance.timings_ms` (per section, retrieval's
+terms/pools/score) and `index_state.catch_up_ms` (the watcher flush before
+the build); `overhead` is what is left: JSON-RPC, serialisation, the socket,
+the client's parse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.context import Context
+from bench.daemons import corpus_daemon
+from bench.queries import CATEGORIES, Ask, asks
+from bench.stats import Metric, medians, percentile, timed, timing
+from gitmem.client import Client
+
+PASSES = {"tiny": 1, "10k": 2}
+DEFAULT_PASSES = 2
+SLOWEST = 5
+TARGETS = {"fast": "p95 ≤ 3 ms (SPEC §9)"}
+RETRIEVAL_TARGET = "p95 ≤ 25 ms (SPEC §9)"
+SHARED = "acb_latency"
+
+
+@dataclass
+class Sample:
+    """One timed build_acb call."""
+
+    ask: Ask
+    wall_ms: float
+    phases: dict[str, float]
+    pool: int
+    text_chars: int
+
+
+@dataclass
+class Samples:
+    """The calls of one category."""
+
+    category: str
+    calls: list[Sample] = field(default_factory=list)
+
+    def walls(self) -> list[float]:
+        """Client-side milliseconds of each call."""
+        return [s.wall_ms for s in self.calls]
+
+
+def call(client: Client, ask: Ask) -> Sample:
+    """Time one build_acb call and read its provenance."""
+    with timed() as clock:
+        acb = client.call("build_acb", ask.params)
+    wall = clock.ms
+    provenance = acb.get("provenance", {})
+    phases = {k: float(v) for k, v in provenance.get("timings_ms", {}).items()}
+    catch_up = float(provenance.get("index_state", {}).get("catch_up_ms", 0.0))
+    phases["catch_up"] = catch_up
+    phases["overhead"] = round(wall - phases.get("total", 0.0) - catch_up, 3)
+    size = sum(len(str(i.get("text", ""))) for s in acb.get("sections", [])
+               for i in s.get("items", []))
+    return Sample(ask, wall, phases, int(provenance.get("candidate_pool_size", 0)), size)
+
+
+def run(ctx: Context) -> dict[str, Samples]:
+    """The warm-up and the measured passes; samples per category (and `fast_first`)."""
+    daemon = corpus_daemon(ctx)
+    sets = asks(ctx)
+    passes = PASSES.get(ctx.size, DEFAULT_PASSES)
+    out = {c: Samples(c) for c in CATEGORIES}
+    first = Samples("fast_first")
+    with daemon.client() as client:
+        for category in CATEGORIES:  # warm-up: caches, plans, pages
+            for ask in sets[category]:
+                sample = call(client, ask)
+                if category == "fast":
+                    first.calls.append(sample)
+        for _ in range(passes):
+            for category in CATEGORIES:
+                for ask in sets[category]:
+                    out[category].calls.append(call(client, ask))
+    out["fast_first"] = first
+    daemon.stats["rss_after_acb_mb"] = daemon.rss_mb()
+    return out
+
+
+def _slowest(samples: Samples) -> list[dict[str, Any]]:
+    worst = sorted(samples.calls, key=lambda s: -s.wall_ms)[:SLOWEST]
+    return [{"ask": s.ask.label(), "wall_ms": round(s.wall_ms, 3), "pool": s.pool,
+             "phases": {k: v for k, v in s.phases.items() if v}} for s in worst]
+
+
+def metric(samples: Samples, name: str, target: str) -> Metric:
+    """One category's distribution with its median phases and slowest calls."""
+    pools = [float(s.pool) for s in samples.calls]
+    return timing("acb", name, samples.walls(), target=target,
+                  phases_median_ms=medians([s.phases for s in samples.calls]),
+                  pool_median=percentile(pools, 50), pool_max=max(pools, default=0.0),
+                  text_chars_median=percentile([float(s.text_chars) for s in samples.calls],
+                                               50),
+                  slowest=_slowest(samples))
+
+
+def measure(ctx: Context) -> list[Metric]:
+    """build_acb latency per category, over the socket."""
+    found = run(ctx)
+    ctx.shared[SHARED] = found
+    names = {"fast": "fast path (no query), warm caches",
+             "fast_first": "fast path, first call per session (cold caches)",
+             "common": "retrieval: common terms", "rare": "retrieval: rare terms",
+             "question": "retrieval: natural-language questions"}
+    metrics = [metric(found[c], names[c], TARGETS.get(c, RETRIEVAL_TARGET))
+               for c in ("fast", "common", "rare", "question")]
+    retrieval = Samples("retrieval", [s for c in ("common", "rare", "question")
+                                      for s in found[c].calls])
+    metrics.append(metric(retrieval, "retrieval: all three sets", RETRIEVAL_TARGET))
+    metrics.append(metric(found["fast_first"], names["fast_first"], ""))
+    return metrics

@@ -1,0 +1,60 @@
+"""Bounded retrieval in-process, as build_acb runs it, for the baseline and recall runs.
+
+The same limits (budgets.yaml), the same channel filter (privacy.yaml) and the
+same clock as the daemon's build_acb for that request; query analysis is done
+once per request beforehand (`prepare`) and not timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from bench.queries import Ask
+from gitmem import retrieval
+from gitmem.db import Database
+from gitmem.policies import Policies
+from gitmem.records import parse_ts
+
+
+def limits(policies: Policies) -> retrieval.Limits:
+    """Retrieval's bounds and weights, as build_acb reads them."""
+    b = policies.budgets
+    return retrieval.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
+                            b.gamma, b.recency_tau_days)
+
+
+def allowed(policies: Policies, channel: str) -> Callable[[retrieval.Candidate], bool]:
+    """What a request from `channel` may load (acb's `_Build.allows`)."""
+    rule = policies.privacy.rule(channel)
+
+    def check(cand: retrieval.Candidate) -> bool:
+        if cand.sensitivity in rule.suppress_sensitivity:
+            return False
+        return not (cand.channel and rule.event_channels is not None
+                    and cand.channel not in rule.event_channels)
+    return check
+
+
+@dataclass
+class Prepared:
+    """A request ready for timed retrieval: its analyzed terms, clock and filter."""
+
+    ask: Ask
+    terms: list[retrieval.Term]
+    now: datetime
+    allowed: Callable[[retrieval.Candidate], bool]
+
+    def retrieve(self, db: Database, policies: Policies) -> retrieval.Retrieval:
+        """The bounded retrieval build_acb runs for this request."""
+        return retrieval.retrieve(db, self.ask.tenant, self.terms, limits(policies), self.now,
+                                  self.allowed)
+
+
+def prepare(db: Database, policies: Policies, ask: Ask) -> Prepared:
+    """Analyze the request's query (untimed)."""
+    now_text = ask.params.get("now")
+    now = parse_ts(now_text) if now_text else datetime.now(UTC)
+    return Prepared(ask, retrieval.analyze(db, ask.query), now,
+                    allowed(policies, str(ask.params.get("channel", "private"))))

@@ -1,0 +1,133 @@
+"""gitmem daemons for the benchmark: started through the real CLI, stopped by their pid.
+
+A `BenchDaemon` serves one store with the index in one of this run's schemas
+(`GITMEM_SCHEMA`, `GITMEM_DSN` in its environment, as `gitmem daemon start`
+hands them on), with `--no-autocommit` so no git commit runs during a
+measurement. `corpus_daemon(ctx)` is the run's shared daemon on the corpus
+store (its index built first); every daemon is stopped when the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+
+from bench.context import Context
+from bench.recording import gitmem_command
+from bench.stats import timed
+from gitmem import daemon as lifecycle
+from gitmem.client import Client
+from gitmem.config import Config
+
+FLAGS = ("--no-autocommit",)
+CORPUS_DAEMON = "corpus_daemon"
+
+
+@dataclass
+class BenchDaemon:
+    """One daemon process on `store`, its index in `schema`."""
+
+    store: Path
+    dsn: str
+    schema: str
+    flags: tuple[str, ...] = FLAGS
+    pid: int | None = None
+    start_s: float = 0.0          # wall time of the last `gitmem daemon start`
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Config:
+        """The store, DSN and schema the daemon serves."""
+        return Config(store=self.store, dsn=self.dsn, schema=self.schema)
+
+    def env(self) -> dict[str, str]:
+        """The environment of the CLI that starts it (the DSN never on a command line)."""
+        env = {**os.environ, "GITMEM_SCHEMA": self.schema, "GITMEM_DSN": self.dsn}
+        for name in ("GITMEM_STORE", "GITMEM_NO_DAEMON"):
+            env.pop(name, None)
+        return env
+
+    def start(self) -> float:
+        """`gitmem daemon start` (returns once the daemon answers); its wall seconds."""
+        if lifecycle.running_pid(self.config) is not None:
+            raise RuntimeError(f"a daemon already serves {self.store}")
+        command = [*gitmem_command(), "--store", str(self.store), "daemon", "start",
+                   *self.flags]
+        with timed() as clock:
+            done = subprocess.run(command, capture_output=True, text=True, env=self.env(),
+                                  cwd=self.store.parent, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"gitmem daemon start failed ({done.returncode}): "
+                               f"{done.stderr.strip()}")
+        self.pid = int(done.stdout.split()[-1])
+        self.start_s = clock.s
+        return clock.s
+
+    def stop(self) -> None:
+        """SIGTERM to this daemon's pid, then wait until it has exited."""
+        if self.pid is None:
+            return
+        if lifecycle.running_pid(self.config) == self.pid:
+            lifecycle.stop(self.config, timeout=60.0)
+        self.pid = None
+
+    def client(self, timeout: float = 120.0) -> Client:
+        """A new connection to the daemon's socket."""
+        return Client(self.config.socket_path, timeout=timeout).connect()
+
+    def call(self, method: str, params: Any = None) -> Any:
+        """One call on a fresh connection."""
+        with self.client() as client:
+            return client.call(method, params)
+
+    def process(self) -> psutil.Process:
+        """The daemon's process."""
+        if self.pid is None:
+            raise RuntimeError("the daemon is not running")
+        return psutil.Process(self.pid)
+
+    def rss_mb(self) -> float:
+        """Resident memory now, MB."""
+        return round(int(self.process().memory_info().rss) / (1 << 20), 1)
+
+    def peak_rss_mb(self) -> float:
+        """The kernel's high-water mark of resident memory since start (VmHWM), MB."""
+        status = Path(f"/proc/{self.pid}/status")
+        if status.is_file():
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+        return self.rss_mb()
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The end of the daemon's log."""
+        log = lifecycle.log_path(self.config)
+        if not log.is_file():
+            return ""
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def corpus_daemon(ctx: Context) -> BenchDaemon:
+    """The run's daemon on the corpus store (index built first), started on first use."""
+    found = ctx.shared.get(CORPUS_DAEMON)
+    if isinstance(found, BenchDaemon) and found.pid is not None:
+        return found
+    ctx.ensure_index()
+    daemon = BenchDaemon(ctx.corpus.store, ctx.dsn, ctx.index_config().schema)
+    daemon.start()
+    daemon.stats["rss_after_start_mb"] = daemon.rss_mb()
+    ctx.shared[CORPUS_DAEMON] = daemon
+    ctx.cleanups.append(daemon.stop)
+    return daemon
+
+
+def stop_corpus_daemon(ctx: Context) -> None:
+    """Stop the shared corpus daemon if one runs (only one daemon may serve a store)."""
+    found = ctx.shared.pop(CORPUS_DAEMON, None)
+    if isinstance(found, BenchDaemon):
+        found.stop()
