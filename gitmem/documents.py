@@ -36,6 +36,8 @@ from gitmem.records import (
     parse_ts,
 )
 
+# libyaml's safe loader when PyYAML has it (several times faster), else the pure one.
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 
 
@@ -54,7 +56,7 @@ def split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int]:
         raise FormatError("frontmatter opened by '---' on line 1 is never closed; add a "
                           "'---' line after the last field", path=path, line=1)
     try:
-        meta = yaml.safe_load(text[opening.end() + 1:closing.start()])
+        meta = yaml.load(text[opening.end() + 1:closing.start()], Loader=SAFE_LOADER)
     except yaml.MarkedYAMLError as exc:
         problem, line = yaml_problem(exc, first_line=2)
         raise FormatError(f"broken YAML frontmatter: {problem}", path=path, line=line) from None
@@ -429,7 +431,7 @@ def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, i
 def load_yaml(text: str, path: str) -> dict[str, Any]:
     """A YAML mapping document, or a FormatError naming its line."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.MarkedYAMLError as exc:
         problem, line = yaml_problem(exc)
         raise FormatError(f"broken YAML: {problem}", path=path, line=line) from None

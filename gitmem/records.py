@@ -77,6 +77,9 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one, not one per line
+
+
 def reject_nul(value: Any, field_name: str = "") -> None:
     """Refuse NUL characters anywhere in a value: PostgreSQL text cannot hold them."""
     if isinstance(value, str):
@@ -299,7 +302,7 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
         raise FormatError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
                           f"{exc.start + 1})", path=path, line=line) from None
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
                           path=path, line=line) from None
