@@ -213,3 +213,24 @@ def measure_bm25(ctx: Context) -> list[Metric]:
     report = score(questions, BM25Retriever(ctx), "bm25 baseline")
     ctx.shared["quality_bm25"] = report
     return report.metrics()
+
+
+def measure_gitmem(ctx: Context) -> list[Metric]:
+    """gitmem's share: build_acb over the socket (the corpus daemon), each question asked
+    from its tenant/session/channel, its retrieved_evidence packed into 2,000 tokens."""
+    from bench.daemons import corpus_daemon  # a daemon only when this measurement runs
+
+    questions = sorted(ctx.corpus.questions(), key=lambda q: (q["tenant_id"], q["id"]))
+    daemon = corpus_daemon(ctx)
+    with daemon.client() as client:
+        report = score(questions, acb_retriever(lambda req: client.call("build_acb", req)),
+                       "gitmem")
+    bm25: QualityReport | None = ctx.shared.get("quality_bm25")
+    target = (f"above BM25 ({bm25.share:.3f}, same run)" if bm25
+              else "above the BM25 baseline (quality_bm25)")
+    metrics = report.metrics(target)
+    if bm25 is not None:
+        metrics[0].extra["bm25_by_category"] = {
+            k: round(h / t, 3) for k, (h, t) in sorted(bm25.by_category.items())}
+        metrics[0].extra["minus_bm25"] = round(report.share - bm25.share, 3)
+    return metrics

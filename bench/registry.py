@@ -13,7 +13,18 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench import acb_latency, indexing, quality, recording, socket_record
+from bench import (
+    acb_latency,
+    cold_start,
+    indexing,
+    naive,
+    quality,
+    recall,
+    recording,
+    rss,
+    socket_record,
+    visibility,
+)
 from bench.context import Context
 from bench.stats import Metric
 
@@ -44,21 +55,22 @@ MEASUREMENTS: tuple[Measurement, ...] = (
                 indexing.measure_digest, slow=True),
     Measurement("quality_bm25", "BM25 baseline: evidence within 2,000 tokens",
                 quality.measure_bm25),
-    # ---- planned: they need gitmem.acb / gitmem.server (SPEC §9) ----
+    # ---- over the socket and in-process against the corpus index (SPEC §9) ----
     Measurement("socket_record", "record_event over the socket: single, batched, 8 clients; "
                 "events/s and p95", socket_record.measure, needs=("gitmem.server",)),
+    Measurement("cold_start", "daemon start to first ACB", cold_start.measure,
+                needs=("gitmem.server",)),
     Measurement("append_visible", "append → visible in build_acb, p95 under the daemon",
-                needs=("gitmem.server", "gitmem.acb")),
+                visibility.measure, needs=("gitmem.server", "gitmem.acb")),
     Measurement("acb_latency", "build_acb over the socket p50/p95/max: fast path, common "
                 "terms, rare terms, questions", acb_latency.measure,
                 needs=("gitmem.server", "gitmem.acb")),
-    Measurement("cold_start", "daemon start to first ACB", needs=("gitmem.server",)),
     Measurement("naive_baseline", "unbounded ts_rank over all matches; ratio to build_acb",
-                needs=("gitmem.acb",)),
+                naive.measure, needs=("gitmem.acb",)),
     Measurement("pool_recall", "recall of bounded candidate pools vs exact top-200",
-                needs=("gitmem.acb",)),
+                recall.measure, needs=("gitmem.acb",)),
     Measurement("quality_gitmem", "gitmem retrieved_evidence within 2,000 tokens vs BM25 "
-                "(quality.acb_retriever)", needs=("gitmem.acb",)),
-    Measurement("daemon_rss", "daemon resident memory after the runs",
+                "(quality.acb_retriever)", quality.measure_gitmem, needs=("gitmem.acb",)),
+    Measurement("daemon_rss", "daemon resident memory after the runs", rss.measure,
                 needs=("gitmem.server",)),
 )

@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="comma-separated measurement names (see --list)")
     parser.add_argument("--list", action="store_true", help="list the measurements and exit")
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="corpus cache directory")
+    parser.add_argument("--quiet-load", type=float, default=0.0, metavar="LOAD",
+                        help="before each measurement, wait (up to --quiet-wait seconds) until "
+                             "the 1-minute load average is below LOAD (default: no wait)")
+    parser.add_argument("--quiet-wait", type=float, default=180.0, metavar="SECONDS",
+                        help="longest wait for --quiet-load (default 180)")
     return parser
 
 
@@ -61,8 +66,24 @@ def _selected(only: set[str], m: Measurement) -> bool:
     return m.name in only if only else not m.slow
 
 
-def run_all(ctx: Context, only: set[str]) -> dict[str, Any]:
-    """Take the selected measurements; metrics, skips, pending ones and failures."""
+def wait_quiet(load: float, longest: float) -> float:
+    """Wait until the 1-minute load average is below `load` (at most `longest` s);
+    the seconds waited."""
+    if load <= 0:
+        return 0.0
+    started = time.monotonic()
+    while os.getloadavg()[0] >= load and time.monotonic() - started < longest:
+        time.sleep(2.0)
+    return round(time.monotonic() - started, 1)
+
+
+def run_all(ctx: Context, only: set[str], quiet: tuple[float, float] = (0.0, 0.0)
+            ) -> dict[str, Any]:
+    """Take the selected measurements; metrics, skips, pending ones and failures.
+
+    Each metric records the 1-minute load average at the start and the end of
+    its measurement (`extra.load_avg_1m`), and how long the run waited for the
+    machine to become quiet first (`--quiet-load`)."""
     metrics: list[Metric] = []
     skipped: list[dict[str, str]] = []
     pending: list[dict[str, str]] = []
@@ -78,7 +99,10 @@ def run_all(ctx: Context, only: set[str]) -> dict[str, Any]:
         if missing:
             skipped.append({"name": m.name, "reason": f"needs {', '.join(missing)}"})
             continue
-        _say(f"· {m.name}: {m.description}")
+        waited = wait_quiet(*quiet)
+        load = round(os.getloadavg()[0], 2)
+        _say(f"· {m.name}: {m.description} (load {load}"
+             + (f", after waiting {waited:.0f} s)" if waited else ")"))
         try:
             with timed() as clock:
                 found = m.run(ctx)
@@ -91,6 +115,10 @@ def run_all(ctx: Context, only: set[str]) -> dict[str, Any]:
             _say(traceback.format_exc())
             continue
         _say(f"  done in {clock.s:.1f} s")
+        for metric in found:
+            metric.extra.setdefault("load_avg_1m", [load, round(os.getloadavg()[0], 2)])
+            if waited:
+                metric.extra.setdefault("waited_for_quiet_s", waited)
         metrics.extend(found)
     return {"metrics": metrics, "skipped": skipped, "pending": pending, "failed": failed}
 
@@ -122,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     schemas = pg.Schemas(dsn)
     ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat)
     try:
-        outcome = run_all(ctx, only)
+        outcome = run_all(ctx, only, (args.quiet_load, args.quiet_wait))
     finally:
         ctx.close()
         schemas.drop_all()

@@ -1,0 +1,44 @@
+"""The daemon's resident memory after the ACB runs: steady and peak.
+
+Steady: RSS of the corpus daemon after `SETTLE_S` idle seconds, once the
+latency, visibility and quality measurements have used it (when none ran,
+one pass of every build_acb request first). Peak: the kernel's high-water mark
+(VmHWM) since the daemon started, start-up reconcile included. The scratch
+daemon of `socket_record` (write load) is reported beside it when it ran.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.acb_latency import SHARED as ACB_SHARED
+from bench.context import Context
+from bench.daemons import corpus_daemon
+from bench.queries import CATEGORIES, asks
+from bench.socket_record import SHARED as RECORD_SHARED
+from bench.stats import Metric
+
+SETTLE_S = 2.0
+TARGET = "RSS ≤ 300 MB (SPEC §9)"
+
+
+def measure(ctx: Context) -> list[Metric]:
+    """Steady and peak RSS of the corpus daemon (and the write-load daemon)."""
+    daemon = corpus_daemon(ctx)
+    if ACB_SHARED not in ctx.shared:
+        with daemon.client() as client:
+            for category in CATEGORIES:
+                for ask in asks(ctx)[category]:
+                    client.call("build_acb", ask.params)
+    time.sleep(SETTLE_S)
+    metrics = [
+        Metric("daemon", "RSS, steady (corpus daemon, after the ACB runs)", daemon.rss_mb(),
+               "MB", target=TARGET, extra=dict(daemon.stats)),
+        Metric("daemon", "RSS, peak since start (VmHWM)", daemon.peak_rss_mb(), "MB",
+               target=TARGET),
+    ]
+    written = ctx.shared.get(RECORD_SHARED)
+    if written:
+        metrics.append(Metric("daemon", "RSS, peak of the socket_record daemon (write load)",
+                              written["peak_rss_mb"], "MB", target=TARGET, extra=written))
+    return metrics
