@@ -25,6 +25,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -287,6 +288,7 @@ def reindex(db: Database, store: Path, policies: Policies,
     files = list(iter_store_files(store))
     report = SyncReport(files=len(files))
     seen_events: set[str] = set()
+    tenant_chunks: Counter[str] = Counter()
     with db.rebuild() as conn:
         batch = FileRows()
         states: list[tuple[Any, ...]] = []
@@ -297,6 +299,8 @@ def reindex(db: Database, store: Path, policies: Policies,
                     continue
                 rows = parse_file(rel, kind, found.data, policies)
                 _drop_seen(rows, seen_events)
+                for chunk in rows.tables["chunks"]:
+                    tenant_chunks[chunk[1]] += 1
                 batch.extend(rows)
                 state = dict(found.state)
                 state["errors"] = json.dumps(_errors_json(rows.errors))
@@ -309,7 +313,9 @@ def reindex(db: Database, store: Path, policies: Policies,
                     batch = FileRows()
             loader.put(batch)
         report.rows += loader.rows
+        db.execute("lexemes_count_all", None, conn)
         db.execute("lexemes_rebuild", None, conn)
+        db.executemany("lexemes_set_total", sorted(tenant_chunks.items()), conn)
         db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)

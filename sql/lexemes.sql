@@ -37,13 +37,19 @@ ON CONFLICT (tenant_id, lexeme) DO UPDATE SET df = lexeme_df.df + EXCLUDED.df
 -- name: lexemes_prune
 DELETE FROM lexeme_df WHERE df <= 0
 
--- name: lexemes_rebuild
--- After a bulk load: every tenant's document frequencies from scratch.
-INSERT INTO lexeme_df (tenant_id, lexeme, df)
-SELECT c.tenant_id, u.lexeme, count(*) FROM chunks c, unnest(c.tsv) AS u
+-- name: lexemes_count_all
+-- After a bulk load: every tenant's document frequencies, counted by a query that
+-- may run in parallel (an INSERT ... SELECT may not); lexemes_rebuild stores them.
+CREATE TEMP TABLE lexeme_counts ON COMMIT DROP AS
+SELECT c.tenant_id, u.lexeme, count(*) AS df FROM chunks c, unnest(c.tsv) AS u
 GROUP BY c.tenant_id, u.lexeme
-UNION ALL
-SELECT tenant_id, '', count(*) FROM chunks GROUP BY tenant_id
+
+-- name: lexemes_rebuild
+INSERT INTO lexeme_df (tenant_id, lexeme, df) SELECT tenant_id, lexeme, df FROM lexeme_counts
+
+-- name: lexemes_set_total
+-- A tenant's chunk count (lexeme ''), known to the bulk load without a scan.
+INSERT INTO lexeme_df (tenant_id, lexeme, df) VALUES (%s, '', %s)
 
 -- name: lexeme_df
 -- Document frequencies of some lexemes in one tenant; '' gives its chunk count.
