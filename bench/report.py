@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,17 @@ def machine() -> dict[str, Any]:
             "memory_gb": round(psutil.virtual_memory().total / (1 << 30), 1),
             "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version()}
+
+
+def source_state(root: Path) -> dict[str, Any]:
+    """The checkout measured: HEAD, and which tracked files differ from it (uncommitted
+    work of the product changes what is measured)."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else ""
+    return {"head": git("rev-parse", "HEAD").strip(),
+            "modified": [line[3:] for line in git("status", "--porcelain",
+                                                  "--untracked-files=no").splitlines()]}
 
 
 def _fmt(value: float | str | None) -> str:

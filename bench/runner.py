@@ -23,7 +23,7 @@ from bench.context import Context, Skip
 from bench.corpus import CACHE_DIR, corpus_dir, ensure_corpus
 from bench.plan import SHAPES
 from bench.registry import MEASUREMENTS, Measurement
-from bench.report import machine, table
+from bench.report import machine, source_state, table
 from bench.stats import Metric, timed
 from gitmem.db import redact_dsn
 
@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
         "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
+        "source": source_state(Path(__file__).resolve().parent.parent),
         "load_avg_1m": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "corpus": {**info, "path": str(corpus.root)},
         "metrics": [m.to_dict() for m in metrics],
