@@ -9,10 +9,12 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 2. *Document frequency* of each term, exact, from `lexeme_df` (kept in step
    with the chunks by the indexer), per tenant: IDF needs no estimate, and
    the ranking is the same on any index built from the same files.
-3. *Bounded pools*: per term, its most recent matches (all of them when rare),
-   sized by IDF so the union stays <= candidate_pool_max; plus the chunks
-   matching all terms, the two rarest together, and the decisions/tasks/
-   summaries matching any. Never "rank every match" of a common word.
+3. *Bounded pools*, all in one round trip: every match of the rare terms
+   (through the GIN index, narrowed to the tenant by its own word); the
+   tenant's newest chunks matching any term (one backward walk serves every
+   common word); the newest chunks matching all terms, and each pair of the
+   three rarest; the decisions, tasks and summaries matching any. The union
+   is capped at candidate_pool_max. Never "rank every match" of a common word.
 4. *Score* each candidate: alpha * lexical + beta * recency + gamma * importance,
    where lexical is the IDF-weighted share of the query's terms it matches,
    recency is exp(-age / tau). Ties: importance, recency, smaller token_est, id.
@@ -20,6 +22,8 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import re
 import time
@@ -28,10 +32,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gitmem.db import Database, Row
+from gitmem.db import Database
+from gitmem.rows import tenant_lexeme
 
 MAX_TERMS = 12        # the rarest terms of a long question are kept
-MIN_POOL = 50         # the smallest pool any term gets
+MAX_WINDOW = 20000    # newest chunks of the tenant walked for the common terms, at most
+RANDOM_READ_COST = 2  # a match fetched through the GIN index, in sequential reads
+GROUP_POOL = 200      # newest chunks matching every term (or a pair of rare ones)
+MIN_POOL = 50         # newest decisions, tasks and summaries matching any term
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
@@ -52,23 +60,19 @@ class Candidate:
     chunk_id: str
     source_type: str
     source_id: str
-    ts: datetime
-    kind: str
+    epoch: float          # ts as seconds since 1970
     channel: str
-    session_id: str
     sensitivity: str
-    hash: str
     token_est: int
     importance: float
-    matches: list[bool]
+    mask: int             # bit n set: matches term n
     lexical: float = 0.0
     recency: float = 0.0
     score: float = 0.0
 
     def sort_key(self) -> tuple[float, float, float, int, str]:
         """Descending score, then importance, recency, smaller size, id."""
-        return (-self.score, -self.importance, -self.ts.timestamp(), self.token_est,
-                self.chunk_id)
+        return (-self.score, -self.importance, -self.epoch, self.token_est, self.chunk_id)
 
 
 @dataclass
@@ -161,68 +165,99 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
     timings["terms"] = _ms(start)
     if not terms:
         return Retrieval(terms, weights, [], 0, [], timings)
+    found = _pools(db, tenant, terms, dfs, total, limits)
+    timings["pools"] = round(_ms(start) - timings["terms"], 3)
+    candidates, suppressed = score_rows(found.values(), weights, limits, now, allowed)
+    timings["score"] = round(_ms(start) - timings["pools"] - timings["terms"], 3)
+    return Retrieval(terms, weights, candidates, len(found), suppressed, timings)
+
+
+def _pools(db: Database, tenant: str, terms: Sequence[Term], dfs: Sequence[int], total: int,
+           limits: Limits) -> dict[str, tuple[Any, ...]]:
+    """Run every pool in one round trip; their union, first come first kept, capped."""
     queries = [t.query for t in terms]
-    statements = []
-    for term, limit in zip(terms, pool_sizes(dfs, weights, limits.pool_max), strict=True):
-        statements.append(("pool_term", {"tenant": tenant, "query": term.query,
-                                         "queries": queries, "limit": limit}))
-    extra = max(MIN_POOL, limits.pool_max // 10)
-    if len(terms) >= 2:
-        for group in (terms, terms[:2]):  # every term, and the two rarest together
-            statements.append(("pool_term", {
-                "tenant": tenant, "queries": queries, "limit": extra,
-                "query": " & ".join(f"({t.query})" for t in group)}))
-    statements.append(("pool_records", {"tenant": tenant, "queries": queries, "limit": extra,
+    mine = "'" + tenant_lexeme(tenant) + "'"
+    base = {"tenant": tenant, "queries": queries}
+    whole, window = plan_pools(dfs, total, limits.retrieved_max)
+    statements: list[tuple[str, dict[str, Any]]] = [
+        ("pool_rare", {**base, "query": f"({t.query}) & {mine}", "limit": df})
+        for t, df in zip(terms[:whole], dfs[:whole], strict=True)]
+    if window:
+        statements.append(("pool_recent", {**base, "window": window}))
+    for group in co_match_groups(terms):
+        statements.append(("pool_term", {**base, "limit": GROUP_POOL,
+                                         "query": " & ".join(f"({t.query})" for t in group)}))
+    statements.append(("pool_records", {**base, "limit": MIN_POOL,
                                         "query": " | ".join(f"({q})" for q in queries)}))
-    pool: dict[str, Row] = {}
+    found: dict[str, tuple[Any, ...]] = {}
     for rows in db.fetch_many(statements):
         for row in rows:
-            if len(pool) >= limits.pool_max:
-                break
-            pool.setdefault(row["chunk_id"], row)
-    timings["pools"] = round(_ms(start) - timings["terms"], 3)
-    candidates, suppressed = score_rows(pool.values(), weights, limits, now, allowed)
-    timings["score"] = round(_ms(start) - timings["pools"] - timings["terms"], 3)
-    return Retrieval(terms, weights, candidates, len(pool), suppressed, timings)
+            if len(found) >= limits.pool_max:
+                return found
+            found.setdefault(row[0], row)
+    return found
 
 
-def pool_sizes(dfs: Sequence[int], weights: Sequence[float], pool_max: int) -> list[int]:
-    """Each term's share of the pool: by its IDF weight, never below MIN_POOL.
+def plan_pools(dfs: Sequence[int], total: int, retrieved_max: int) -> tuple[int, int]:
+    """How many of the rarest terms to fetch whole, and how many newest chunks to walk.
 
-    A rare term (df under its share) is fetched whole; a common one only its most
-    recent matches, as its low weight can rank few of them above the rest.
+    The common terms' best single matches are their most recent ones, so the walk
+    must reach about `retrieved_max` of them in all (with a margin): the rarer the
+    commonest-but-one term, the longer the walk. Fetching a term whole costs a
+    random heap read per match, walking costs a sequential one per chunk; the
+    cheapest split wins, the walk capped at MAX_WINDOW chunks.
     """
-    budget = int(pool_max * 0.7)
-    total = sum(weights) or 1.0
-    return [min(df, max(MIN_POOL, int(budget * w / total))) for df, w in
-            zip(dfs, weights, strict=True)]
+    best: tuple[float, int, int] | None = None
+    for whole in range(len(dfs) + 1):
+        common = dfs[whole:]
+        window = 0
+        if common:
+            need = math.ceil(retrieved_max * 1.5 / len(common))
+            window = min(total, MAX_WINDOW, math.ceil(need * total / max(min(common), 1)))
+        cost = RANDOM_READ_COST * sum(dfs[:whole]) + window
+        if best is None or cost < best[0]:
+            best = (cost, whole, window)
+    assert best is not None
+    return best[1], best[2]
+
+
+def co_match_groups(terms: Sequence[Term]) -> list[list[Term]]:
+    """Sets of terms whose joint matches get a pool: all of them; for up to six
+    terms, every set of all but one; and each pair of the three rarest."""
+    n = len(terms)
+    groups: list[list[Term]] = [list(terms)] if n >= 2 else []
+    if 4 <= n <= 6:
+        groups += [[t for t in terms if t is not left] for left in terms]
+    if n >= 3:
+        groups += [list(pair) for pair in itertools.combinations(terms[:3], 2)
+                   if n > 3 or list(pair) not in groups]
+    return groups
 
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 3)
 
 
-def score_rows(rows: Iterable[Row], weights: list[float], limits: Limits, now: datetime,
-               allowed: Callable[[Candidate], bool]) -> tuple[list[Candidate], list[str]]:
-    """Score feature rows; returns (allowed candidates best first, suppressed ids)."""
+def score_rows(rows: Iterable[Sequence[Any]], weights: list[float], limits: Limits,
+               now: datetime, allowed: Callable[[Candidate], bool]
+               ) -> tuple[list[Candidate], list[str]]:
+    """Score feature rows (the pool queries' columns, in order); returns the allowed
+    candidates best first (at most retrieved_max) and the suppressed ids."""
     total_weight = sum(weights) or 1.0
     tau = max(limits.tau_days, 1e-6) * 86400.0
+    now_epoch = now.timestamp()
+    bits = list(enumerate(weights))
     kept: list[Candidate] = []
     suppressed: list[str] = []
-    for row in rows:
-        cand = Candidate(
-            chunk_id=row["chunk_id"], source_type=row["source_type"],
-            source_id=row["source_id"], ts=row["ts"], kind=row["kind"],
-            channel=row["channel"], session_id=row["session_id"],
-            sensitivity=row["sensitivity"], hash=row["hash"], token_est=row["token_est"],
-            importance=float(row["importance"]), matches=list(row["matches"]))
+    for chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est, \
+            importance, mask in rows:
+        cand = Candidate(chunk_id, source_type, source_id, epoch, channel, sensitivity,
+                         token_est, float(importance), mask)
         if not allowed(cand):
-            suppressed.append(cand.chunk_id)
+            suppressed.append(chunk_id)
             continue
-        cand.lexical = sum(w for w, m in zip(weights, cand.matches, strict=True) if m
-                           ) / total_weight
-        age = max(0.0, (now - cand.ts).total_seconds())
-        cand.recency = math.exp(-age / tau)
+        cand.lexical = sum(w for n, w in bits if mask >> n & 1) / total_weight
+        cand.recency = math.exp(-max(0.0, now_epoch - epoch) / tau)
         cand.score = round(limits.alpha * cand.lexical + limits.beta * cand.recency
                            + limits.gamma * cand.importance, 9)
         kept.append(cand)
@@ -237,11 +272,10 @@ def exact_top(db: Database, tenant: str, terms: Sequence[Term], weights: list[fl
     """Ids of the exact top-`top` by the same score over every match (for the benchmark)."""
     if not terms:
         return []
-    rows = db.fetchall("exact_matches", {
+    [rows] = db.fetch_many([("exact_matches", {
         "tenant": tenant, "queries": [t.query for t in terms],
-        "any": " | ".join(f"({t.query})" for t in terms)})
-    exact = Limits(limits.pool_max, top, limits.alpha, limits.beta, limits.gamma,
-                   limits.tau_days)
+        "any": " | ".join(f"({t.query})" for t in terms)})])
+    exact = dataclasses.replace(limits, retrieved_max=top)
     ranked, _ = score_rows(rows, weights, exact, now, allowed)
     return [c.chunk_id for c in ranked]
 

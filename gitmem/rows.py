@@ -83,9 +83,15 @@ def importance(kind: str, tags: tuple[str, ...], actor_type: str = "") -> float:
     return round(min(score, 1.0), 3)
 
 
-def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
-    """The actor's name and tags as searchable words (`topic:memory` -> topic memory)."""
-    words = [actor_id, *tags]
+def tenant_lexeme(tenant: str) -> str:
+    """A word only the tenant's chunks hold: ANDed into a full-text query, it makes
+    the GIN index return that tenant's matches only (GIN skips through the rest)."""
+    return "gmt" + hashlib.sha256(tenant.encode()).hexdigest()[:16]
+
+
+def search_extra(tenant: str, actor_id: str, tags: tuple[str, ...]) -> str:
+    """The tenant word, the actor's name and tags (`topic:memory` -> topic memory)."""
+    words = [tenant_lexeme(tenant), actor_id, *tags]
     words += [part for tag in tags for part in tag.replace("/", ":").split(":") if part]
     return " ".join(words)
 
@@ -179,7 +185,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
         return
     parts = split_counted(event_chunk_text(event), policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
-    extra = search_extra(event.actor.id, event.tags)
+    extra = search_extra(event.tenant_id, event.actor.id, event.tags)
     for number, (text, size) in enumerate(parts, start=1):
         chunk_id = event.id if len(parts) == 1 else f"{event.id}#{number}"
         digest = event.hash if len(parts) == 1 else f"{event.hash}#{number}"
@@ -197,7 +203,7 @@ def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str
     out.tables["chunks"].append((
         chunk_id, tenant, source_type, chunk_id, path, line, ts, kind, "", session, "",
         sensitivity, list(tags), list(refs), digest, tokens.count(text), weight, text,
-        search_extra("", tags)))
+        search_extra(tenant, "", tags)))
 
 
 def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:

@@ -6,23 +6,58 @@ FROM ts_debug('english', %(text)s)
 WHERE alias NOT IN ('blank')
 
 -- name: pool_term
--- One bounded pool: the most recent matches of a tsquery (all of them when rare),
--- with everything scoring needs except the text: which term queries each matches.
-SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
-       c.sensitivity, c.hash, c.token_est, c.importance,
-       ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-             ORDER BY n) AS matches
+-- One bounded pool: the most recent matches of a tsquery, with everything scoring
+-- needs but the text; bit n-1 of `mask` is set when the chunk matches the n-th term.
+SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+       c.channel, c.sensitivity, c.token_est, c.importance,
+       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+        WHERE c.tsv @@ u.q) AS mask
 FROM chunks c
 WHERE c.tenant_id = %(tenant)s AND c.tsv @@ %(query)s::tsquery
 ORDER BY c.ts DESC, c.chunk_id DESC
 LIMIT %(limit)s
 
+-- name: pool_rare
+-- Every match of a rare term. The query carries the tenant's own word, so the GIN
+-- index hands back this tenant's rows only; the CTE keeps the plan a bitmap scan
+-- (walking the newest rows in search of a rare word would read the whole tenant),
+-- and the tenant test is written so no tenant index is ANDed in (it would read
+-- every entry of the tenant to narrow what the tenant word already narrowed).
+WITH matches AS MATERIALIZED (
+  SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+         c.channel, c.sensitivity, c.token_est, c.importance,
+         (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+          FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+          WHERE c.tsv @@ u.q) AS mask
+  FROM chunks c
+  WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s
+)
+SELECT * FROM matches ORDER BY epoch DESC, chunk_id DESC LIMIT %(limit)s
+
+-- name: pool_recent
+-- Of the tenant's newest chunks (`window` of them), those matching any term: one
+-- backward walk gathers every common word's recent matches at once.
+SELECT * FROM (
+  SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+         c.channel, c.sensitivity, c.token_est, c.importance,
+         (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+          FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+          WHERE c.tsv @@ u.q) AS mask
+  FROM chunks c
+  WHERE c.tenant_id = %(tenant)s
+  ORDER BY c.ts DESC, c.chunk_id DESC
+  LIMIT %(window)s
+) newest
+WHERE mask <> 0
+
 -- name: pool_records
 -- Decisions, tasks and summaries matching any term (a small partial index).
-SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
-       c.sensitivity, c.hash, c.token_est, c.importance,
-       ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-             ORDER BY n) AS matches
+SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+       c.channel, c.sensitivity, c.token_est, c.importance,
+       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+        WHERE c.tsv @@ u.q) AS mask
 FROM chunks c
 WHERE c.tenant_id = %(tenant)s AND c.source_type <> 'event' AND c.tsv @@ %(query)s::tsquery
 ORDER BY c.ts DESC, c.chunk_id DESC
@@ -30,10 +65,11 @@ LIMIT %(limit)s
 
 -- name: exact_matches
 -- The naive baseline: every chunk matching any term, with the same features.
-SELECT c.chunk_id, c.source_type, c.source_id, c.ts, c.kind, c.channel, c.session_id,
-       c.sensitivity, c.hash, c.token_est, c.importance,
-       ARRAY(SELECT c.tsv @@ q FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-             ORDER BY n) AS matches
+SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+       c.channel, c.sensitivity, c.token_est, c.importance,
+       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+        WHERE c.tsv @@ u.q) AS mask
 FROM chunks c
 WHERE c.tenant_id = %(tenant)s AND c.tsv @@ %(any)s::tsquery
 

@@ -62,18 +62,29 @@ def test_incremental_frequencies_equal_a_rebuild(memory: Memory) -> None:
     assert incremental == rebuilt and len(rebuilt) > 20
 
 
-def test_pool_sizes_favour_rare_terms() -> None:
-    sizes = retrieval.pool_sizes([10, 5000, 90000], [9.0, 3.0, 0.5], 2000)
-    assert sizes[0] == 10                      # rare: fetched whole
-    assert sizes[1] > sizes[2] >= retrieval.MIN_POOL
-    assert sum(sizes) <= 2000
+def test_pool_plan_fetches_rare_terms_whole_and_walks_for_common_ones() -> None:
+    assert retrieval.plan_pools([5, 40], 1_000_000, 200) == (2, 0)  # all rare: no walk
+    whole, window = retrieval.plan_pools([30, 90_000, 120_000], 1_000_000, 200)
+    assert whole == 1 and 0 < window <= retrieval.MAX_WINDOW
+    assert retrieval.plan_pools([400_000], 1_000_000, 200) == (0, 750)  # common: newest
+
+
+def test_a_rare_term_of_another_tenant_is_not_fetched(memory: Memory) -> None:
+    memory.record({"content": {"text": "zygomorphic flowers"}, "tenant_id": "other"})
+    mine = memory.record({"content": {"text": "zygomorphic petals"}}).id
+    memory.sync()
+    terms = retrieval.analyze(memory.db, "zygomorphic")
+    found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW,
+                               lambda c: True)
+    assert [c.chunk_id for c in found.candidates] == [mine]
 
 
 def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
     rng = random.Random(11)
-    weights = [1 / (rank + 1) for rank in range(len(WORDS))]  # Zipf-like
+    vocabulary = [*WORDS, *(f"filler{n}" for n in range(400))]
+    weights = [1 / (rank + 1) for rank in range(len(vocabulary))]  # Zipf-like
     memory.record_many([
-        {"content": {"text": " ".join(rng.choices(WORDS, weights, k=10))},
+        {"content": {"text": " ".join(rng.choices(vocabulary, weights, k=12))},
          "ts": f"2026-02-{1 + n % 28:02d}T{n % 24:02d}:{n % 60:02d}:00+00:00"}
         for n in range(6000)])
     memory.sync()

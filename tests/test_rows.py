@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from gitmem import tokens
-from gitmem.rows import importance, search_extra, split_text
+from gitmem.rows import importance, search_extra, split_text, tenant_lexeme
 
 
 def test_short_text_is_one_part() -> None:
@@ -53,5 +53,10 @@ def test_importance_prior() -> None:
 
 
 def test_search_extra_spells_out_tags() -> None:
-    assert search_extra("alice", ("topic:deploy", "team/infra")) == (
-        "alice topic:deploy team/infra topic deploy team infra")
+    assert search_extra("acme", "alice", ("topic:deploy", "team/infra")) == (
+        f"{tenant_lexeme('acme')} alice topic:deploy team/infra topic deploy team infra")
+
+
+def test_tenant_lexeme_is_one_word_of_its_own() -> None:
+    word = tenant_lexeme("acme:eu/1")
+    assert word.isalnum() and word != tenant_lexeme("acme:eu/2")
