@@ -46,6 +46,7 @@ class Samples:
 
     category: str
     calls: list[Sample] = field(default_factory=list)
+    daemon_cpu_s: float = 0.0
 
     def walls(self) -> list[float]:
         """Client-side milliseconds of each call."""
@@ -82,8 +83,10 @@ def run(ctx: Context) -> dict[str, Samples]:
                     first.calls.append(sample)
         for _ in range(passes):
             for category in CATEGORIES:
+                cpu = daemon.cpu_s()
                 for ask in sets[category]:
                     out[category].calls.append(call(client, ask))
+                out[category].daemon_cpu_s += daemon.cpu_s() - cpu
     out["fast_first"] = first
     daemon.stats["rss_after_acb_mb"] = daemon.rss_mb()
     return out
@@ -98,7 +101,9 @@ def _slowest(samples: Samples) -> list[dict[str, Any]]:
 def metric(samples: Samples, name: str, target: str) -> Metric:
     """One category's distribution with its median phases and slowest calls."""
     pools = [float(s.pool) for s in samples.calls]
+    cpu_ms = samples.daemon_cpu_s * 1000 / len(samples.calls) if samples.calls else 0.0
     return timing("acb", name, samples.walls(), target=target,
+                  daemon_cpu_ms_per_call=round(cpu_ms, 3),
                   phases_median_ms=medians([s.phases for s in samples.calls]),
                   pool_median=percentile(pools, 50), pool_max=max(pools, default=0.0),
                   text_chars_median=percentile([float(s.text_chars) for s in samples.calls],
@@ -117,7 +122,8 @@ def measure(ctx: Context) -> list[Metric]:
     metrics = [metric(found[c], names[c], TARGETS.get(c, RETRIEVAL_TARGET))
                for c in ("fast", "common", "rare", "question")]
     retrieval = Samples("retrieval", [s for c in ("common", "rare", "question")
-                                      for s in found[c].calls])
+                                      for s in found[c].calls],
+                        sum(found[c].daemon_cpu_s for c in ("common", "rare", "question")))
     metrics.append(metric(retrieval, "retrieval: all three sets", RETRIEVAL_TARGET))
     metrics.append(metric(found["fast_first"], names["fast_first"], ""))
     return metrics

@@ -35,6 +35,7 @@ class Context:
     scratch: Path
     schemas: Schemas
     repeat: int = 1
+    index_schema: str | None = None   # an existing index of the corpus to use (kept)
     shared: dict[str, Any] = field(default_factory=dict)
     cleanups: list[Callable[[], None]] = field(default_factory=list)  # run by close(), last first
     indexed: bool = False
@@ -47,7 +48,8 @@ class Context:
 
     def index_config(self) -> Config:
         """The configuration of the corpus's index in this run's schema."""
-        return Config(store=self.corpus.store, dsn=self.dsn, schema=self.schemas.name("idx"))
+        schema = self.index_schema or self.schemas.name("idx")
+        return Config(store=self.corpus.store, dsn=self.dsn, schema=schema)
 
     def index_database(self) -> Database:
         """The connection pool onto the corpus's index schema (maybe still empty)."""
@@ -58,6 +60,9 @@ class Context:
     def ensure_index(self) -> Database:
         """The corpus's index, reindexed first (untimed) when no measurement built it yet."""
         db = self.index_database()
+        if not self.indexed and self.index_schema and db.schema_exists():
+            indexer.sync(db, self.corpus.store, self.policies)  # catch up, if it must
+            self.indexed = True
         if not self.indexed:
             indexer.reindex(db, self.corpus.store, self.policies)
             self.indexed = True

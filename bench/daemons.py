@@ -91,6 +91,11 @@ class BenchDaemon:
             raise RuntimeError("the daemon is not running")
         return psutil.Process(self.pid)
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the daemon has used so far."""
+        times = self.process().cpu_times()
+        return float(times.user + times.system)
+
     def rss_mb(self) -> float:
         """Resident memory now, MB."""
         return round(int(self.process().memory_info().rss) / (1 << 20), 1)
@@ -110,6 +115,20 @@ class BenchDaemon:
         if not log.is_file():
             return ""
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def postgres_cpu_s() -> float:
+    """CPU seconds used so far by every process named `postgres` on the machine (the
+    server's backends; other users' servers included)."""
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] == "postgres":
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += float(times.user + times.system)
+    return total
 
 
 def corpus_daemon(ctx: Context) -> BenchDaemon:

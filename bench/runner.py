@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="comma-separated measurement names (see --list)")
     parser.add_argument("--list", action="store_true", help="list the measurements and exit")
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="corpus cache directory")
+    parser.add_argument("--index-schema", default=None, metavar="SCHEMA",
+                        help="use (and keep) an existing index of the corpus in SCHEMA instead "
+                             "of building one in a schema of the run (for repeated runs)")
     parser.add_argument("--quiet-load", type=float, default=0.0, metavar="LOAD",
                         help="before each measurement, wait (up to --quiet-wait seconds) until "
                              "the 1-minute load average is below LOAD (default: no wait)")
@@ -148,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     scratch = args.cache.parent / "scratch" / f"run-{os.getpid()}"
     scratch.mkdir(parents=True, exist_ok=True)
     schemas = pg.Schemas(dsn)
-    ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat)
+    ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat,
+                  index_schema=args.index_schema)
     try:
         outcome = run_all(ctx, only, (args.quiet_load, args.quiet_wait))
     finally:

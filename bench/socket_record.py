@@ -11,7 +11,8 @@ needs to catch up after each run is reported beside the run.
 - batched: one client sending JSON-RPC batches (arrays of `record_event`
   requests, one line) and `record_events` calls;
 - concurrent: N client threads (8, 16, 32), each one call at a time, for a
-  fixed duration (sustained throughput), per-call latency.
+  fixed duration (sustained throughput), per-call latency, and the CPU the
+  daemon, PostgreSQL and the clients used meanwhile (in cores).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from bench.context import Context
 from bench.corpus import new_repo
-from bench.daemons import BenchDaemon
+from bench.daemons import BenchDaemon, postgres_cpu_s
 from bench.recording import live_events
 from bench.stats import Metric, latency, timed
 from gitmem.client import Client, result_of
@@ -119,6 +120,7 @@ def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
     for thread in threads:
         thread.start()
     cpu = time.process_time()
+    daemon_cpu, pg_cpu = daemon.cpu_s(), postgres_cpu_s()
     deadline[0] = time.perf_counter() + seconds
     start.wait()
     began = time.perf_counter()
@@ -126,6 +128,7 @@ def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
         thread.join()
     wall = time.perf_counter() - began
     client_cpu = time.process_time() - cpu
+    daemon_cpu, pg_cpu = daemon.cpu_s() - daemon_cpu, postgres_cpu_s() - pg_cpu
     if errors:
         raise RuntimeError(f"{len(errors)} client(s) failed: {errors[0]}")
     flat = [s for per in samples for s in per]
@@ -133,7 +136,9 @@ def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
                      count=len(flat), target=TARGET_RATE if clients == 8 else "")
     metric.value = round(len(flat) / wall, 1)   # events over wall time, not summed latency
     metric.extra.update(seconds=round(wall, 2), events=len(flat),
-                        client_cpu_share=round(client_cpu / wall, 2))
+                        cpu_cores={"daemon": round(daemon_cpu / wall, 2),
+                                   "postgres": round(pg_cpu / wall, 2),
+                                   "clients": round(client_cpu / wall, 2)})
     with timed() as clock:   # how far behind the indexer is: status waits for it
         daemon.call("status")
     metric.extra["index_catch_up_s"] = round(clock.s, 3)
