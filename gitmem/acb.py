@@ -115,8 +115,10 @@ class Packer:
         self.used = 0
         self.sections: dict[str, Section] = {}
         self.seen: dict[str, str] = {}
-        self.omitted: dict[str, list[str]] = {}
+        self.omitted: dict[str, dict[str, None]] = {}  # reason -> ids, as an ordered set
         self.truncated: dict[str, list[str]] = {}
+        # what was packed, by content hash: the acb_id is a digest of it
+        self.ledger: list[tuple[str, str, str, float | None]] = []
 
     def open(self, name: str, cap: int) -> Section:
         """Start a section with its (scaled) cap."""
@@ -126,9 +128,13 @@ class Packer:
 
     def omit(self, reason: str, item_id: str) -> None:
         """Record an id left out, by reason."""
-        ids = self.omitted.setdefault(reason, [])
-        if item_id not in ids:
-            ids.append(item_id)
+        self.omitted.setdefault(reason, {})[item_id] = None
+
+    def full(self, section: Section) -> bool:
+        """True when not even the smallest item would fit any more."""
+        room = min(section.cap - section.used, self.available - self.used)
+        return room <= ITEM_SEPARATOR_TOKENS + (0 if section.items
+                                                else header_tokens(section.name))
 
     def add(self, section: Section, item: dict[str, Any], digest: str) -> bool:
         """Add `item` if its hash is new and it fits; else record why not."""
@@ -146,6 +152,7 @@ class Packer:
         section.used += cost
         self.used += cost
         self.seen[digest] = item["id"]
+        self.ledger.append((section.name, item["id"], digest, item.get("score")))
         if item.get("artifact_id"):
             self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])
         return True
@@ -167,17 +174,21 @@ class Packer:
 
 
 def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
-        "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
-        "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
-        "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
-        "ts": _iso(row["ts"]),
-    }
+    template = row.get("_item")  # built once per cached row, copied per ACB
+    if template is None:
+        template = {
+            "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
+            "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
+            "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
+            "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
+            "ts": _iso(row["ts"]),
+        }
+        if row.get("artifact_id"):
+            template["artifact_id"] = row["artifact_id"]
+        row["_item"] = template
+    item = dict(template)
     if score is not None:
         item["score"] = score
-    if row.get("artifact_id"):
-        item["artifact_id"] = row["artifact_id"]
     return item
 
 
@@ -243,8 +254,11 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
                 for s in build.packer.sections.values()]
     omissions = build.packer.omissions()
     request_view = asdict(request) | {"now": format_ts(now), "max_tokens": max_tokens}
+    conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
+                 for i in part.items if "conflicts" in i]
     digest = hashlib.sha256(canonical_json(
-        {"request": request_view, "sections": sections, "omissions": omissions}).encode())
+        {"request": request_view, "items": build.packer.ledger, "conflicts": conflicts,
+         "omissions": omissions}).encode())
     build.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
     rule = build.rule
     provenance = {
@@ -328,14 +342,16 @@ def _views(build: _Build, section: Section, section_name: str) -> None:
 
 
 def _tasks(build: _Build, section: Section) -> None:
-    rows = build.cache.open_tasks(build.request.tenant_id)
-    status_rank = {"doing": 0, "blocked": 1, "open": 2}
-
-    def key(row: Row) -> tuple[int, int, float, str]:
-        mine = 0 if row["session_id"] == build.request.session_id else 1
-        return (mine, status_rank.get(row["status"], 3), -row["ts"].timestamp(), row["task_id"])
-
-    for row in sorted(rows, key=key):
+    rows = build.cache.open_tasks(build.request.tenant_id)  # doing, blocked, open; newest first
+    session = build.request.session_id
+    ordered = ([r for r in rows if r["session_id"] == session]
+               + [r for r in rows if r["session_id"] != session])  # this session's first
+    for number, row in enumerate(ordered):
+        if build.packer.full(section):
+            for rest in ordered[number:]:
+                reason = "budget" if build.allows(rest["sensitivity"]) else "privacy"
+                build.packer.omit(reason, rest["task_id"])
+            return
         if not build.allows(row["sensitivity"]):
             build.packer.omit("privacy", row["task_id"])
             continue
@@ -501,7 +517,7 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
         item = {"type": "handoff", "id": row["handoff_id"], "text": text,
                 "refs": list(dict.fromkeys([*row["decisions"], *row["refs"]])),
                 "source": f"{row['path']}#{row['handoff_id']}", "token_est": tokens.count(text)}
-        build.packer.add(section, item, "handoff:" + row["handoff_id"])
+        build.packer.add(section, item, "handoff:" + hashlib.sha256(text.encode()).hexdigest())
 
     def decisions(section: Section) -> None:
         chain = build.cache.decisions(build.request.tenant_id)

@@ -149,7 +149,7 @@ SELECT t.task_id, t.ts, t.status, t.title, t.owner, t.refs, t.session_id, t.sens
        t.tags, t.path, c.token_est, c.hash, c.importance, c.text AS item_text
 FROM tasks t JOIN chunks c ON c.chunk_id = t.task_id
 WHERE t.tenant_id = %(tenant)s AND t.status IN ('open', 'doing', 'blocked')
-ORDER BY t.ts DESC, t.task_id DESC
+ORDER BY array_position(ARRAY['doing', 'blocked', 'open'], t.status), t.ts DESC, t.task_id DESC
 
 -- name: handoff
 SELECT handoff_id, tenant_id, ts, from_agent, to_agent, task, constraints, decisions,
