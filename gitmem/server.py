@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gitmem.client import socket_address
 from gitmem.errors import DaemonError, FormatError, PrivacyError
 from gitmem.memory import Memory
@@ -189,8 +191,8 @@ class _Connection:
 
     def send(self, message: Any) -> None:
         """Answer: straight onto the socket when it takes it all now, else via the sender."""
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":"),
-                          default=str).encode("utf-8") + b"\n"
+        # orjson: an ACB of 200 KB encodes in a twentieth of the stdlib's time
+        data = orjson.dumps(message, default=str, option=orjson.OPT_APPEND_NEWLINE)
         with self._send_lock:
             if self._queued == 0:  # nothing ahead of it: no thread hand-off needed
                 try:
