@@ -37,7 +37,7 @@ from gitmem.rows import tenant_lexeme
 
 MAX_TERMS = 12        # the rarest terms of a long question are kept
 MAX_WINDOW = 20000    # newest chunks of the tenant walked for the common terms, at most
-RANDOM_READ_COST = 2  # a match fetched through the GIN index, in sequential reads
+RANDOM_READ_COST = 3  # a match fetched through the GIN index, in walked chunks
 GROUP_POOL = 200      # newest chunks matching every term (or a pair of rare ones)
 MIN_POOL = 50         # newest decisions, tasks and summaries matching any term
 _QUOTED = re.compile(r'"([^"]+)"')
@@ -182,13 +182,15 @@ def _pools(db: Database, tenant: str, terms: Sequence[Term], dfs: Sequence[int],
     statements: list[tuple[str, dict[str, Any]]] = [
         ("pool_rare", {**base, "query": f"({t.query}) & {mine}", "limit": df})
         for t, df in zip(terms[:whole], dfs[:whole], strict=True)]
+    anyone = " | ".join(f"({q})" for q in queries)
     if window:
-        statements.append(("pool_recent", {**base, "window": window}))
+        statements.append(("pool_recent", {**base, "window": window, "any": anyone}))
     for group in co_match_groups(terms):
+        together = " & ".join(f"({t.query})" for t in group)
         statements.append(("pool_term", {**base, "limit": GROUP_POOL,
-                                         "query": " & ".join(f"({t.query})" for t in group)}))
+                                         "query": f"{together} & {mine}"}))
     statements.append(("pool_records", {**base, "limit": MIN_POOL,
-                                        "query": " | ".join(f"({q})" for q in queries)}))
+                                        "query": f"({anyone}) & {mine}"}))
     found: dict[str, tuple[Any, ...]] = {}
     for rows in db.fetch_many(statements):
         for row in rows:

@@ -37,31 +37,36 @@ SELECT * FROM matches ORDER BY epoch DESC, chunk_id DESC LIMIT %(limit)s
 
 -- name: pool_recent
 -- Of the tenant's newest chunks (`window` of them), those matching any term: one
--- backward walk gathers every common word's recent matches at once.
-SELECT * FROM (
+-- backward walk gathers every common word's recent matches at once. The match
+-- mask is computed only for the chunks that match.
+SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+       c.channel, c.sensitivity, c.token_est, c.importance,
+       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+        WHERE c.tsv @@ u.q) AS mask
+FROM (
+  SELECT chunk_id, source_type, source_id, ts, channel, sensitivity, token_est, importance, tsv
+  FROM chunks
+  WHERE tenant_id = %(tenant)s
+  ORDER BY ts DESC, chunk_id DESC
+  LIMIT %(window)s
+) c
+WHERE c.tsv @@ %(any)s::tsquery
+
+-- name: pool_records
+-- Decisions, tasks and summaries matching any term (with the tenant's word): few,
+-- so all of them through the small partial GIN index, then the newest.
+WITH matches AS MATERIALIZED (
   SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
          c.channel, c.sensitivity, c.token_est, c.importance,
          (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
           FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
           WHERE c.tsv @@ u.q) AS mask
   FROM chunks c
-  WHERE c.tenant_id = %(tenant)s
-  ORDER BY c.ts DESC, c.chunk_id DESC
-  LIMIT %(window)s
-) newest
-WHERE mask <> 0
-
--- name: pool_records
--- Decisions, tasks and summaries matching any term (a small partial index).
-SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-       c.channel, c.sensitivity, c.token_est, c.importance,
-       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask
-FROM chunks c
-WHERE c.tenant_id = %(tenant)s AND c.source_type <> 'event' AND c.tsv @@ %(query)s::tsquery
-ORDER BY c.ts DESC, c.chunk_id DESC
-LIMIT %(limit)s
+  WHERE c.source_type <> 'event' AND c.tsv @@ %(query)s::tsquery
+    AND (c.tenant_id || '') = %(tenant)s
+)
+SELECT * FROM matches ORDER BY epoch DESC, chunk_id DESC LIMIT %(limit)s
 
 -- name: exact_matches
 -- The naive baseline: every chunk matching any term, with the same features.
