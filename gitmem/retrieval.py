@@ -38,7 +38,8 @@ from gitmem.rows import tenant_lexeme
 MAX_TERMS = 12        # the rarest terms of a long question are kept
 MAX_WINDOW = 20000    # newest chunks of the tenant walked for the common terms, at most
 RANDOM_READ_COST = 3  # a match fetched through the GIN index, in walked chunks
-GROUP_POOL = 200      # newest chunks matching every term (or a pair of rare ones)
+WINDOW_MARGIN = 3.0   # recent matches walked per retrieved slot: importance reorders them
+GROUP_POOL = 100      # newest chunks matching some of the common terms together
 MIN_POOL = 50         # newest decisions, tasks and summaries matching any term
 _QUOTED = re.compile(r'"([^"]+)"')
 
@@ -174,28 +175,40 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
 
 def _pools(db: Database, tenant: str, terms: Sequence[Term], dfs: Sequence[int], total: int,
            limits: Limits) -> dict[str, tuple[Any, ...]]:
-    """Run every pool in one round trip; their union, first come first kept, capped."""
+    """Run every pool in one round trip; their union (never over pool_max rows).
+
+    The budget goes first to decisions, tasks and summaries; then to chunks
+    matching the common terms together; then to the rare terms' matches (newest
+    first when they are many); what is left to the newest chunks matching any.
+    """
     queries = [t.query for t in terms]
     mine = "'" + tenant_lexeme(tenant) + "'"
     base = {"tenant": tenant, "queries": queries}
-    whole, window = plan_pools(dfs, total, limits.retrieved_max)
-    statements: list[tuple[str, dict[str, Any]]] = [
-        ("pool_rare", {**base, "query": f"({t.query}) & {mine}", "limit": df})
-        for t, df in zip(terms[:whole], dfs[:whole], strict=True)]
     anyone = " | ".join(f"({q})" for q in queries)
-    if window:
-        statements.append(("pool_recent", {**base, "window": window, "any": anyone}))
-    for group in co_match_groups(terms):
+    left = limits.pool_max - MIN_POOL
+    statements: list[tuple[str, dict[str, Any]]] = [
+        ("pool_records", {**base, "limit": MIN_POOL, "query": f"({anyone}) & {mine}"})]
+    whole, window = plan_pools(dfs, total, limits.retrieved_max)
+    common = terms[whole:]  # a rare term's pool holds all of its co-matches already
+    for group in co_match_groups(common):
         together = " & ".join(f"({t.query})" for t in group)
-        statements.append(("pool_term", {**base, "limit": GROUP_POOL,
+        limit = min(left, limits.retrieved_max if len(group) == len(common) else GROUP_POOL)
+        left -= limit
+        statements.append(("pool_term", {**base, "limit": limit,
                                          "query": f"{together} & {mine}"}))
-    statements.append(("pool_records", {**base, "limit": MIN_POOL,
-                                        "query": f"({anyone}) & {mine}"}))
+    rare = sum(dfs[:whole])
+    share = min(rare, left // 2 if window else left)
+    for term, df in zip(terms[:whole], dfs[:whole], strict=True):
+        limit = max(1, df * share // rare)
+        left -= limit
+        statements.append(("pool_rare", {**base, "query": f"({term.query}) & {mine}",
+                                         "limit": limit}))
+    if window and left > 0:
+        statements.append(("pool_recent", {**base, "window": window, "any": anyone,
+                                           "limit": left}))
     found: dict[str, tuple[Any, ...]] = {}
     for rows in db.fetch_many(statements):
         for row in rows:
-            if len(found) >= limits.pool_max:
-                return found
             found.setdefault(row[0], row)
     return found
 
@@ -204,23 +217,24 @@ def plan_pools(dfs: Sequence[int], total: int, retrieved_max: int) -> tuple[int,
     """How many of the rarest terms to fetch whole, and how many newest chunks to walk.
 
     The common terms' best single matches are their most recent ones, so the walk
-    must reach about `retrieved_max` of them in all (with a margin): the rarer the
-    commonest-but-one term, the longer the walk. Fetching a term whole costs a
-    random heap read per match, walking costs a sequential one per chunk; the
-    cheapest split wins, the walk capped at MAX_WINDOW chunks.
+    must reach WINDOW_MARGIN * retrieved_max of them in all: the rarer the
+    rarest common term, the longer the walk. Fetching a term whole costs a
+    random heap read per match, walking a sequential one per chunk; the cheapest
+    split wins. The walk is capped at MAX_WINDOW chunks afterwards, so a split
+    that would need a longer one is not mistaken for a cheap one.
     """
     best: tuple[float, int, int] | None = None
     for whole in range(len(dfs) + 1):
         common = dfs[whole:]
         window = 0
         if common:
-            need = math.ceil(retrieved_max * 1.5 / len(common))
-            window = min(total, MAX_WINDOW, math.ceil(need * total / max(min(common), 1)))
+            need = math.ceil(retrieved_max * WINDOW_MARGIN / len(common))
+            window = min(total, math.ceil(need * total / max(min(common), 1)))
         cost = RANDOM_READ_COST * sum(dfs[:whole]) + window
         if best is None or cost < best[0]:
             best = (cost, whole, window)
     assert best is not None
-    return best[1], best[2]
+    return best[1], min(best[2], MAX_WINDOW)
 
 
 def co_match_groups(terms: Sequence[Term]) -> list[list[Term]]:

@@ -52,6 +52,8 @@ FROM (
   LIMIT %(window)s
 ) c
 WHERE c.tsv @@ %(any)s::tsquery
+ORDER BY c.ts DESC, c.chunk_id DESC
+LIMIT %(limit)s
 
 -- name: pool_records
 -- Decisions, tasks and summaries matching any term (with the tenant's word): few,

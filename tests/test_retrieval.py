@@ -66,7 +66,7 @@ def test_pool_plan_fetches_rare_terms_whole_and_walks_for_common_ones() -> None:
     assert retrieval.plan_pools([5, 40], 1_000_000, 200) == (2, 0)  # all rare: no walk
     whole, window = retrieval.plan_pools([30, 90_000, 120_000], 1_000_000, 200)
     assert whole == 1 and 0 < window <= retrieval.MAX_WINDOW
-    assert retrieval.plan_pools([400_000], 1_000_000, 200) == (0, 750)  # common: newest
+    assert retrieval.plan_pools([400_000], 1_000_000, 200) == (0, 1500)  # common: newest
 
 
 def test_a_rare_term_of_another_tenant_is_not_fetched(memory: Memory) -> None:
