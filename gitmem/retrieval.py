@@ -38,6 +38,7 @@ from gitmem.rows import tenant_lexeme
 MAX_TERMS = 12        # the rarest terms of a long question are kept
 MAX_WINDOW = 20000    # newest chunks of the tenant walked for the common terms, at most
 RANDOM_READ_COST = 3  # a match fetched through the GIN index, in walked chunks
+RARE_MAX = 4000       # matches fetched whole through the GIN index, at most
 WINDOW_MARGIN = 3.0   # recent matches walked per retrieved slot: importance reorders them
 GROUP_POOL = 100      # newest chunks matching some of the common terms together
 MIN_POOL = 50         # newest decisions, tasks and summaries matching any term
@@ -225,6 +226,8 @@ def plan_pools(dfs: Sequence[int], total: int, retrieved_max: int) -> tuple[int,
     """
     best: tuple[float, int, int] | None = None
     for whole in range(len(dfs) + 1):
+        if sum(dfs[:whole]) > RARE_MAX:
+            break  # fetching so many matches whole costs more than any walk saves
         common = dfs[whole:]
         window = 0
         if common:
