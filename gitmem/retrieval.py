@@ -191,12 +191,14 @@ def _pools(db: Database, tenant: str, terms: Sequence[Term], dfs: Sequence[int],
         ("pool_records", {**base, "limit": MIN_POOL, "query": f"({anyone}) & {mine}"})]
     whole, window = plan_pools(dfs, total, limits.retrieved_max)
     common = terms[whole:]  # a rare term's pool holds all of its co-matches already
+    df_of = dict(zip((t.query for t in terms), dfs, strict=True))
     for group in co_match_groups(common):
         together = " & ".join(f"({t.query})" for t in group)
         limit = min(left, limits.retrieved_max if len(group) == len(common) else GROUP_POOL)
         left -= limit
-        statements.append(("pool_term", {**base, "limit": limit,
-                                         "query": f"{together} & {mine}"}))
+        walk = walk_is_cheaper([df_of[t.query] for t in group], total, limit)
+        statements.append(("pool_term_walk" if walk else "pool_term",
+                           {**base, "limit": limit, "query": f"{together} & {mine}"}))
     rare = sum(dfs[:whole])
     share = min(rare, left // 2 if window else left)
     for term, df in zip(terms[:whole], dfs[:whole], strict=True):
@@ -238,6 +240,21 @@ def plan_pools(dfs: Sequence[int], total: int, retrieved_max: int) -> tuple[int,
             best = (cost, whole, window)
     assert best is not None
     return best[1], min(best[2], MAX_WINDOW)
+
+
+def walk_is_cheaper(dfs: Sequence[int], total: int, limit: int) -> bool:
+    """Whether walking the newest chunks finds `limit` co-matches of these terms
+    sooner than fetching every co-match through the GIN index.
+
+    Fetching costs a random read per co-match (at most the rarest term's df);
+    the walk visits limit / frequency chunks, the frequency taken as if the terms
+    were independent (co-occurring words only make the walk shorter).
+    """
+    if total <= 0:
+        return False
+    frequency = math.prod(df / total for df in dfs)
+    walk = limit / frequency if frequency > 0 else math.inf
+    return walk < RANDOM_READ_COST * min(dfs)
 
 
 def co_match_groups(terms: Sequence[Term]) -> list[list[Term]]:

@@ -6,9 +6,10 @@ FROM ts_debug('english', %(text)s)
 WHERE alias NOT IN ('blank')
 
 -- name: pool_term
--- The newest chunks matching a set of terms together (the query carries the
--- tenant's word). Like pool_rare, the tenant test is kept out of the indexes: an
--- AND with the tenant's btree reads every entry of the tenant.
+-- The newest chunks matching a set of terms together, found through the GIN index
+-- (for sets that match rarely; the query carries the tenant's word). As in
+-- pool_rare, the tenant test is kept out of the indexes: an AND with the tenant's
+-- btree would read every entry of the tenant.
 SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
        c.channel, c.sensitivity, c.token_est, c.importance,
        (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
@@ -16,6 +17,20 @@ SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 
         WHERE c.tsv @@ u.q) AS mask
 FROM chunks c
 WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s
+ORDER BY c.ts DESC, c.chunk_id DESC
+LIMIT %(limit)s
+
+-- name: pool_term_walk
+-- The same for sets that match often: walk the tenant's chunks newest first and
+-- stop at `limit` matches. `IS TRUE` keeps the GIN index out of the plan (it would
+-- fetch every match to sort them).
+SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+       c.channel, c.sensitivity, c.token_est, c.importance,
+       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
+        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
+        WHERE c.tsv @@ u.q) AS mask
+FROM chunks c
+WHERE c.tenant_id = %(tenant)s AND (c.tsv @@ %(query)s::tsquery) IS TRUE
 ORDER BY c.ts DESC, c.chunk_id DESC
 LIMIT %(limit)s
 
