@@ -99,3 +99,9 @@ def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
         got = {c.chunk_id for c in bounded.candidates[:200]}
         recall = len(got & set(exact)) / len(exact)
         assert recall >= 0.9, (question, recall)
+
+
+def test_frequent_co_matches_are_walked_rare_ones_fetched() -> None:
+    assert retrieval.walk_is_cheaper([90_000, 85_000], 372_000, 200)     # 'database cache'
+    assert not retrieval.walk_is_cheaper([40, 3_000], 372_000, 200)      # a rare word in it
+    assert not retrieval.walk_is_cheaper([10], 0, 200)                   # empty tenant
