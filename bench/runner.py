@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         _parser().error(f"unknown measurement(s): {', '.join(sorted(unknown))}")
     started = datetime.now(UTC)
     load_start = os.getloadavg()[0]
+    checkout = Path(__file__).resolve().parent.parent
+    source = source_state(checkout)
     dsn = pg.resolve_dsn(args.dsn)
     _say(f"gitmem bench: size {args.size}, seed {args.seed}, database {redact_dsn(dsn)}")
     cached = (corpus_dir(args.size, args.seed, args.cache) / "corpus.json").is_file()
@@ -177,13 +179,16 @@ def main(argv: list[str] | None = None) -> int:
         "started": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
         "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
-        "source": source_state(Path(__file__).resolve().parent.parent),
+        "source": source,
         "load_avg_1m": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
         "corpus": {**info, "path": str(corpus.root)},
         "metrics": [m.to_dict() for m in metrics],
         "skipped": outcome["skipped"], "pending": outcome["pending"],
         "failed": outcome["failed"],
     }
+    if source_state(checkout) != source:
+        source["changed_during_run"] = source_state(checkout)
+        _say("note: the checkout changed during the run (see source.changed_during_run)")
     out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
