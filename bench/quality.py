@@ -25,8 +25,9 @@ from rank_bm25 import BM25Okapi
 
 from bench import pg
 from bench.context import Context
-from bench.stats import Metric
+from bench.stats import Metric, percentile
 from gitmem import tokens
+from gitmem.records import canonical_json
 
 BUDGET_TOKENS = 2000
 RANKED_MAX = 200   # like retrieved_chunks_max: no retriever ranks more than this
@@ -182,13 +183,17 @@ class BM25Retriever:
 
 # --------------------------------------------------------------------------- gitmem
 
-def items_from_acb(acb: dict[str, Any], section: str = "retrieved_evidence") -> list[Item]:
-    """The items of one ACB section, in order, as scoring items (ids from their refs)."""
+def items_from_acb(acb: dict[str, Any], section: str = "retrieved_evidence",
+                   pinned: bool = True) -> list[Item]:
+    """The items of one ACB section, in order, as scoring items (ids from their refs);
+    `pinned=False` leaves out the pinned items (placed first, whatever the query)."""
     items: list[Item] = []
     for part in acb.get("sections", []):
         if part.get("name") != section:
             continue
         for item in part.get("items", []):
+            if item.get("pinned") and not pinned:
+                continue
             ids = {ref.split("#", 1)[0] for ref in item.get("refs", [])}
             ids.update(str(item[k]).split("#", 1)[0] for k in ("id", "chunk_id", "source_id")
                        if item.get(k))
@@ -196,14 +201,21 @@ def items_from_acb(acb: dict[str, Any], section: str = "retrieved_evidence") -> 
     return items
 
 
+def pinned_tokens(acb: dict[str, Any], section: str = "retrieved_evidence") -> int:
+    """Tokens of the pinned items at the head of an ACB section."""
+    return sum(int(item.get("token_est", 0)) for part in acb.get("sections", [])
+               if part.get("name") == section for item in part.get("items", [])
+               if item.get("pinned"))
+
+
 def acb_retriever(build: Callable[[dict[str, Any]], dict[str, Any]],
-                  intent: str = "recall") -> Retriever:
+                  intent: str = "recall", pinned: bool = True) -> Retriever:
     """A retriever asking gitmem: `build` takes a build_acb request, returns the ACB."""
     def retrieve(question: Question) -> list[Item]:
         request = {k: question[k] for k in ("tenant_id", "session_id", "agent_id", "channel",
                                             "now")}
         return items_from_acb(build({**request, "intent": intent,
-                                     "query_text": question["question"]}))
+                                     "query_text": question["question"]}), pinned=pinned)
     return retrieve
 
 
@@ -222,15 +234,28 @@ def measure_gitmem(ctx: Context) -> list[Metric]:
 
     questions = sorted(ctx.corpus.questions(), key=lambda q: (q["tenant_id"], q["id"]))
     daemon = corpus_daemon(ctx)
+    answers: dict[str, dict[str, Any]] = {}
     with daemon.client() as client:
-        report = score(questions, acb_retriever(lambda req: client.call("build_acb", req)),
-                       "gitmem")
+        def build(request: dict[str, Any]) -> dict[str, Any]:
+            key = canonical_json(request)
+            if key not in answers:
+                answers[key] = client.call("build_acb", request)
+            return answers[key]
+        reports = [score(questions, acb_retriever(build), "gitmem"),
+                   score(questions, acb_retriever(build, pinned=False),
+                         "gitmem, ranked items only (pinned left out)")]
     bm25: QualityReport | None = ctx.shared.get("quality_bm25")
     target = (f"above BM25 ({bm25.share:.3f}, same run)" if bm25
               else "above the BM25 baseline (quality_bm25)")
-    metrics = report.metrics(target)
-    if bm25 is not None:
-        metrics[0].extra["bm25_by_category"] = {
-            k: round(h / t, 3) for k, (h, t) in sorted(bm25.by_category.items())}
-        metrics[0].extra["minus_bm25"] = round(report.share - bm25.share, 3)
+    metrics: list[Metric] = []
+    for report in reports:
+        found = report.metrics(target)
+        if bm25 is not None:
+            found[0].extra["bm25_by_category"] = {
+                k: round(h / t, 3) for k, (h, t) in sorted(bm25.by_category.items())}
+            found[0].extra["minus_bm25"] = round(report.share - bm25.share, 3)
+        metrics += found
+    pinned = [pinned_tokens(a) for a in answers.values()]
+    metrics[0].extra["pinned_tokens_first"] = {"median": percentile(pinned, 50),
+                                               "max": max(pinned, default=0)}
     return metrics
