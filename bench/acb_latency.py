@@ -98,6 +98,18 @@ def _slowest(samples: Samples) -> list[dict[str, Any]]:
              "phases": {k: v for k, v in s.phases.items() if v}} for s in worst]
 
 
+def by_tenant(samples: Samples) -> dict[str, dict[str, float]]:
+    """p50/p95 per asking tenant, largest tenant first."""
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples.calls:
+        groups.setdefault(sample.ask.tenant, []).append(sample)
+    ordered = sorted(groups.items(), key=lambda kv: -kv[1][0].ask.tenant_chunks)
+    return {tenant: {"chunks": found[0].ask.tenant_chunks, "n": len(found),
+                     "p50": round(percentile([s.wall_ms for s in found], 50), 2),
+                     "p95": round(percentile([s.wall_ms for s in found], 95), 2)}
+            for tenant, found in ordered}
+
+
 def metric(samples: Samples, name: str, target: str) -> Metric:
     """One category's distribution with its median phases and slowest calls."""
     pools = [float(s.pool) for s in samples.calls]
@@ -108,7 +120,7 @@ def metric(samples: Samples, name: str, target: str) -> Metric:
                   pool_median=percentile(pools, 50), pool_max=max(pools, default=0.0),
                   text_chars_median=percentile([float(s.text_chars) for s in samples.calls],
                                                50),
-                  slowest=_slowest(samples))
+                  by_tenant=by_tenant(samples), slowest=_slowest(samples))
 
 
 def measure(ctx: Context) -> list[Metric]:
