@@ -176,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(metrics, notes), end="")
     document = {
         "benchmark": "gitmem", "size": args.size, "seed": args.seed,
+        "command": " ".join(["python", "bench/run.py", *(sys.argv[1:] if argv is None
+                                                         else argv)]),
         "started": started.isoformat(timespec="seconds"),
         "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
         "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
