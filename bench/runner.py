@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import pg
+from bench import pg, summary
 from bench.context import Context, Skip
 from bench.corpus import CACHE_DIR, corpus_dir, ensure_corpus
 from bench.plan import SHAPES
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if source_state(checkout) != source:
         source["changed_during_run"] = source_state(checkout)
         _say("note: the checkout changed during the run (see source.changed_during_run)")
+    print("\n" + summary.markdown(document), end="")
     out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")

@@ -1,0 +1,151 @@
+"""A results file read against SPEC §9: one Markdown row per target, met or missed by how much.
+
+    python -m bench.summary bench/results/1m.json
+
+It reads what a run measured; it never fails a run (exit 0 whatever the numbers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Metrics = dict[str, dict[str, Any]]
+LARGEST = "ratio naive / bounded in-process, largest tenant"  # its name holds the size
+
+
+@dataclass(frozen=True)
+class Check:
+    """A SPEC §9 target, the metric and field that measure it, and which way is better."""
+
+    target: str
+    metric: str
+    field: str            # "value", "p50", "p95", or "extra.<key>"
+    limit: float
+    unit: str
+    higher_is_better: bool = False
+
+    def read(self, metrics: Metrics) -> float | None:
+        """The measured number, or None when the run did not take it."""
+        found = metrics.get(self.metric) if self.metric else next(
+            (m for n, m in metrics.items() if n.startswith(LARGEST)), None)
+        if found is None:
+            return None
+        if self.field.startswith("extra."):
+            value = found.get("extra", {}).get(self.field[6:])
+        else:
+            value = found.get(self.field)
+        return float(value) if isinstance(value, int | float) else None
+
+    def verdict(self, value: float) -> str:
+        """`met`, or `missed` with the factor (or share) it is off by."""
+        good = value >= self.limit if self.higher_is_better else value <= self.limit
+        if good:
+            return "met"
+        if self.higher_is_better:
+            off = self.limit / value if value > 0 else float("inf")
+        else:
+            off = value / self.limit if self.limit > 0 else float("inf")
+        return f"missed ({off:.1f}x)" if off >= 1.5 else f"missed by {abs(off - 1):.0%}"
+
+
+def _quality_target(metrics: Metrics) -> float:
+    bm25 = metrics.get("bm25 baseline: evidence in first 2000 tokens", {})
+    return float(bm25.get("value", 0.0))
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("build_acb fast path over the socket: p95 ≤ 3 ms",
+          "fast path (no query), warm caches", "p95", 3.0, "ms"),
+    Check("build_acb with retrieval over the socket: p95 ≤ 25 ms",
+          "retrieval: all three sets", "p95", 25.0, "ms"),
+    Check("… common terms", "retrieval: common terms", "p95", 25.0, "ms"),
+    Check("… rare terms", "retrieval: rare terms", "p95", 25.0, "ms"),
+    Check("… natural-language questions", "retrieval: natural-language questions", "p95",
+          25.0, "ms"),
+    Check("≥ 20x faster than naive ts_rank (p50, build_acb over the socket, all sets)",
+          "ratio naive / build_acb over the socket (p50, all sets)", "value", 20.0, "x",
+          higher_is_better=True),
+    Check("… in-process, the largest tenant's requests",
+          "", "value", 20.0, "x", higher_is_better=True),
+    Check("… in-process, all sets", "ratio naive / bounded retrieval in-process (p50, all sets)",
+          "value", 20.0, "x", higher_is_better=True),
+    Check("bounded pools: recall of exact top-200 ≥ 0.9 (mean, all sets)",
+          "bounded pools vs exact top 200: all sets", "value", 0.9, "",
+          higher_is_better=True),
+    Check("… worst single request", "bounded pools vs exact top 200: all sets", "extra.min",
+          0.9, "", higher_is_better=True),
+    Check("daemon cold start to first ACB ≤ 1.5 s (median)",
+          "cold start: `daemon start` → first ACB answered", "value", 1.5, "s"),
+    Check("record_event ≥ 3,000 events/s sustained (8 clients)",
+          "record_event, 8 concurrent clients", "value", 3000.0, "events/s",
+          higher_is_better=True),
+    Check("… 32 clients", "record_event, 32 concurrent clients", "value", 3000.0, "events/s",
+          higher_is_better=True),
+    Check("… one client, JSON-RPC batches of 100", "JSON-RPC batches of 100 record_event",
+          "value", 3000.0, "events/s", higher_is_better=True),
+    Check("record_event single event p95 ≤ 5 ms, durable",
+          "record_event, 1 client, one call at a time", "p95", 5.0, "ms"),
+    Check("event appended → visible to build_acb p95 ≤ 200 ms",
+          "appended by hand → in build_acb", "p95", 200.0, "ms"),
+    Check("full reindex ≤ 1.5x raw COPY + index build", "ratio reindex / raw", "value", 1.5,
+          "x"),
+    Check("daemon RSS ≤ 300 MB (peak)", "RSS, peak since start (VmHWM)", "value", 300.0,
+          "MB"),
+)
+
+
+def _number(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
+
+
+def rows(document: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) for every check, plus retrieval quality."""
+    metrics: Metrics = {m["name"]: m for m in document.get("metrics", [])}
+    out = []
+    for check in CHECKS:
+        value = check.read(metrics)
+        if value is None:
+            out.append((check.target, "not measured", ""))
+            continue
+        out.append((check.target, f"{_number(value)} {check.unit}".strip(),
+                    check.verdict(value)))
+    baseline = _quality_target(metrics)
+    for name in ("gitmem: evidence in first 2000 tokens",
+                 "gitmem, ranked items only (pinned left out): evidence in first 2000 tokens"):
+        found = metrics.get(name)
+        if found is None or not baseline:
+            continue
+        value = float(found["value"])
+        label = ("retrieval quality above BM25 "
+                 + ("(retrieved_evidence as given)" if "ranked" not in name
+                    else "(ranked items, pinned left out)"))
+        out.append((label, f"{value:.3f} vs BM25 {baseline:.3f}",
+                    "met" if value > baseline else f"missed by {baseline - value:.3f}"))
+    return out
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| SPEC §9 target | measured | verdict |", "| --- | ---: | --- |"]
+    lines += [f"| {t} | {m} | {v} |" for t, m, v in rows(document)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the Markdown table of a results file."""
+    parser = argparse.ArgumentParser(prog="python -m bench.summary", description=__doc__)
+    parser.add_argument("results", type=Path, help="a JSON file written by bench/run.py")
+    args = parser.parse_args(argv)
+    print(markdown(json.loads(args.results.read_text())), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
