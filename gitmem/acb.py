@@ -433,15 +433,29 @@ class _Evidence:
         return {c.source_id: c.score for c in result.candidates if c.source_type == "decision"}
 
     def fill(self, section: Section) -> None:
+        """Ranked evidence, then the pinned items (room for them is kept first)."""
         build = self.build
-        pinned = [row for row in build.cache.pinned(build.request.tenant_id)]
-        for row in sorted(pinned, key=lambda r: r["chunk_id"]):
-            if not build.allows(row["sensitivity"], row["channel"]):
+        pinned = []
+        for row in sorted(build.cache.pinned(build.request.tenant_id),
+                          key=lambda r: r["chunk_id"]):
+            if build.allows(row["sensitivity"], row["channel"]):
+                pinned.append(row)
+            else:
                 build.packer.omit("privacy", row["chunk_id"])
-                continue
+        reserve = min(section.cap, sum(r["token_est"] + ITEM_SEPARATOR_TOKENS for r in pinned
+                                       if r["hash"] not in build.packer.seen))
+        section.cap -= reserve
+        try:
+            self._ranked(section)
+        finally:
+            section.cap += reserve
+        for row in pinned:
             item = _chunk_item(row)
             item["pinned"] = True
             build.packer.add(section, item, row["hash"])
+
+    def _ranked(self, section: Section) -> None:
+        build = self.build
         result = self.run()
         if result is None:
             return

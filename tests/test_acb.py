@@ -382,3 +382,16 @@ def test_tool_state_keeps_whole_results_head_first(memory: Memory) -> None:
     head = next(i for i in tools if i["id"] == f"{big.id}#1")
     assert head["text"].startswith("[fs.read_file result BIG.md]")
     assert sum(i["text"].startswith("[fs.read_file result file") for i in tools) == 3
+
+
+def test_pinned_evidence_comes_after_the_ranked_and_always_fits(memory: Memory) -> None:
+    pinned = say(memory, "Never deploy during the quarterly audit", tags=["pinned"],
+                 ts="2026-01-02T00:00:00+00:00")
+    for n in range(60):
+        say(memory, f"cache eviction note {n}: " + "the cache evicts the coldest entries " * 8,
+            ts=f"2026-02-{1 + n % 28:02d}T10:00:00+00:00")
+    acb = memory.build_acb({"now": NOW, "query_text": "cache eviction", "max_tokens": 3000})
+    evidence = section(acb, "retrieved_evidence")
+    assert evidence[-1]["id"] == pinned and evidence[-1]["pinned"] is True
+    assert "score" in evidence[0] and len(evidence) > 2
+    assert omitted(acb, "budget")  # the ranked evidence was cut, the pinned item was not
