@@ -220,10 +220,31 @@ class _Build:
                     and channel not in self.rule.event_channels)
 
 
+@dataclass
+class Packed:
+    """The request-independent-of-the-clock part of an ACB, as packed."""
+
+    sections: list[dict[str, Any]]
+    omissions: list[dict[str, Any]]
+    ledger: list[tuple[str, str, str, float | None]]
+    conflicts: list[tuple[str, Any]]
+    used: int
+
+    def copy(self) -> Packed:
+        """A copy whose sections and items a caller may change freely."""
+        sections = [{**s, "items": [dict(i) for i in s["items"]]} for s in self.sections]
+        return Packed(sections, [dict(o) for o in self.omissions], self.ledger,
+                      self.conflicts, self.used)
+
+
 def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
               db: Callable[[], Database],
               index_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Assemble the ACB for `request` (see the module docstring for the rules)."""
+    """Assemble the ACB for `request` (see the module docstring for the rules).
+
+    Without a query or handoff (the fast path) nothing depends on the clock, so
+    the packed sections are kept in the cache until the next change to the files.
+    """
     started = time.perf_counter()
     budgets = policies.budgets
     now = parse_ts(request.now) if request.now else datetime.now(UTC)
@@ -232,32 +253,17 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     reserve = int(budgets.reserve * scale)
     build = _Build(request, policies, cache, db, now, policies.privacy.rule(
         request.channel), Packer(max_tokens - reserve), scale)
-    order = budgets.section_order()
-    if request.handoff_id:
-        order = [name for name in order if name in HANDOFF_SECTIONS]
-        fillers = _handoff_fillers(build)
-    else:
-        order = [name for name in order if name != "handoff"]
-        fillers = _fillers(build)
-    for name in order:
-        section = build.packer.open(name, build.cap(name))
-        step = time.perf_counter()
-        if not request.handoff_id:
-            _views(build, section, name)  # curated views first, in any section they name
-        fillers[name](section)
-        build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
-    for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
-            (i for s in build.packer.sections.values() for i in s.items), db,
-            request.tenant_id, lambda: cache.decisions(request.tenant_id)):
-        build.packer.omit("conflict", summary_id)
-    sections = [{"name": s.name, "items": s.items, "token_est": s.used}
-                for s in build.packer.sections.values()]
-    omissions = build.packer.omissions()
+    fast = not request.query_text.strip() and not request.handoff_id
+    key = (request.tenant_id, request.session_id, request.agent_id, request.channel,
+           max_tokens)
+    packed = cache.bundle(key, lambda: _pack(build)) if fast else _pack(build)
+    if fast:
+        packed = packed.copy()
+        build.timings["cached"] = 1
+    sections, omissions = packed.sections, packed.omissions
     request_view = asdict(request) | {"now": format_ts(now), "max_tokens": max_tokens}
-    conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
-                 for i in part.items if "conflicts" in i]
     digest = hashlib.sha256(canonical_json(
-        {"request": request_view, "items": build.packer.ledger, "conflicts": conflicts,
+        {"request": request_view, "items": packed.ledger, "conflicts": packed.conflicts,
          "omissions": omissions}).encode())
     build.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
     rule = build.rule
@@ -285,9 +291,38 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     return {
         "acb_id": "acb_" + digest.hexdigest()[:32],
         "ts": format_ts(now), "budget_tokens": max_tokens,
-        "token_used_est": build.packer.used,
+        "token_used_est": packed.used,
         "sections": sections, "omissions": omissions, "provenance": provenance,
     }
+
+
+def _pack(build: _Build) -> Packed:
+    """Fill every section of the request in priority order."""
+    request, budgets = build.request, build.policies.budgets
+    order = budgets.section_order()
+    if request.handoff_id:
+        order = [name for name in order if name in HANDOFF_SECTIONS]
+        fillers = _handoff_fillers(build)
+    else:
+        order = [name for name in order if name != "handoff"]
+        fillers = _fillers(build)
+    for name in order:
+        section = build.packer.open(name, build.cap(name))
+        step = time.perf_counter()
+        if not request.handoff_id:
+            _views(build, section, name)  # curated views first, in any section they name
+        fillers[name](section)
+        build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
+    for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
+            (i for s in build.packer.sections.values() for i in s.items), build.db,
+            request.tenant_id, lambda: build.cache.decisions(request.tenant_id)):
+        build.packer.omit("conflict", summary_id)
+    sections = [{"name": s.name, "items": s.items, "token_est": s.used}
+                for s in build.packer.sections.values()]
+    conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
+                 for i in part.items if "conflicts" in i]
+    return Packed(sections, build.packer.omissions(), build.packer.ledger, conflicts,
+                  build.packer.used)
 
 
 # --------------------------------------------------------------------------- sections

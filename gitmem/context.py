@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from gitmem.db import Database, Row
 from gitmem.store import classify
@@ -113,6 +113,7 @@ class ContextCache:
         self._tasks: dict[str, list[Row]] = {}
         self._pinned: dict[str, list[Row]] = {}
         self._sessions: OrderedDict[tuple[str, str, str, int], list[Row]] = OrderedDict()
+        self._bundles: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 
     # ------------------------------------------------------------------ invalidation
 
@@ -121,6 +122,7 @@ class ContextCache:
         kinds = None if paths is None else {classify(p) for p in paths}
         with self._lock:
             self._generation += 1
+            self._bundles.clear()  # any change may touch a packed bundle
             if kinds is None or "view" in kinds or "policy" in kinds:
                 self._views = None
             if kinds is None or "decision" in kinds:
@@ -209,3 +211,17 @@ class ContextCache:
                 self._sessions.popitem(last=False)
         return self._fill(lambda: self._db().fetchall(
             query, {"tenant": tenant, "session": session, "limit": limit}), keep)
+
+    def bundle(self, key: tuple[Any, ...], build: Callable[[], T]) -> T:
+        """A packed fast-path bundle for `key`, built on first use (LRU)."""
+        with self._lock:
+            found = self._bundles.get(key)
+            if found is not None:
+                self._bundles.move_to_end(key)
+                return cast(T, found)
+
+        def keep(value: T) -> None:
+            self._bundles[key] = value
+            while len(self._bundles) > SESSION_ENTRIES:
+                self._bundles.popitem(last=False)
+        return self._fill(build, keep)

@@ -64,8 +64,7 @@ class Memory:
             # Under the daemon the watcher reloads policies when their files change;
             # otherwise compare content hashes (a few small reads).
             if self.catch_up is None and self._policies_changed():
-                self._policies = load_policies(self.store)
-                self._recorder = Recorder(self.store, self._policies)
+                self.reload_policies()
             return self._policies
 
     def _policies_changed(self) -> bool:
@@ -82,6 +81,7 @@ class Memory:
         with self._lock:
             self._policies = load_policies(self.store)
             self._recorder = Recorder(self.store, self._policies)
+            self.cache.invalidate(["policies/budgets.yaml"])  # packed bundles used the old
             return self._policies
 
     @property

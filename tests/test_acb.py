@@ -395,3 +395,20 @@ def test_pinned_evidence_comes_after_the_ranked_and_always_fits(memory: Memory) 
     assert evidence[-1]["id"] == pinned and evidence[-1]["pinned"] is True
     assert "score" in evidence[0] and len(evidence) > 2
     assert omitted(acb, "budget")  # the ranked evidence was cut, the pinned item was not
+
+
+def test_fast_path_bundle_is_reused_until_the_files_change(memory: Memory) -> None:
+    say(memory, "first words", session_id="s1")
+    request = {"session_id": "s1", "now": NOW}
+    first = memory.build_acb(request)
+    again = memory.build_acb(request)
+    assert again["sections"] == first["sections"] and again["acb_id"] == first["acb_id"]
+    again["sections"][0]["items"].clear()  # a caller's change stays with the caller
+    assert memory.build_acb(request)["sections"] == first["sections"]
+    later = say(memory, "second words", session_id="s1", ts="2026-03-01T11:00:00+00:00")
+    fresh = memory.build_acb(request)
+    assert later in [i["id"] for i in section(fresh, "recent_window")]
+    budgets = memory.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace(
+        "recent_window:      {max_tokens: 12000", "recent_window:      {max_tokens: 9"))
+    assert section(memory.build_acb(request), "recent_window") == []
