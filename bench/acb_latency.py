@@ -3,6 +3,9 @@
 One client on the corpus daemon (index present). A warm-up pass asks every
 request once (its fast-path calls, the first of each session, are reported
 apart: caches cold), then `PASSES` measured passes, category after category.
+Last, each fast-path request once more right after a `record_event` of a
+probe session (`bench.probes`): a write drops cached windows and must be
+indexed before the next read answers.
 Each call is timed at the client (send → parsed answer); the server's own
 breakdown comes from `provenance.timings_ms` (per section, retrieval's
 terms/pools/score) and `index_state.catch_up_ms` (the watcher flush before
@@ -15,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import probes
 from bench.context import Context
-from bench.daemons import corpus_daemon
+from bench.daemons import BenchDaemon, corpus_daemon
 from bench.queries import CATEGORIES, Ask, asks
 from bench.stats import Metric, medians, percentile, timed, timing
 from gitmem.client import Client
@@ -88,7 +92,23 @@ def run(ctx: Context) -> dict[str, Samples]:
                     out[category].calls.append(call(client, ask))
                 out[category].daemon_cpu_s += daemon.cpu_s() - cpu
     out["fast_first"] = first
+    out["fast_after_write"] = after_writes(ctx, daemon, sets["fast"])
     daemon.stats["rss_after_acb_mb"] = daemon.rss_mb()
+    return out
+
+
+def after_writes(ctx: Context, daemon: BenchDaemon, fast: list[Ask]) -> Samples:
+    """Each fast-path request right after a record_event (of another session, on
+    another connection): what an agent loop of write-then-read sees, the caches
+    dropped by the write and the new line indexed before the answer."""
+    out = Samples("fast_after_write")
+    with probes.probing(ctx, daemon) as probe, daemon.client() as writer, \
+            daemon.client() as reader:
+        cpu = daemon.cpu_s()
+        for ask in fast:
+            writer.call("record_event", probes.fields(*probe.stamp()))
+            out.calls.append(call(reader, ask))
+        out.daemon_cpu_s = daemon.cpu_s() - cpu  # the writes' share included
     return out
 
 
@@ -129,6 +149,7 @@ def measure(ctx: Context) -> list[Metric]:
     ctx.shared[SHARED] = found
     names = {"fast": "fast path (no query), warm caches",
              "fast_first": "fast path, first call per session (cold caches)",
+             "fast_after_write": "fast path right after a record_event (another session)",
              "common": "retrieval: common terms", "rare": "retrieval: rare terms",
              "question": "retrieval: natural-language questions"}
     metrics = [metric(found[c], names[c], TARGETS.get(c, RETRIEVAL_TARGET))
@@ -138,4 +159,5 @@ def measure(ctx: Context) -> list[Metric]:
                         sum(found[c].daemon_cpu_s for c in ("common", "rare", "question")))
     metrics.append(metric(retrieval, "retrieval: all three sets", RETRIEVAL_TARGET))
     metrics.append(metric(found["fast_first"], names["fast_first"], ""))
+    metrics.append(metric(found["fast_after_write"], names["fast_after_write"], ""))
     return metrics
