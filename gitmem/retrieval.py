@@ -41,6 +41,7 @@ RANDOM_READ_COST = 3  # a match fetched through the GIN index, in walked chunks
 RARE_MAX = 4000       # matches fetched whole through the GIN index, at most
 WINDOW_MARGIN = 3.0   # recent matches walked per retrieved slot: importance reorders them
 GROUP_POOL = 100      # newest chunks matching some of the common terms together
+BM25_K1, BM25_B = 1.2, 0.75
 MIN_POOL = 50         # newest decisions, tasks and summaries matching any term
 _QUOTED = re.compile(r'"([^"]+)"')
 
@@ -122,18 +123,27 @@ def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
     return [(row["token"], list(row["lexemes"] or [])) for row in rows]
 
 
-def frequencies(db: Database, tenant: str, terms: Sequence[Term]) -> tuple[list[int], int]:
-    """Exact document frequency of each term in the tenant, and its chunk count.
+@dataclass(frozen=True)
+class Corpus:
+    """What ranking needs to know of a tenant's whole index."""
+
+    chunks: int            # how many
+    average_length: float  # distinct lexemes per chunk, on average
+
+
+def frequencies(db: Database, tenant: str, terms: Sequence[Term]) -> tuple[list[int], Corpus]:
+    """Exact document frequency of each term in the tenant, and the tenant's corpus.
 
     A word's forms are alternatives, so its df is that of its commonest form; a
     phrase's is that of its rarest word (an upper bound).
     """
-    lexemes = sorted({lex for term in terms for lex in term.lexemes} | {""})
+    lexemes = sorted({lex for term in terms for lex in term.lexemes} | {"", "#"})
     known = {row["lexeme"]: int(row["df"]) for row in db.fetchall(
         "lexeme_df", {"tenant": tenant, "lexemes": lexemes})}
     dfs = [(min if term.phrase else max)(known.get(lex, 0) for lex in term.lexemes)
            for term in terms]
-    return dfs, known.get("", 0)
+    chunks = known.get("", 0)
+    return dfs, Corpus(chunks, known.get("#", 0) / chunks if chunks else 1.0)
 
 
 def idf(df: float, total: int) -> float:
@@ -159,7 +169,8 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
     """Bounded candidate pools, scored; suppressed candidates listed by id only."""
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    dfs, total = frequencies(db, tenant, terms)
+    dfs, corpus = frequencies(db, tenant, terms)
+    total = corpus.chunks
     present = sorted((df, n) for n, df in enumerate(dfs) if df > 0)[:MAX_TERMS]
     terms = [terms[n] for _, n in present]
     dfs = [df for df, _ in present]
@@ -169,7 +180,8 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
         return Retrieval(terms, weights, [], 0, [], timings)
     found = _pools(db, tenant, terms, dfs, total, limits)
     timings["pools"] = round(_ms(start) - timings["terms"], 3)
-    candidates, suppressed = score_rows(found.values(), weights, limits, now, allowed)
+    candidates, suppressed = score_rows(found.values(), weights, limits, now, allowed,
+                                        corpus.average_length)
     timings["score"] = round(_ms(start) - timings["pools"] - timings["terms"], 3)
     return Retrieval(terms, weights, candidates, len(found), suppressed, timings)
 
@@ -275,7 +287,7 @@ def _ms(start: float) -> float:
 
 
 def score_rows(rows: Iterable[Sequence[Any]], weights: list[float], limits: Limits,
-               now: datetime, allowed: Callable[[Candidate], bool]
+               now: datetime, allowed: Callable[[Candidate], bool], average_length: float
                ) -> tuple[list[Candidate], list[str]]:
     """Score feature rows (the pool queries' columns, in order); returns the allowed
     candidates best first (at most retrieved_max) and the suppressed ids."""
@@ -283,16 +295,20 @@ def score_rows(rows: Iterable[Sequence[Any]], weights: list[float], limits: Limi
     tau = max(limits.tau_days, 1e-6) * 86400.0
     now_epoch = now.timestamp()
     bits = list(enumerate(weights))
+    average = max(average_length, 1.0)
     kept: list[Candidate] = []
     suppressed: list[str] = []
     for chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est, \
-            importance, mask in rows:
+            importance, mask, words in rows:
         cand = Candidate(chunk_id, source_type, source_id, epoch, channel, sensitivity,
                          token_est, float(importance), mask)
         if not allowed(cand):
             suppressed.append(chunk_id)
             continue
-        cand.lexical = sum(w for n, w in bits if mask >> n & 1) / total_weight
+        # BM25's saturation and length normalization (a term counts once): a short
+        # chunk that matches is likelier about the question than a long one
+        norm = (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B + BM25_B * words / average))
+        cand.lexical = norm * sum(w for n, w in bits if mask >> n & 1) / total_weight
         cand.recency = math.exp(-max(0.0, now_epoch - epoch) / tau)
         cand.score = round(limits.alpha * cand.lexical + limits.beta * cand.recency
                            + limits.gamma * cand.importance, 9)
@@ -312,7 +328,8 @@ def exact_top(db: Database, tenant: str, terms: Sequence[Term], weights: list[fl
         "tenant": tenant, "queries": [t.query for t in terms],
         "any": " | ".join(f"({t.query})" for t in terms)})])
     exact = dataclasses.replace(limits, retrieved_max=top)
-    ranked, _ = score_rows(rows, weights, exact, now, allowed)
+    _, corpus = frequencies(db, tenant, terms)
+    ranked, _ = score_rows(rows, weights, exact, now, allowed, corpus.average_length)
     return [c.chunk_id for c in ranked]
 
 

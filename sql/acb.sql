@@ -14,7 +14,8 @@ SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 
        c.channel, c.sensitivity, c.token_est, c.importance,
        (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
         FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask
+        WHERE c.tsv @@ u.q) AS mask,
+       length(c.tsv) AS words
 FROM chunks c
 WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s
 ORDER BY c.ts DESC, c.chunk_id DESC
@@ -28,7 +29,8 @@ SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 
        c.channel, c.sensitivity, c.token_est, c.importance,
        (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
         FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask
+        WHERE c.tsv @@ u.q) AS mask,
+       length(c.tsv) AS words
 FROM chunks c
 WHERE c.tenant_id = %(tenant)s AND (c.tsv @@ %(query)s::tsquery) IS TRUE
 ORDER BY c.ts DESC, c.chunk_id DESC
@@ -45,7 +47,8 @@ WITH matches AS MATERIALIZED (
          c.channel, c.sensitivity, c.token_est, c.importance,
          (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
           FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-          WHERE c.tsv @@ u.q) AS mask
+          WHERE c.tsv @@ u.q) AS mask,
+       length(c.tsv) AS words
   FROM chunks c
   WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s
 )
@@ -59,7 +62,8 @@ SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 
        c.channel, c.sensitivity, c.token_est, c.importance,
        (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
         FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask
+        WHERE c.tsv @@ u.q) AS mask,
+       length(c.tsv) AS words
 FROM (
   SELECT chunk_id, source_type, source_id, ts, channel, sensitivity, token_est, importance, tsv
   FROM chunks
@@ -79,7 +83,8 @@ WITH matches AS MATERIALIZED (
          c.channel, c.sensitivity, c.token_est, c.importance,
          (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
           FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-          WHERE c.tsv @@ u.q) AS mask
+          WHERE c.tsv @@ u.q) AS mask,
+       length(c.tsv) AS words
   FROM chunks c
   WHERE c.source_type <> 'event' AND c.tsv @@ %(query)s::tsquery
     AND (c.tenant_id || '') = %(tenant)s
@@ -92,7 +97,8 @@ SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 
        c.channel, c.sensitivity, c.token_est, c.importance,
        (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
         FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask
+        WHERE c.tsv @@ u.q) AS mask,
+       length(c.tsv) AS words
 FROM chunks c
 WHERE c.tenant_id = %(tenant)s AND c.tsv @@ %(any)s::tsquery
 

@@ -1,4 +1,6 @@
 -- Named statements keeping lexeme_df (per-tenant document frequencies) exact.
+-- Besides the lexemes: '' counts the tenant's chunks and '#' sums their lengths in
+-- distinct lexemes (for BM25's length normalization); the parser emits neither.
 -- Rows are upserted in (tenant, lexeme) order so concurrent syncs lock them in the
 -- same order and cannot deadlock.
 
@@ -12,6 +14,10 @@ SELECT tenant_id, lexeme, sum(n) FROM (
   GROUP BY c.tenant_id, u.lexeme
   UNION ALL
   SELECT c.tenant_id, '', count(*) FROM chunks c
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
+  GROUP BY c.tenant_id
+  UNION ALL
+  SELECT c.tenant_id, '#', sum(length(c.tsv)) FROM chunks c
   WHERE c.path = %(path)s AND c.line >= %(from_line)s
   GROUP BY c.tenant_id
 ) counted
@@ -29,6 +35,9 @@ SELECT tenant_id, lexeme, -sum(n) FROM (
   GROUP BY c.tenant_id, u.lexeme
   UNION ALL
   SELECT c.tenant_id, '', count(*) FROM chunks c WHERE c.path = %(path)s GROUP BY c.tenant_id
+  UNION ALL
+  SELECT c.tenant_id, '#', sum(length(c.tsv)) FROM chunks c WHERE c.path = %(path)s
+  GROUP BY c.tenant_id
 ) counted
 GROUP BY tenant_id, lexeme
 ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"
@@ -45,13 +54,18 @@ SELECT c.tenant_id, u.lexeme, count(*) AS df FROM chunks c, unnest(c.tsv) AS u
 GROUP BY c.tenant_id, u.lexeme
 
 -- name: lexemes_rebuild
-INSERT INTO lexeme_df (tenant_id, lexeme, df) SELECT tenant_id, lexeme, df FROM lexeme_counts
+-- Every chunk adds one to the df of each of its distinct lexemes, so their sum is
+-- the sum of the chunks' lengths.
+INSERT INTO lexeme_df (tenant_id, lexeme, df)
+SELECT tenant_id, lexeme, df FROM lexeme_counts
+UNION ALL
+SELECT tenant_id, '#', sum(df) FROM lexeme_counts GROUP BY tenant_id
 
 -- name: lexemes_set_total
 -- A tenant's chunk count (lexeme ''), known to the bulk load without a scan.
 INSERT INTO lexeme_df (tenant_id, lexeme, df) VALUES (%s, '', %s)
 
 -- name: lexeme_df
--- Document frequencies of some lexemes in one tenant; '' gives its chunk count.
+-- Document frequencies of some lexemes in one tenant ('' and '#': see the top).
 SELECT lexeme, df FROM lexeme_df
 WHERE tenant_id = %(tenant)s AND lexeme = ANY (%(lexemes)s)

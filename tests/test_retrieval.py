@@ -36,12 +36,15 @@ def test_frequencies_are_exact_and_follow_syncs(memory: Memory) -> None:
                        "ts": "2026-02-01T00:00:00+00:00"})
     memory.sync()
     terms = retrieval.analyze(memory.db, "kafka cluster")
-    dfs, total = retrieval.frequencies(memory.db, "default", terms)
-    assert dfs == [3, 30] and total == 30
+    dfs, corpus = retrieval.frequencies(memory.db, "default", terms)
+    assert dfs == [3, 30] and corpus.chunks == 30
+    with memory.db.connection() as conn:
+        average = conn.execute("SELECT avg(length(tsv))::float8 AS a FROM chunks").fetchone()
+    assert average is not None and abs(corpus.average_length - average["a"]) < 1e-9
     (memory.store / "events" / "2026-02" / "2026-02-01.jsonl").unlink()
     memory.sync()
-    dfs, total = retrieval.frequencies(memory.db, "default", terms)
-    assert dfs == [0, 0] and total == 0
+    dfs, corpus = retrieval.frequencies(memory.db, "default", terms)
+    assert dfs == [0, 0] and corpus.chunks == 0
 
 
 def test_incremental_frequencies_equal_a_rebuild(memory: Memory) -> None:
