@@ -256,6 +256,6 @@ def measure_gitmem(ctx: Context) -> list[Metric]:
             found[0].extra["minus_bm25"] = round(report.share - bm25.share, 3)
         metrics += found
     pinned = [pinned_tokens(a) for a in answers.values()]
-    metrics[0].extra["pinned_tokens_first"] = {"median": percentile(pinned, 50),
+    metrics[0].extra["pinned_tokens"] = {"median": percentile(pinned, 50),
                                                "max": max(pinned, default=0)}
     return metrics
