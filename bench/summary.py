@@ -140,12 +140,37 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return _number(value)
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def full_table(document: dict[str, Any]) -> str:
+    """Every metric of the run as a Markdown table (with the load during its measurement)."""
+    lines = ["| group | measurement | value | unit | p50 ms | p95 ms | max ms | n | load |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    for m in document.get("metrics", []):
+        load = m.get("extra", {}).get("load_avg_1m")
+        span = (f"{min(load):.1f}-{max(load):.1f}" if isinstance(load, list) and load
+                else "")
+        lines.append("| " + " | ".join([
+            m["group"], m["name"].replace("|", "/"), _cell(m.get("value")), m.get("unit", ""),
+            _cell(m.get("p50")), _cell(m.get("p95")), _cell(m.get("max")),
+            _cell(m.get("samples")), span]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the Markdown table of a results file."""
     parser = argparse.ArgumentParser(prog="python -m bench.summary", description=__doc__)
     parser.add_argument("results", type=Path, help="a JSON file written by bench/run.py")
+    parser.add_argument("--full", action="store_true", help="every metric, not the targets")
     args = parser.parse_args(argv)
-    print(markdown(json.loads(args.results.read_text())), end="")
+    document = json.loads(args.results.read_text())
+    print(full_table(document) if args.full else markdown(document), end="")
     return 0
 
 
