@@ -56,11 +56,12 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("quality_bm25", "BM25 baseline: evidence within 2,000 tokens",
                 quality.measure_bm25),
     # ---- over the socket and in-process against the corpus index (SPEC §9) ----
-    Measurement("socket_record", "record_event over the socket: single, batched, 8 clients; "
-                "events/s and p95", socket_record.measure, needs=("gitmem.server",)),
-    Measurement("cold_start", "daemon start to first ACB", cold_start.measure,
+    Measurement("socket_record", "record_event over the socket: single, batched, 8/16/32 "
+                "clients; events/s, p95, CPU", socket_record.measure, needs=("gitmem.server",)),
+    Measurement("cold_start", "daemon start to first ACB (median of runs)", cold_start.measure,
                 needs=("gitmem.server",)),
-    Measurement("append_visible", "append → visible in build_acb, p95 under the daemon",
+    Measurement("append_visible", "append → visible in build_acb, p95 under the daemon (by hand, "
+                "record_event, no read)",
                 visibility.measure, needs=("gitmem.server", "gitmem.acb")),
     Measurement("acb_latency", "build_acb over the socket p50/p95/max: fast path, common "
                 "terms, rare terms, questions", acb_latency.measure,
