@@ -49,10 +49,10 @@ class Budgets:
     tool_state_events: int = 5
     decisions_max: int = 100
     handoff_evidence_max: int = 20
-    alpha: float = 0.6
-    beta: float = 0.3
+    alpha: float = 0.7
+    beta: float = 0.2
     gamma: float = 0.1
-    recency_tau_days: float = 7.0
+    recency_tau_days: float = 14.0
     max_excerpt_bytes: int = 8192
     chunk_max_tokens: int = 600
 
@@ -261,10 +261,11 @@ def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
         decisions_max=r.integer(ret, "decisions_max", "retrieval.decisions_max", 100),
         handoff_evidence_max=r.integer(ret, "handoff_evidence_max",
                                        "retrieval.handoff_evidence_max", 20),
-        alpha=r.number(weights, "alpha", "retrieval.weights.alpha", 0.6),
-        beta=r.number(weights, "beta", "retrieval.weights.beta", 0.3),
-        gamma=r.number(weights, "gamma", "retrieval.weights.gamma", 0.1),
-        recency_tau_days=r.number(ret, "recency_tau_days", "retrieval.recency_tau_days", 7.0),
+        alpha=r.number(weights, "alpha", "retrieval.weights.alpha", Budgets.alpha),
+        beta=r.number(weights, "beta", "retrieval.weights.beta", Budgets.beta),
+        gamma=r.number(weights, "gamma", "retrieval.weights.gamma", Budgets.gamma),
+        recency_tau_days=r.number(ret, "recency_tau_days", "retrieval.recency_tau_days",
+                                  Budgets.recency_tau_days),
         max_excerpt_bytes=r.integer(write, "max_excerpt_bytes", "write.max_excerpt_bytes",
                                     8192, 256),
         chunk_max_tokens=r.integer(write, "chunk_max_tokens", "write.chunk_max_tokens", 600, 32),

@@ -278,13 +278,13 @@ def test_policy_hashes_and_scoring_in_provenance(memory: Memory) -> None:
     prov = acb["provenance"]
     assert set(prov["policy_hashes"]) == {"manifest.json", "policies/budgets.yaml",
                                           "policies/privacy.yaml", "policies/channels.yaml"}
-    assert prov["scoring"] == {"alpha": 0.6, "beta": 0.3, "gamma": 0.1,
-                               "recency_tau_days": 7.0}
+    assert prov["scoring"] == {"alpha": 0.7, "beta": 0.2, "gamma": 0.1,
+                               "recency_tau_days": 14.0}
     assert prov["timings_ms"]["total"] > 0
     budgets = memory.store / "policies" / "budgets.yaml"
-    budgets.write_text(budgets.read_text().replace("alpha: 0.6", "alpha: 0.7"))
+    budgets.write_text(budgets.read_text().replace("alpha: 0.7", "alpha: 0.8"))
     changed = memory.build_acb({"now": NOW, "query_text": "anything"})
-    assert changed["provenance"]["scoring"]["alpha"] == 0.7
+    assert changed["provenance"]["scoring"]["alpha"] == 0.8
     assert (changed["provenance"]["policy_hashes"]["policies/budgets.yaml"]
             != prov["policy_hashes"]["policies/budgets.yaml"])
 

@@ -37,7 +37,7 @@ def test_default_budgets() -> None:
     assert b.sections["retrieved_evidence"].max_tokens == 28000
     assert b.section_order()[:2] == ["identity", "handoff"]
     assert (b.candidate_pool_max, b.retrieved_chunks_max) == (2000, 200)
-    assert (b.alpha, b.beta, b.gamma) == (0.6, 0.3, 0.1)
+    assert (b.alpha, b.beta, b.gamma, b.recency_tau_days) == (0.7, 0.2, 0.1, 14.0)
     assert b.max_excerpt_bytes == 8192
 
 
@@ -104,7 +104,7 @@ def test_bad_nested_value_names_its_own_line() -> None:
 
 
 def test_negative_weight() -> None:
-    text = BUDGETS.replace("alpha: 0.6", "alpha: -1")
+    text = BUDGETS.replace("alpha: 0.7", "alpha: -1")
     err = budgets_error(text)
     assert (err.line, err.field) == (line_of(text, "alpha"), "retrieval.weights.alpha")
 
