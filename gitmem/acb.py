@@ -36,6 +36,7 @@ SECTION_TITLES = {
 }
 ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE joins
 OMISSION_IDS_MAX = 200
+REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
                   "max_tokens", "now", "handoff_id")
 HANDOFF_SECTIONS = ("handoff", "relevant_decisions", "retrieved_evidence")
@@ -497,13 +498,30 @@ class _Evidence:
         chosen = [c for c in result.candidates if c.source_type in ("event", "summary")]
         if not chosen:
             return
+        tenant = build.request.tenant_id
         found = {r["chunk_id"]: r for r in build.db().fetchall(
-            "chunk_items", {"tenant": build.request.tenant_id,
-                            "ids": [c.chunk_id for c in chosen]})}
+            "chunk_items", {"tenant": tenant, "ids": [c.chunk_id for c in chosen]})}
+        anchors = [row for row in (found.get(c.chunk_id) for c in chosen[:REPLY_ANCHORS])
+                   if row is not None and row["source_type"] == "event"
+                   and row["text"].rstrip().endswith("?")]  # a question: its answer follows
+        replies = {r["anchor"]: r for r in build.db().fetchall("next_turns", {
+            "tenant": tenant, "anchors": [a["chunk_id"] for a in anchors],
+            "sessions": [a["session_id"] for a in anchors],
+            "stamps": [a["ts"] for a in anchors]})} if anchors else {}
         for cand in chosen:
-            if cand.chunk_id in found:
-                hit = found[cand.chunk_id]
-                build.packer.add(section, _chunk_item(hit, cand.score), hit["hash"])
+            hit = found.get(cand.chunk_id)
+            if hit is None:
+                continue
+            build.packer.add(section, _chunk_item(hit, cand.score), hit["hash"])
+            reply = replies.get(cand.chunk_id)
+            if reply is None:
+                continue
+            if not build.allows(reply["sensitivity"], reply["channel"]):
+                build.packer.omit("privacy", reply["chunk_id"])
+                continue
+            item = _chunk_item(reply)
+            item["reply_to"] = cand.chunk_id  # the turn after a match: often its answer
+            build.packer.add(section, item, reply["hash"])
 
 
 def _session_rows(build: _Build, kind: str, limit: int) -> list[Row]:

@@ -118,6 +118,23 @@ FROM chunks c
 LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
 WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
 
+-- name: next_turns
+-- For each anchor chunk, the next event of its session within a day (the reply to
+-- it, where an answer often sits), through the session index.
+SELECT s.anchor, c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind,
+       c.channel, c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est,
+       c.importance, c.text, e.content ->> 'artifact_id' AS artifact_id
+FROM unnest(%(anchors)s::text[], %(sessions)s::text[], %(stamps)s::timestamptz[])
+     AS s(anchor, session_id, ts)
+CROSS JOIN LATERAL (
+  SELECT * FROM chunks n
+  WHERE n.tenant_id = %(tenant)s AND n.session_id = s.session_id AND n.source_type = 'event'
+    AND (n.ts, n.chunk_id) > (s.ts, s.anchor) AND n.ts <= s.ts + interval '1 day'
+  ORDER BY n.ts, n.chunk_id
+  LIMIT 1
+) c
+LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+
 -- name: session_recent
 -- The chunks of the session's latest %(limit)s events other than tool results (and
 -- the kinds whose Markdown file is the record), newest event first.

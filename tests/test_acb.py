@@ -412,3 +412,16 @@ def test_fast_path_bundle_is_reused_until_the_files_change(memory: Memory) -> No
     budgets.write_text(budgets.read_text().replace(
         "recent_window:      {max_tokens: 12000", "recent_window:      {max_tokens: 9"))
     assert section(memory.build_acb(request), "recent_window") == []
+
+
+def test_a_matching_question_brings_its_answer(memory: Memory) -> None:
+    question = say(memory, "Where did we end up hosting the search cluster for invoicing?",
+                   session_id="s1", ts="2026-02-01T10:00:00+00:00")
+    answer = say(memory, "It moved to Fastly, region eu-west-1, during the last sprint.",
+                 session_id="s1", ts="2026-02-01T10:01:00+00:00",
+                 actor={"type": "human", "id": "bob"})
+    say(memory, "Unrelated: lunch is at noon", session_id="s1", ts="2026-02-01T10:02:00+00:00")
+    acb = memory.build_acb({"now": NOW, "query_text": "Which provider runs search for invoicing?"})
+    ids = [i["id"] for i in section(acb, "retrieved_evidence")]
+    assert ids[:2] == [question, answer]
+    assert section(acb, "retrieved_evidence")[1]["reply_to"] == question
