@@ -133,6 +133,21 @@ class ContextCache:
                 self._pinned.clear()
                 self._sessions.clear()
 
+    def forget_sessions(self, sessions: set[tuple[str, ...]], *, pinned: bool) -> None:
+        """New events arrived in these (tenant, session) pairs: drop their recent
+        windows and bundles (and, with a pinned one, every bundle of the tenant)."""
+        tenants = {tenant for tenant, _ in sessions}
+        with self._lock:
+            self._generation += 1
+            for key in [k for k in self._sessions if (k[1], k[2]) in sessions]:
+                del self._sessions[key]
+            for key in [k for k in self._bundles
+                        if (k[0], k[1]) in sessions or (pinned and k[0] in tenants)]:
+                del self._bundles[key]
+            if pinned:
+                for tenant in tenants:
+                    self._pinned.pop(tenant, None)
+
     def _fill(self, load: Callable[[], T], store: Callable[[T], None]) -> T:
         with self._lock:
             generation = self._generation

@@ -275,7 +275,14 @@ def sync(db: Database, store: Path, policies: Policies,
         found, rows = _sync_file(db, store, rel, kind, policies)
         report.errors.extend(_errors_json(rows.errors))
         if found.stale:
-            report.changed.append({"path": rel, "action": found.action, "reason": found.reason})
+            change: dict[str, Any] = {"path": rel, "action": found.action,
+                                      "reason": found.reason}
+            if kind == "events" and found.action in ("new", "append"):
+                # who the new lines belong to, so caches can forget just those
+                events = rows.tables["events"]
+                change["sessions"] = sorted({(row[1], row[3]) for row in events})
+                change["pinned"] = any("pinned" in row[10] for row in events)
+            report.changed.append(change)
     report.head = gitops.head(store)
     if paths is None:
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""})

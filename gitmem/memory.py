@@ -135,8 +135,18 @@ class Memory:
         """Catch the index up with the files (and drop cached copies of what changed)."""
         report = indexer.sync(self.db, self.store, self.policies, paths)
         if report.changed:
-            self.invalidate(item["path"] for item in report.changed)
+            self.forget(report.changed)
         return report
+
+    def forget(self, changed: Sequence[Mapping[str, Any]]) -> None:
+        """Drop cached copies of what a sync changed; when only new lines of some
+        sessions came in, only those sessions' copies (other sessions stay warm)."""
+        if all("sessions" in item for item in changed):
+            self.cache.forget_sessions({tuple(pair) for item in changed
+                                        for pair in item["sessions"]},
+                                       pinned=any(item["pinned"] for item in changed))
+        else:
+            self.invalidate(item["path"] for item in changed)
 
     def reindex(self, progress: indexer.Progress | None = None) -> indexer.SyncReport:
         """Drop and rebuild the index from the files."""

@@ -425,3 +425,19 @@ def test_a_matching_question_brings_its_answer(memory: Memory) -> None:
     ids = [i["id"] for i in section(acb, "retrieved_evidence")]
     assert ids[:2] == [question, answer]
     assert section(acb, "retrieved_evidence")[1]["reply_to"] == question
+
+
+def test_new_lines_refresh_their_own_session_and_pinned_ones_every_session(
+        memory: Memory) -> None:
+    say(memory, "hello from a", session_id="a")
+    say(memory, "hello from b", session_id="b")
+    before_b = memory.build_acb({"session_id": "b", "now": NOW})
+    memory.build_acb({"session_id": "a", "now": NOW})
+    new_a = say(memory, "more from a", session_id="a", ts="2026-03-01T11:00:00+00:00")
+    assert new_a in [i["id"] for i in section(memory.build_acb(
+        {"session_id": "a", "now": NOW}), "recent_window")]
+    assert memory.build_acb({"session_id": "b", "now": NOW})["sections"] == before_b["sections"]
+    pinned = say(memory, "Always page Dana first", session_id="a", tags=["pinned"],
+                 ts="2026-03-01T11:30:00+00:00")
+    assert pinned in [i["id"] for i in section(memory.build_acb(
+        {"session_id": "b", "now": NOW}), "retrieved_evidence")]
