@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,6 +106,39 @@ def test_sigterm_stops_cleanly_with_writes_answered(store_config: Config) -> Non
     daemon.stop()
     assert "stopped" in daemon.log()
     assert len(ids_in_files(store_config.store)) == 1
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    """Inodes of the sockets process `pid` holds open."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    return inodes
+
+
+def test_the_daemon_listens_on_its_unix_socket_and_no_network_port(store_config: Config) -> None:
+    with running(store_config) as daemon:
+        assert daemon.pid is not None
+        daemon.call("record_event", {"content": {"text": "the pool is connected now"}})
+        mine = _socket_inodes(daemon.pid)
+        network = []
+        for table in ("tcp", "tcp6", "udp", "udp6"):
+            path = Path(f"/proc/{daemon.pid}/net/{table}")
+            for row in path.read_text().splitlines()[1:] if path.exists() else []:
+                fields = row.split()
+                listening = table.startswith("udp") or fields[3] == "0A"  # 0A: TCP LISTEN
+                if fields[9] in mine and listening:
+                    network.append(f"{table} {fields[1]}")
+        assert network == []  # client connections to PostgreSQL are fine; no port is served
+        unix = [row.split() for row in Path("/proc/net/unix").read_text().splitlines()[1:]]
+        served = [r[7] for r in unix if len(r) > 7 and r[6] in mine
+                  and int(r[3], 16) & 0x10000]  # __SO_ACCEPTCON: a listening socket
+        assert served == [str(store_config.socket_path)]
 
 
 def test_long_store_paths_still_get_a_socket(dsn: str, schema: str) -> None:
