@@ -209,6 +209,40 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
     assert len(ids_in_files(store_config.store)) == 5  # the bad batch wrote nothing
 
 
+def test_acb_through_the_daemon_equals_the_local_one(store_config: Config) -> None:
+    local_env = {**Daemon(store_config).env(), "GITMEM_NO_DAEMON": "1"}
+    now = "2026-03-02T09:00:00+00:00"
+    with running(store_config) as daemon:
+        evt = daemon.cli("record", "Our deploys run on the blue cluster in Frankfurt",
+                         "--session", "s1").stdout.strip()
+        daemon.cli("decide", "Deploy only from Frankfurt", "--ref", evt)
+        daemon.cli("record", "lunch is at noon", "--session", "s1")
+        asks = {"json": ("acb", "Which city hosts our deploys?", "--session", "s1", "--now", now),
+                "text": ("acb", "Which city hosts our deploys?", "--session", "s1", "--now", now,
+                         "--format", "text"),
+                "fast": ("acb", "--session", "s1", "--now", now, "--max-tokens", "3000")}
+        served, local = {}, {}
+        for name, args in asks.items():
+            before = daemon.call("daemon_status")["accepted"]
+            served[name] = daemon.cli(*args).stdout
+            assert daemon.call("daemon_status")["accepted"] == before + 2  # acb, then this call
+            local[name] = daemon.cli(*args, env=local_env).stdout
+            assert daemon.call("daemon_status")["accepted"] == before + 3  # never asked
+        bad = ("acb", "--max-tokens", "-5")
+        bad_served = daemon.cli(*bad, check=False)
+        bad_local = daemon.cli(*bad, check=False, env=local_env)
+    for name in ("json", "fast"):
+        one, other = json.loads(served[name]), json.loads(local[name])
+        assert one["sections"] and one["provenance"]["path"] == ("retrieval" if name == "json"
+                                                                 else "fast")
+        for key in ("acb_id", "budget_tokens", "token_used_est", "sections", "omissions"):
+            assert one[key] == other[key], key
+    assert evt in served["json"] and "Frankfurt" in served["text"]
+    assert served["text"] == local["text"]
+    assert bad_served.returncode == bad_local.returncode == 1
+    assert bad_served.stderr == bad_local.stderr and "max_tokens" in bad_served.stderr
+
+
 def test_gitmem_call_prints_the_result_and_reports_errors(store_config: Config) -> None:
     with running(store_config) as daemon:
         recorded = daemon.cli("call", "record_event", "-",
