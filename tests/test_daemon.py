@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -252,6 +255,38 @@ def test_gitmem_call_prints_the_result_and_reports_errors(store_config: Config) 
         assert wrong.returncode == 1 and "-32602" in wrong.stderr and "channel" in wrong.stderr
         usage = daemon.cli("call", "status", "{not json", check=False)
         assert usage.returncode == 2 and "not JSON" in usage.stderr
+
+
+def test_a_warm_fast_path_build_acb_needs_no_database_round_trip(store_config: Config) -> None:
+    """The caches answer a fast-path build_acb; PostgreSQL sees no query from the daemon."""
+    app = f"gm_fast_{uuid.uuid4().hex[:10]}"
+    assert store_config.dsn
+    tagged = dataclasses.replace(store_config, dsn=store_config.dsn
+                                 + ("&" if "?" in store_config.dsn else "?")
+                                 + f"application_name={app}")
+    request = {"session_id": "fast", "now": "2026-03-02T09:00:00+00:00"}
+    with running(tagged) as daemon, \
+            psycopg.connect(store_config.dsn, autocommit=True) as watch, daemon.client() as client:
+        def backends() -> list[tuple[Any, ...]]:
+            return sorted(watch.execute(
+                "SELECT pid, backend_start, xact_start, query_start, state_change "
+                "FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchall())
+
+        for n in range(3):
+            client.call("record_event", {"session_id": "fast", "content": {"text": f"turn {n}"}})
+        first = client.call("build_acb", request)
+        assert first["provenance"]["path"] == "fast" and items(first, "recent_window")
+        quiet, deadline = backends(), time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the pool's background work is done
+            time.sleep(0.3)
+            previous, quiet = quiet, backends()
+            if quiet == previous:
+                break
+        assert quiet, "the daemon holds no connection under its application_name"
+        answers = [client.call("build_acb", request) for _ in range(20)]
+        assert backends() == quiet, "a warm fast-path build_acb ran a statement or opened " \
+            "a connection"
+    assert all(a["sections"] == first["sections"] for a in answers)
 
 
 # --------------------------------------------------------------------------- resilience
