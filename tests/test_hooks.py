@@ -207,6 +207,44 @@ def test_post_checkout_and_merge_sync_the_index_without_a_daemon(
         index.close()
 
 
+def test_post_merge_and_post_rewrite_sync_the_index_without_a_daemon(
+        indexed: tuple[Path, dict[str, str]], dsn: str, schema: str) -> None:
+    root, env = indexed
+
+    def git_ok(*args: str) -> None:
+        result = run_git(root, *args, env=env)
+        assert result.returncode == 0, f"git {' '.join(args)}: {result.stderr}"
+
+    main = run_git(root, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip()
+    git_ok("checkout", "-q", "-b", "side")
+    side = record(root, "a fact from the side branch")
+    git_ok("add", "-A")
+    git_ok("commit", "-q", "-m", "side")
+    git_ok("checkout", "-q", main)
+    index = Index(Config(store=root / "memory", dsn=dsn, schema=schema))
+    try:
+        assert not index.has_event(side)
+        git_ok("merge", "-q", "--no-edit", "side")  # only post-merge runs
+        assert index.has_event(side)
+        git_ok("checkout", "-q", "-b", "topic")
+        topic = record(root, "a fact from the topic branch")
+        git_ok("add", "-A")
+        git_ok("commit", "-q", "-m", "topic")
+        git_ok("checkout", "-q", main)
+        ours = record(root, "a fact from main meanwhile")
+        git_ok("add", "-A")
+        git_ok("commit", "-q", "-m", "main")
+        git_ok("checkout", "-q", "topic")
+        assert index.has_event(topic) and not index.has_event(ours)
+        (root / ".git" / "hooks" / "post-checkout").unlink()  # so only post-rewrite can sync
+        git_ok("rebase", "-q", main)  # the same day file on both sides: union, no conflict
+        assert index.has_event(topic) and index.has_event(ours)
+        assert index.scalar("SELECT count(*) FROM events") == len(
+            (root / DAY).read_text().splitlines())
+    finally:
+        index.close()
+
+
 def test_post_checkout_with_the_database_down_only_warns(root: Path) -> None:
     env = {"GITMEM_DSN": "postgresql://nobody@127.0.0.1:1/none", "GITMEM_SCHEMA": "t_down"}
     record(root, "x")
