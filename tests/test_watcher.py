@@ -121,6 +121,22 @@ def test_editor_saves_renames_deletes_and_temp_files(daemon: Daemon, index: Inde
     assert status["clean"] and status["errors"] == []
 
 
+def test_a_month_directory_moved_out_and_back_is_followed(daemon: Daemon, index: Index) -> None:
+    """A directory move reports no file events of its own: the watcher reconciles instead."""
+    ids = [daemon.call("record_event", {"session_id": "mv", "ts": "2026-03-01T09:00:00+00:00",
+                                        "content": {"text": f"moved fact {n}"}})["event_id"]
+           for n in range(3)]
+    wait_for(lambda: all(index.has_event(i) for i in ids))
+    month = daemon.config.store / "events" / "2026-03"
+    away = daemon.config.root / "month-moved-away"
+    os.rename(month, away)
+    wait_for(lambda: not any(index.has_event(i) for i in ids))  # no read needed
+    os.rename(away, month)
+    wait_for(lambda: all(index.has_event(i) for i in ids))
+    assert index.scalar("SELECT count(*) FROM events") == 3
+    assert daemon.call("status")["clean"]
+
+
 def test_policy_edits_apply_without_a_restart(daemon: Daemon) -> None:
     before = daemon.call("build_acb", {})["provenance"]["policy_hashes"]
     budgets = daemon.config.store / "policies" / "budgets.yaml"
