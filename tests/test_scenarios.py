@@ -10,9 +10,12 @@ the CLI's exit status.
 from __future__ import annotations
 
 import json
+import tempfile
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
@@ -209,6 +212,25 @@ def test_the_report_has_timings_pools_and_sections(tmp_path: Path, dsn: str) -> 
     assert result["candidate_pool_size"]["max"] >= 3
     assert result["sections_packed_max"]["retrieved_evidence"] == 3
     assert result["paths"] == ["retrieval"]
+
+
+def test_each_run_gets_a_fresh_repository_and_schema_and_leaves_neither(
+        tmp_path: Path, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario_id = f"SCN-ISO{uuid.uuid4().hex[:8].upper()}"
+    text = PASSING.replace("SCN-T", scenario_id) + (
+        "assertions:\n  - {type: event_exists, where: {contains: invoices}, count: 3}\n")
+    scenario = load_scenario(write(tmp_path, text))
+    workdirs = tmp_path / "tmp"
+    workdirs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(workdirs))
+    first, second = run_scenario(scenario, dsn), run_scenario(scenario, dsn)
+    assert first["passed"] and second["passed"], (first["failures"], second["failures"])
+    assert first["candidate_pool_size"] == second["candidate_pool_size"]  # no shared index
+    assert list(workdirs.glob("gitmem-*")) == []  # the repository and the clone are gone
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        left = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+                            (f"scn_{scenario_id.lower().replace('-', '_')}%",)).fetchall()
+    assert left == []
 
 
 def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str) -> None:
