@@ -16,6 +16,7 @@ import pytest
 from gitmem.config import Config
 from tests.conftest import git
 from tests.daemons import (
+    FAST_FLAGS,
     Daemon,
     Index,
     append,
@@ -135,6 +136,22 @@ def test_a_month_directory_moved_out_and_back_is_followed(daemon: Daemon, index:
     wait_for(lambda: all(index.has_event(i) for i in ids))
     assert index.scalar("SELECT count(*) FROM events") == 3
     assert daemon.call("status")["clean"]
+
+
+def test_the_reconcile_timer_finds_changes_no_file_event_reported(store_config: Config,
+                                                                  index: Index) -> None:
+    """A write through a hard link outside the store raises no inotify event in it."""
+    day = store_config.store / DAY
+    first_id, first = event_line("t", "seen by the watcher", number=400)
+    append(day, first)
+    alias = store_config.root / "day-alias.jsonl"
+    os.link(day, alias)
+    with running(store_config, *FAST_FLAGS, "--reconcile-interval", "1") as daemon:
+        assert index.has_event(first_id)
+        hidden_id, hidden = event_line("t", "written through the alias", number=401)
+        append(alias, hidden)
+        wait_for(lambda: index.has_event(hidden_id), timeout=10)  # no read, no file event
+        assert daemon.call("status")["clean"]
 
 
 def test_policy_edits_apply_without_a_restart(daemon: Daemon) -> None:
