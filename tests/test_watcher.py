@@ -154,6 +154,34 @@ def test_the_reconcile_timer_finds_changes_no_file_event_reported(store_config: 
         assert daemon.call("status")["clean"]
 
 
+def test_hand_edits_reach_a_warm_fast_path_build_acb(daemon: Daemon) -> None:
+    """Views, decisions and tasks edited in an editor drop their cached copies."""
+    store = daemon.config.store
+    why = daemon.call("record_event", {"session_id": "c", "content": {"text": "why"}})
+    decision = daemon.call("decide", {"text": "Ship on Fridays", "refs": [why["event_id"]]})
+    task = daemon.call("task", {"title": "Write the runbook", "session_id": "c"})
+    request = {"session_id": "c", "now": "2026-03-02T09:00:00+00:00"}
+
+    def ids(acb: dict[str, object], section: str) -> list[str]:
+        return [i["id"] for i in items(acb, section)]  # type: ignore[arg-type]
+
+    warm = daemon.call("build_acb", request)
+    assert warm["provenance"]["path"] == "fast"
+    assert ids(warm, "relevant_decisions") == [decision["decision_id"]]
+    assert ids(warm, "task_state") == [task["task_id"]]
+    assert daemon.call("build_acb", request)["acb_id"] == warm["acb_id"]  # served warm
+    identity = store / "views" / "identity.md"
+    identity.write_text(identity.read_text().replace("Describe the agent here",
+                                                     "I am the release bot"))
+    dec_file = store / "decisions" / f"{decision['decision_id']}.md"
+    dec_file.write_text(dec_file.read_text().replace("status: active", "status: superseded"))
+    task_file = store / "tasks" / f"{task['task_id']}.md"
+    task_file.write_text(task_file.read_text().replace("status: open", "status: done"))
+    acb = daemon.call("build_acb", request)
+    assert "I am the release bot" in texts(acb, "identity")
+    assert ids(acb, "relevant_decisions") == [] and ids(acb, "task_state") == []
+
+
 def test_policy_edits_apply_without_a_restart(daemon: Daemon) -> None:
     before = daemon.call("build_acb", {})["provenance"]["policy_hashes"]
     budgets = daemon.config.store / "policies" / "budgets.yaml"
