@@ -148,7 +148,9 @@ class Autocommit:
     def _note(self, events: int) -> None:
         with self._cond:
             if self._dirty_since is None:
+                # the idle thread waits without a deadline: wake it to start the interval
                 self._dirty_since = time.monotonic()
+                self._cond.notify_all()
             self._events += events
             if self._events >= self.max_events:
                 self._cond.notify_all()

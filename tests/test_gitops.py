@@ -150,10 +150,6 @@ def test_the_daemon_commits_in_batches_and_on_stop(daemon_root: Config) -> None:
     assert git(root, "log", "--merges", "--format=%H") == ""
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gitmem/daemon.py Autocommit._note never wakes the commit thread when the first change "
-    "arrives: it waits with no deadline until the event count is reached or the daemon stops; "
-    "fix: notify the condition when _dirty_since goes from None to a time"))
 def test_the_daemon_commits_once_the_interval_has_passed(daemon_root: Config) -> None:
     root = daemon_root.root
     with running(daemon_root, "--autocommit", "--commit-max-events", "1000",
