@@ -7,14 +7,13 @@ once per request beforehand (`prepare`) and not timed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bench.queries import Ask
 from gitmem import retrieval
 from gitmem.db import Database
-from gitmem.policies import Policies
+from gitmem.policies import ChannelRule, Policies
 from gitmem.records import parse_ts
 
 
@@ -25,18 +24,6 @@ def limits(policies: Policies) -> retrieval.Limits:
                             b.gamma, b.recency_tau_days)
 
 
-def allowed(policies: Policies, channel: str) -> Callable[[retrieval.Candidate], bool]:
-    """What a request from `channel` may load (acb's `_Build.allows`)."""
-    rule = policies.privacy.rule(channel)
-
-    def check(cand: retrieval.Candidate) -> bool:
-        if cand.sensitivity in rule.suppress_sensitivity:
-            return False
-        return not (cand.channel and rule.event_channels is not None
-                    and cand.channel not in rule.event_channels)
-    return check
-
-
 @dataclass
 class Prepared:
     """A request ready for timed retrieval: its analyzed terms, clock and filter."""
@@ -44,12 +31,12 @@ class Prepared:
     ask: Ask
     terms: list[retrieval.Term]
     now: datetime
-    allowed: Callable[[retrieval.Candidate], bool]
+    rule: ChannelRule
 
     def retrieve(self, db: Database, policies: Policies) -> retrieval.Retrieval:
         """The bounded retrieval build_acb runs for this request."""
         return retrieval.retrieve(db, self.ask.tenant, self.terms, limits(policies), self.now,
-                                  self.allowed)
+                                  self.rule)
 
 
 def prepare(db: Database, policies: Policies, ask: Ask) -> Prepared:
@@ -57,4 +44,4 @@ def prepare(db: Database, policies: Policies, ask: Ask) -> Prepared:
     now_text = ask.params.get("now")
     now = parse_ts(now_text) if now_text else datetime.now(UTC)
     return Prepared(ask, retrieval.analyze(db, ask.query), now,
-                    allowed(policies, str(ask.params.get("channel", "private"))))
+                    policies.privacy.rule(str(ask.params.get("channel", "private"))))

@@ -46,8 +46,8 @@ def run(ctx: Context) -> dict[str, list[Recall]]:
             prepared = prepare(db, policies, ask)
             result = prepared.retrieve(db, policies)
             with timed() as clock:
-                exact = retrieval.exact_top(db, ask.tenant, result.terms, result.idf, bounds,
-                                            prepared.now, prepared.allowed, top=TOP)
+                exact = retrieval.exact_top(db, ask.tenant, result.terms, bounds, prepared.now,
+                                            prepared.rule, top=TOP)
             if not exact:
                 continue
             got = {c.chunk_id for c in result.candidates}

@@ -448,14 +448,14 @@ class _Evidence:
         limits = retrieval.Limits(budgets.candidate_pool_max, budgets.retrieved_chunks_max,
                                   budgets.alpha, budgets.beta, budgets.gamma,
                                   budgets.recency_tau_days)
-        self.result = retrieval.retrieve(
-            db, build.request.tenant_id, terms, limits, build.now,
-            lambda c: build.allows(c.sensitivity, c.channel))
+        self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,
+                                         build.rule)
         build.provenance.update({
             "path": "retrieval",
             "query_terms": retrieval.describe(self.result.terms, self.result.idf),
             "candidate_pool_size": self.result.pool_size,
-            "retrieved": len(self.result.candidates)})
+            "retrieved": len(self.result.candidates),
+            "lanes": self.result.lanes})
         build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
         build.timings["retrieval"] = round((time.perf_counter() - started) * 1000, 3)
         for chunk_id in self.result.suppressed:

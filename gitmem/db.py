@@ -15,6 +15,7 @@ import re
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -31,7 +32,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 Row = dict[str, Any]
 
 
@@ -154,6 +155,9 @@ class Database:
                  timeout: float = 30.0) -> None:
         self.dsn = dsn
         self.schema = schema
+        self.max_size = max_size
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
         # One direct attempt first: a wrong DSN, a refused connection or a bad password
         # fails now with the server's reason, not after the pool retried for `timeout`.
         try:
@@ -191,6 +195,8 @@ class Database:
 
     def close(self) -> None:
         """Close every pooled connection."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
         self._pool.close()
 
     def __enter__(self) -> Database:
@@ -297,14 +303,45 @@ class Database:
                    ) -> list[list[tuple[Any, ...]]]:
         """Several named queries in one round trip (pipeline mode); rows of each, in order,
         as plain tuples (cheaper than dicts where thousands of rows are scored)."""
+        queries = named_queries()
+        return self.run_many([(queries[name], params) for name, params in statements])
+
+    def run_many(self, statements: Sequence[tuple[str, dict[str, Any]]]
+                 ) -> list[list[tuple[Any, ...]]]:
+        """`fetch_many` for statements given as SQL text (built from a named query)."""
         if not statements:
             return []
-        queries = named_queries()
         with self.connection() as conn, conn.pipeline():
             cursors = [conn.cursor(row_factory=tuple_row) for _ in statements]
-            for cur, (name, params) in zip(cursors, statements, strict=True):
-                cur.execute(queries[name], params)
+            for cur, (text, params) in zip(cursors, statements, strict=True):
+                cur.execute(text, params)
             return [cur.fetchall() for cur in cursors]
+
+    def run_parallel(self, statements: Sequence[tuple[str, dict[str, Any]]],
+                     costs: Sequence[float]) -> list[list[tuple[Any, ...]]]:
+        """`run_many` on two connections at once, the statements shared out by their
+        expected cost: the server runs a connection's statements one after another,
+        and a second one keeps the other core busy. Rows of each statement, in order."""
+        if len(statements) < 2 or self.max_size < 2:
+            return self.run_many(statements)
+        parts: list[list[int]] = [[], []]
+        load = [0.0, 0.0]
+        for number in sorted(range(len(statements)), key=lambda n: -costs[n]):
+            side = 0 if load[0] <= load[1] else 1
+            parts[side].append(number)
+            load[side] += costs[number] + 1.0
+        if not parts[1]:
+            return self.run_many(statements)
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=2,
+                                                    thread_name_prefix="gitmem-lanes")
+            executor = self._executor
+        other = executor.submit(self.run_many, [statements[n] for n in parts[1]])
+        results: dict[int, list[tuple[Any, ...]]] = dict(
+            zip(parts[0], self.run_many([statements[n] for n in parts[0]]), strict=True))
+        results.update(zip(parts[1], other.result(), strict=True))
+        return [results[n] for n in range(len(statements))]
 
     def execute(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
                 conn: psycopg.Connection[Row] | None = None) -> int:

@@ -25,7 +25,6 @@ import os
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from gitmem import gitops
 from gitmem.db import Database, Row
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
-from gitmem.rows import TABLE_COLUMNS, FileRows, parse_file
+from gitmem.rows import CHUNK_COLUMNS, SHORT_TOKENS, TABLE_COLUMNS, FileRows, parse_file
 from gitmem.store import classify, iter_store_files, unrecognized_files
 
 logger = logging.getLogger(__name__)
@@ -295,7 +294,7 @@ def reindex(db: Database, store: Path, policies: Policies,
     files = list(iter_store_files(store))
     report = SyncReport(files=len(files))
     seen_events: set[str] = set()
-    tenant_chunks: Counter[str] = Counter()
+    totals: dict[str, list[int]] = {}  # tenant -> chunks, short chunks, tokens, short tokens
     with db.rebuild() as conn:
         batch = FileRows()
         states: list[tuple[Any, ...]] = []
@@ -307,7 +306,7 @@ def reindex(db: Database, store: Path, policies: Policies,
                 rows = parse_file(rel, kind, found.data, policies)
                 _drop_seen(rows, seen_events)
                 for chunk in rows.tables["chunks"]:
-                    tenant_chunks[chunk[1]] += 1
+                    _count_chunk(totals, chunk[1], chunk[_TOKEN_EST])
                 batch.extend(rows)
                 state = dict(found.state)
                 state["errors"] = json.dumps(_errors_json(rows.errors))
@@ -322,11 +321,26 @@ def reindex(db: Database, store: Path, policies: Policies,
         report.rows += loader.rows
         db.execute("lexemes_count_all", None, conn)
         db.execute("lexemes_rebuild", None, conn)
-        db.executemany("lexemes_set_total", sorted(tenant_chunks.items()), conn)
+        db.executemany("lexemes_set_totals", [(tenant, n, short, tenant, tokens_, short_tokens)
+                                              for tenant, (n, short, tokens_, short_tokens)
+                                              in sorted(totals.items())], conn)
         db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)
     return report
+
+
+_TOKEN_EST = CHUNK_COLUMNS.index("token_est")
+
+
+def _count_chunk(totals: dict[str, list[int]], tenant: str, token_est: int) -> None:
+    """Add a chunk to its tenant's totals (lexeme_df's '' and '#' rows)."""
+    found = totals.setdefault(tenant, [0, 0, 0, 0])
+    short = token_est <= SHORT_TOKENS
+    found[0] += 1
+    found[1] += short
+    found[2] += token_est
+    found[3] += token_est if short else 0
 
 
 _STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "head_hash",

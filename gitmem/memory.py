@@ -191,7 +191,7 @@ class Memory:
         rows = chain.active if active_only else sorted(
             chain.by_id.values(), key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
         if query_text.strip():
-            terms = retrieval.analyze(self.db, query_text)
+            terms = retrieval.qualify(retrieval.analyze(self.db, query_text), tenant)
             wanted = {r["chunk_id"] for t in terms for r in self.db.fetchall(
                 "decision_search", {"tenant": tenant, "query": t.query})}
             rows = [r for r in rows if r["decision_id"] in wanted]

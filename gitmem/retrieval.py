@@ -5,44 +5,54 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 
 1. *Analyze*: each content word becomes a term — its English stem OR its plain
    lower-case form (so actor names and tags match too); quoted phrases stay
-   phrases. Stopwords drop out.
-2. *Document frequency* of each term, exact, from `lexeme_df` (kept in step
-   with the chunks by the indexer), per tenant: IDF needs no estimate, and
-   the ranking is the same on any index built from the same files.
-3. *Bounded pools*, all in one round trip: every match of the rare terms
-   (through the GIN index, narrowed to the tenant by its own word); the
-   tenant's newest chunks matching any term (one backward walk serves every
-   common word); the newest chunks matching all terms, and each pair of the
-   three rarest; the decisions, tasks and summaries matching any. The union
-   is capped at candidate_pool_max. Never "rank every match" of a common word.
-4. *Score* each candidate: alpha * lexical + beta * recency + gamma * importance,
-   where lexical is the IDF-weighted share of the query's terms it matches,
-   recency is exp(-age / tau). Ties: importance, recency, smaller token_est, id.
+   phrases. Stopwords drop out. Terms are then *qualified*: every lexeme of a
+   chunk carries its tenant's tag (sql/schema.sql), so the GIN index holds one
+   posting list per tenant and word, and a search reads this tenant's matches
+   only, however large the others are.
+2. *Statistics*, exact, from `lexeme_df` in one round trip: each term's
+   document frequency (IDF needs no estimate; the ranking is the same on any
+   index built from the same files), over all chunks and over the short ones,
+   and the sizes of the tenant's newest days.
+3. *Lanes*: a lane is a set of terms matched together (one term, a pair, all of
+   them), over all chunks or the short ones only, reaching back some number of
+   days (time keys in the tsvector let the GIN index return recent matches
+   only) or over the whole history. `plan` grows the lanes greedily — the lane
+   whose next day holds the best possible matches goes first — until their
+   expected rows fill the budget; a lane whose whole history is small is taken
+   whole. Never "rank every match" of a common word.
+4. *Score* in the database, every lane row alike: alpha * lexical + beta *
+   recency + gamma * importance, lexical being the IDF-weighted share of the
+   terms matched with BM25's length normalization (a term counts once) over
+   token counts, recency exp(-age / tau). Each lane statement returns its best
+   rows, so their union holds the best of everything fetched. Ties: importance,
+   recency, smaller token_est, id. Lanes run on two connections at once.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import heapq
 import itertools
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gitmem.db import Database
-from gitmem.rows import tenant_lexeme
+from gitmem.db import Database, named_queries
+from gitmem.policies import ChannelRule
+from gitmem.rows import SHORT_TOKENS, tenant_tag
 
-MAX_TERMS = 12        # the rarest terms of a long question are kept
-MAX_WINDOW = 20000    # newest chunks of the tenant walked for the common terms, at most
-RANDOM_READ_COST = 3  # a match fetched through the GIN index, in walked chunks
-RARE_MAX = 4000       # matches fetched whole through the GIN index, at most
-WINDOW_MARGIN = 3.0   # recent matches walked per retrieved slot: importance reorders them
-GROUP_POOL = 100      # newest chunks matching some of the common terms together
+MAX_TERMS = 12          # the rarest terms of a long question are kept
+BUDGET_SHARE = 1.0      # expected lane rows, as a share of candidate_pool_max
+WHOLE_SLACK = 8.0       # a lane this close to its whole history takes it whole
+DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
+RECORDS_LIMIT = 50      # best decisions, tasks and summaries, whatever the lanes found
+RECORDS_CAP = 200       # ... among the newest of them matching any term
+SUPPRESSED_SAMPLE = 20  # ids each lane names of the matches the channel may not load
 BM25_K1, BM25_B = 1.2, 0.75
-MIN_POOL = 50         # newest decisions, tasks and summaries matching any term
+DAY = 86400.0
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
@@ -58,7 +68,7 @@ class Term:
 
 @dataclass
 class Candidate:
-    """A chunk considered for retrieved_evidence, with its score parts."""
+    """A chunk considered for retrieved_evidence, as a lane statement scored it."""
 
     chunk_id: str
     source_type: str
@@ -69,8 +79,6 @@ class Candidate:
     token_est: int
     importance: float
     mask: int             # bit n set: matches term n
-    lexical: float = 0.0
-    recency: float = 0.0
     score: float = 0.0
 
     def sort_key(self) -> tuple[float, float, float, int, str]:
@@ -85,71 +93,10 @@ class Retrieval:
     terms: list[Term]
     idf: list[float]
     candidates: list[Candidate]          # scored, best first, privacy-filtered
-    pool_size: int
+    pool_size: int                       # rows the lanes matched, before scoring
     suppressed: list[str] = field(default_factory=list)
+    lanes: list[dict[str, Any]] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
-
-
-def _quote(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def analyze(db: Database, text: str) -> list[Term]:
-    """The terms of a natural-language query (phrases first, then words)."""
-    terms: list[Term] = []
-    seen: set[str] = set()
-    for phrase in _QUOTED.findall(text):
-        words = [lexemes for _, lexemes in _tokens(db, phrase) if lexemes]
-        if len(words) >= 2:
-            query = " <-> ".join(_quote(w[0]) for w in words)
-            if query not in seen:
-                seen.add(query)
-                terms.append(Term(phrase.strip(), query, tuple(w[0] for w in words), True))
-    for token, lexemes in _tokens(db, _QUOTED.sub(" ", text) + " " + " ".join(
-            _QUOTED.findall(text))):
-        if not lexemes:
-            continue  # a stopword
-        forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
-        key = forms[0]
-        if key in seen:
-            continue
-        seen.add(key)
-        terms.append(Term(token, " | ".join(_quote(f) for f in forms), forms))
-    return terms
-
-
-def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
-    rows = db.fetchall("query_tokens", {"text": text})
-    return [(row["token"], list(row["lexemes"] or [])) for row in rows]
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """What ranking needs to know of a tenant's whole index."""
-
-    chunks: int            # how many
-    average_length: float  # distinct lexemes per chunk, on average
-
-
-def frequencies(db: Database, tenant: str, terms: Sequence[Term]) -> tuple[list[int], Corpus]:
-    """Exact document frequency of each term in the tenant, and the tenant's corpus.
-
-    A word's forms are alternatives, so its df is that of its commonest form; a
-    phrase's is that of its rarest word (an upper bound).
-    """
-    lexemes = sorted({lex for term in terms for lex in term.lexemes} | {"", "#"})
-    known = {row["lexeme"]: int(row["df"]) for row in db.fetchall(
-        "lexeme_df", {"tenant": tenant, "lexemes": lexemes})}
-    dfs = [(min if term.phrase else max)(known.get(lex, 0) for lex in term.lexemes)
-           for term in terms]
-    chunks = known.get("", 0)
-    return dfs, Corpus(chunks, known.get("#", 0) / chunks if chunks else 1.0)
-
-
-def idf(df: float, total: int) -> float:
-    """BM25's inverse document frequency, never negative."""
-    size = max(float(total), df, 1.0)
-    return math.log(1.0 + (size - df + 0.5) / (df + 0.5))
 
 
 @dataclass(frozen=True)
@@ -164,181 +111,531 @@ class Limits:
     tau_days: float
 
 
-def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits,
-             now: datetime, allowed: Callable[[Candidate], bool]) -> Retrieval:
-    """Bounded candidate pools, scored; suppressed candidates listed by id only."""
+# --------------------------------------------------------------------------- terms
+
+def _quote(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def analyze(db: Database, text: str) -> list[Term]:
+    """The terms of a natural-language query (phrases first, then words)."""
+    terms: list[Term] = []
+    seen: set[str] = set()
+    for phrase in _QUOTED.findall(text):
+        words = [lexemes for _, lexemes in _tokens(db, phrase) if lexemes]
+        if len(words) >= 2:
+            stems = tuple(w[0] for w in words)
+            key = "<->".join(stems)
+            if key not in seen:
+                seen.add(key)
+                terms.append(_term(phrase.strip(), stems, True))
+    for token, lexemes in _tokens(db, _QUOTED.sub(" ", text) + " " + " ".join(
+            _QUOTED.findall(text))):
+        if not lexemes:
+            continue  # a stopword
+        forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
+        if forms[0] in seen:
+            continue
+        seen.add(forms[0])
+        terms.append(_term(token, forms, False))
+    return terms
+
+
+def _term(text: str, lexemes: tuple[str, ...], phrase: bool) -> Term:
+    joint = " <-> " if phrase else " | "
+    return Term(text, joint.join(_quote(x) for x in lexemes), lexemes, phrase)
+
+
+def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
+    rows = db.fetchall("query_tokens", {"text": text})
+    return [(row["token"], list(row["lexemes"] or [])) for row in rows]
+
+
+def qualify(terms: Sequence[Term], tenant: str) -> list[Term]:
+    """The same terms in the tenant's own lexemes (what its chunks' tsvectors hold)."""
+    tag = tenant_tag(tenant)
+    return [_term(t.text, tuple(tag + x for x in t.lexemes), t.phrase) for t in terms]
+
+
+# --------------------------------------------------------------------------- statistics
+
+@dataclass(frozen=True)
+class Day:
+    """One UTC day of a tenant's chunks: its time key and sizes."""
+
+    key: str              # '@d20260601'
+    start: float          # epoch of its midnight
+    chunks: int
+    short: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What planning and scoring need to know of the tenant and the terms."""
+
+    dfs: list[int]             # per term, all chunks
+    short_dfs: list[int]       # per term, short chunks
+    chunks: int
+    short_chunks: int
+    average_tokens: float
+    days: list[Day]            # newest first, at most DAYS_MAX
+    units: frozenset[str]      # every time key the tenant has ('@d…', '@w…', '@m…')
+
+
+def statistics(db: Database, tenant: str, terms: Sequence[Term]) -> Stats:
+    """Exact frequencies of the (qualified) terms, the tenant's totals and newest days.
+
+    A word's forms are alternatives, so its df is that of its commonest form; a
+    phrase's is that of its rarest word (an upper bound).
+    """
+    tag = tenant_tag(tenant)
+    lexemes = sorted({x for t in terms for x in t.lexemes} | {"", "#"})
+    [counts, days, weeks] = db.fetch_many([
+        ("lexeme_df_rows", {"tenant": tenant, "lexemes": lexemes}),
+        ("tenant_days", {"tenant": tenant, "low": tag + "@d", "high": tag + "@d~",
+                         "limit": DAYS_MAX}),
+        ("tenant_time_keys", {"tenant": tenant, "low": tag + "@m", "high": tag + "@x"}),
+    ])
+    known = {row[0]: (int(row[1]), int(row[2])) for row in counts}
+
+    def df(term: Term, part: int) -> int:
+        values = [known.get(x, (0, 0))[part] for x in term.lexemes]
+        return (min if term.phrase else max)(values)
+
+    chunks, short = known.get("", (0, 0))
+    tokens = known.get("#", (0, 0))[0]
+    cut = len(tag)
+    day_list = [Day(key[cut:], _day_start(key[cut + 2:]), int(n), int(s)) for key, n, s in days]
+    units = frozenset([d.key for d in day_list] + [key[cut:] for key, in weeks])
+    return Stats([df(t, 0) for t in terms], [df(t, 1) for t in terms], chunks, short,
+                 tokens / chunks if chunks else 1.0, day_list, units)
+
+
+def _day_start(yyyymmdd: str) -> float:
+    return datetime.strptime(yyyymmdd, "%Y%m%d").replace(tzinfo=UTC).timestamp()
+
+
+def idf(df: float, total: int) -> float:
+    """BM25's inverse document frequency, never negative."""
+    size = max(float(total), df, 1.0)
+    return math.log(1.0 + (size - df + 0.5) / (df + 0.5))
+
+
+def length_norm(token_est: float, average: float) -> float:
+    """BM25's saturation and length normalization for a term that occurs once."""
+    return (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B + BM25_B * token_est / max(average, 1.0)))
+
+
+# --------------------------------------------------------------------------- planning
+
+@dataclass
+class Lane:
+    """Terms matched together, over all chunks or the short ones, back some days."""
+
+    terms: tuple[int, ...]
+    short: bool
+    rate: float           # expected share of the scope's chunks that match
+    value: float          # alpha * typical lexical score of a match
+    days: int = 0         # newest days reached (0: none)
+    whole: bool = False   # the whole history instead
+    done: tuple[int, bool] = (0, False)   # (days, whole) already fetched
+
+    def reach(self, count: int) -> int:
+        """Days reached, the whole history counting as one more than there are."""
+        return count + 1 if self.whole else self.days
+
+
+def lane_groups(count: int) -> list[tuple[int, ...]]:
+    """Term sets (indexes, rarest first) that get lanes: each term; each pair of the
+    four rarest; all but one term when there are four to six; all of them."""
+    terms = list(range(count))
+    groups: list[tuple[int, ...]] = [(n,) for n in terms]
+    groups += list(itertools.combinations(terms[:4], 2))
+    if 4 <= count <= 6:
+        groups += [tuple(t for t in terms if t != left) for left in terms]
+    if count >= 3:
+        groups.append(tuple(terms))
+    return list(dict.fromkeys(groups))
+
+
+def lanes_for(stats: Stats, weights: Sequence[float], limits: Limits) -> list[Lane]:
+    """Every lane of the query, nothing reached yet.
+
+    A lane's expected rows per day come from the exact sizes of the day and the
+    terms' frequencies within the scope. Words may come together (a phrase split
+    into words) or avoid each other, so a set's rate starts as the geometric mean
+    of independence and full correlation, and the second round corrects it by what
+    the first one found. A lane's value is what its matches would score: alpha *
+    length norm * the set's IDF share (recency is added day by day).
+    """
+    total = sum(weights) or 1.0
+    lanes: list[Lane] = []
+    for group in lane_groups(len(weights)):
+        for short in (False, True):
+            freqs = [(stats.short_dfs[n] / max(stats.short_chunks, 1)) if short
+                     else (stats.dfs[n] / max(stats.chunks, 1)) for n in group]
+            rate = math.sqrt(math.prod(freqs) * min(freqs)) if freqs else 0.0
+            norm = length_norm(SHORT_TOKENS / 2 if short else stats.average_tokens,
+                               stats.average_tokens)
+            lanes.append(Lane(group, short, rate,
+                              limits.alpha * norm * sum(weights[n] for n in group) / total))
+    return lanes
+
+
+def extend(lanes: Sequence[Lane], stats: Stats, limits: Limits, now: datetime,
+           spent: float, budget: float) -> float:
+    """Grow the lanes, a day at a time, the one whose next day holds the best possible
+    matches first, until their expected rows fill the budget; a lane whose whole
+    history is small is taken whole. Returns the rows spent."""
+    tau = max(limits.tau_days, 1e-6) * DAY
+    now_epoch = now.timestamp()
+    recency = [math.exp(-min(700.0, max(0.0, now_epoch - (d.start + DAY)) / tau))
+               for d in stats.days]
+    sizes = {short: [d.short if short else d.chunks for d in stats.days]
+             for short in (False, True)}
+    queue: list[tuple[float, int]] = []
+    for number, lane in enumerate(lanes):
+        if lane.whole:
+            continue
+        everything = lane.rate * (stats.short_chunks if lane.short else stats.chunks)
+        taken = lane.rate * sum(sizes[lane.short][:lane.days])
+        if everything - taken <= WHOLE_SLACK:
+            lane.whole = True  # a handful at most: fetch them all
+            spent += everything - taken
+        elif lane.days < len(stats.days):
+            heapq.heappush(queue, (-(lane.value + limits.beta * recency[lane.days]), number))
+        else:
+            heapq.heappush(queue, (-lane.value, number))
+    while queue and spent < budget:
+        _, number = heapq.heappop(queue)
+        lane = lanes[number]
+        if lane.days >= len(stats.days):
+            everything = lane.rate * (stats.short_chunks if lane.short else stats.chunks)
+            lane.whole = True
+            spent += everything - lane.rate * sum(sizes[lane.short])
+            continue
+        lane.days += 1
+        spent += lane.rate * sizes[lane.short][lane.days - 1]
+        following = (lane.value + limits.beta * recency[lane.days]
+                     if lane.days < len(stats.days) else lane.value)
+        heapq.heappush(queue, (-following, number))
+    return spent
+
+
+def plan(stats: Stats, weights: Sequence[float], limits: Limits, now: datetime) -> list[Lane]:
+    """The first round's lanes: the budget spent on the best possible matches first."""
+    lanes = lanes_for(stats, weights, limits)
+    extend(lanes, stats, limits, now, 0.0, BUDGET_SHARE * limits.pool_max)
+    return lanes
+
+
+def wanted(lanes: Sequence[Lane], count: int) -> list[Lane]:
+    """The lanes that fetch something no other lane holds (see `_needed`)."""
+    return [lane for lane in lanes if _needed(lane, lanes, count)]
+
+
+def _needed(lane: Lane, lanes: Sequence[Lane], count: int) -> bool:
+    """False when the lane reaches nothing new, or another lane of a subset of its
+    terms, over the same or a wider scope, reaches at least as far (it holds them all)."""
+    if lane.reach(count) <= (count + 1 if lane.done[1] else lane.done[0]):
+        return False
+    for other in lanes:
+        if other is lane or not set(other.terms) <= set(lane.terms):
+            continue
+        if (other.short and not lane.short) or (other.terms == lane.terms
+                                                and other.short == lane.short):
+            continue
+        if other.reach(count) >= lane.reach(count):
+            return False
+    return True
+
+
+def horizon(days: int, count: int) -> int:
+    """Days rounded up to a power of two, so that lanes share statements."""
+    if days >= count:
+        return count
+    reach = 1
+    while reach < days:
+        reach *= 2
+    return min(reach, count)
+
+
+def cover(days: Sequence[Day], reach: int, units: frozenset[str], skip: int = 0) -> list[str]:
+    """Time keys covering the days from the reach-th newest to the (skip+1)-th newest:
+    months and ISO weeks where they fit whole, days at the edges (few keys keep the
+    GIN query cheap). With skip 0 the newest day is the last."""
+    first = datetime.fromtimestamp(days[reach - 1].start, UTC).date()
+    last = datetime.fromtimestamp(days[skip].start, UTC).date()
+    keys: list[str] = []
+    day = first
+    while day <= last:
+        month_end = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
+        if day.day == 1 and (skip == 0 or month_end - timedelta(days=1) <= last):
+            key, step = f"@m{day:%Y%m}", month_end
+        elif day.isoweekday() == 1 and (skip == 0 or day + timedelta(days=6) <= last):
+            year, week, _ = day.isocalendar()
+            key, step = f"@w{year}{week:02d}", day + timedelta(days=7)
+        else:
+            key, step = f"@d{day:%Y%m%d}", day + timedelta(days=1)
+        if key in units:
+            keys.append(key)
+        day = step
+    return keys
+
+
+# --------------------------------------------------------------------------- statements
+
+@dataclass(frozen=True)
+class Scoring:
+    """The score every lane statement computes, as SQL parameters."""
+
+    weights: tuple[float, ...]
+    limits: Limits
+    average_tokens: float
+    now: datetime
+
+    def params(self) -> dict[str, Any]:
+        """Parameters of the {score} fragment."""
+        out: dict[str, Any] = {f"w{n}": w for n, w in enumerate(self.weights)}
+        b = self.limits
+        out.update(wsum=sum(self.weights) or 1.0, alpha=b.alpha, beta=b.beta, gamma=b.gamma,
+                   k1=BM25_K1, b=BM25_B, avg=max(self.average_tokens, 1.0),
+                   now=self.now.timestamp(), tau=max(b.tau_days, 1e-6) * DAY)
+        return out
+
+
+def _mask_sql(count: int) -> str:
+    return " | ".join(f"((c.tsv @@ %(q{n})s::tsquery)::int::int8 << {n})" for n in range(count))
+
+
+def _score_sql(count: int) -> str:
+    share = " + ".join(f"((mask >> {n}) & 1) * %(w{n})s::float8" for n in range(count))
+    return ("round((%(alpha)s::float8 * (%(k1)s::float8 + 1) / (1 + %(k1)s::float8 * "
+            "(1 - %(b)s::float8 + %(b)s::float8 * token_est / %(avg)s::float8)) * "
+            f"({share}) / %(wsum)s::float8 + %(beta)s::float8 * "
+            "exp(-least(700, greatest(0, %(now)s::float8 - epoch) / %(tau)s::float8)) + "
+            "%(gamma)s::float8 * importance)::numeric, 9)")
+
+
+_SCOPES = {"all": "", "short": f"AND c.token_est <= {SHORT_TOKENS}",
+           "records": "AND c.source_type <> 'event'"}
+
+
+def lane_statement(tenant: str, terms: Sequence[Term], query: str, scope: str, limit: int,
+                   scoring: Scoring, rule: ChannelRule, cap: int) -> tuple[str, dict[str, Any]]:
+    """SQL and parameters of one lane statement (named query `retrieval_lane`)."""
+    text = named_queries()["retrieval_lane"].format(
+        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), scope=_SCOPES[scope])
+    params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
+    params.update(scoring.params())
+    params.update(tenant=tenant, query=query, limit=limit, cap=cap, sample=SUPPRESSED_SAMPLE,
+                  suppress=sorted(rule.suppress_sensitivity),
+                  channels=None if rule.event_channels is None else sorted(rule.event_channels))
+    return text, params
+
+
+def _conjunction(terms: Sequence[Term], group: Sequence[int]) -> str:
+    return " & ".join(f"({terms[n].query})" for n in group)
+
+
+def _any(parts: Sequence[str]) -> str:
+    return " | ".join(f"({p})" for p in parts)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A lane statement ready to run, with what it is for."""
+
+    label: str
+    sql: str
+    params: dict[str, Any]
+    expected: float
+    cap: int                      # rows it may match at most
+    lanes: tuple[int, ...] = ()   # indexes of the lanes it fetches for
+
+
+def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats: Stats,
+               scoring: Scoring, rule: ChannelRule, pool: int) -> list[Statement]:
+    """The statements fetching what the lanes reach beyond what they fetched before:
+    one per scope and span of days (lanes reaching as far share it, reaches rounded
+    up to powers of two). Marks the lanes as fetched. Each statement may keep up to
+    its share of `pool` rows, by expected size."""
+    count = len(stats.days)
+    tag = tenant_tag(tenant)
+    grouped: dict[tuple[bool, int, int], list[int]] = {}
+    for number, lane in enumerate(lanes):
+        if not _needed(lane, lanes, count):
+            continue
+        done = count + 1 if lane.done[1] else lane.done[0]
+        reach = count + 1 if lane.whole else horizon(lane.days, count)
+        if reach > done:
+            grouped.setdefault((lane.short, done, reach), []).append(number)
+            lane.done = (min(reach, count), reach > count)
+    planned: list[tuple[str, str, bool, float, tuple[int, ...]]] = []
+    for (short, done, reach), members in sorted(grouped.items()):
+        query = _any([_conjunction(terms, lanes[n].terms) for n in members])
+        sizes = [d.short if short else d.chunks for d in stats.days]
+        rate = sum(lanes[n].rate for n in members)
+        scope = "short" if short else "all"
+        if reach > count:
+            rows = stats.short_chunks if short else stats.chunks
+            expected = rate * (rows - sum(sizes[:done]))
+            if done:
+                keys = " | ".join(_quote(tag + k) for k in cover(stats.days, done, stats.units))
+                query = f"({query}) & !({keys})"
+            label = f"{scope}:{done}d-whole"
+        else:
+            keys = " | ".join(_quote(tag + k)
+                              for k in cover(stats.days, reach, stats.units, skip=done))
+            query = f"({query}) & ({keys})"
+            expected = rate * sum(sizes[done:reach])
+            label = f"{scope}:{done}-{reach}d"
+        planned.append((label, query, short, max(expected, 0.0), tuple(members)))
+    total = sum(p[3] for p in planned) or 1.0
+    caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[3] / total)) for p in planned]
+    asked = sum(caps)
+    if asked > pool:  # never more rows than the pool holds, whatever was expected
+        caps = [max(1, cap * pool // asked) for cap in caps]
+    out: list[Statement] = []
+    for (label, query, short, expected, fetched), cap in zip(planned, caps, strict=True):
+        sql, params = lane_statement(tenant, terms, query, "short" if short else "all",
+                                     scoring.limits.retrieved_max, scoring, rule, cap)
+        out.append(Statement(label, sql, params, expected, cap, fetched))
+    return out
+
+
+def records_statement(tenant: str, terms: Sequence[Term], scoring: Scoring,
+                      rule: ChannelRule, cap: int) -> Statement:
+    """The best decisions, tasks and summaries matching any term, among the newest."""
+    sql, params = lane_statement(tenant, terms, _any([t.query for t in terms]), "records",
+                                 min(RECORDS_LIMIT, cap), scoring, rule, cap)
+    return Statement("records", sql, params, 0.0, cap)
+
+
+# --------------------------------------------------------------------------- retrieval
+
+@dataclass(frozen=True)
+class Query:
+    """A query ready for a tenant: the terms it has (rarest first, at most MAX_TERMS),
+    in plain and qualified form, their statistics and IDF weights."""
+
+    plain: list[Term]
+    terms: list[Term]
+    stats: Stats
+    weights: list[float]
+
+
+def prepare(db: Database, tenant: str, terms: Sequence[Term]) -> Query:
+    """Qualify the terms, look up their statistics, keep those the tenant has."""
+    mine = qualify(terms, tenant)
+    stats = statistics(db, tenant, mine)
+    order = [n for _, n in sorted((df, n) for n, df in enumerate(stats.dfs) if df > 0)]
+    order = order[:MAX_TERMS]
+    stats = Stats([stats.dfs[n] for n in order], [stats.short_dfs[n] for n in order],
+                  stats.chunks, stats.short_chunks, stats.average_tokens, stats.days,
+                  stats.units)
+    return Query([terms[n] for n in order], [mine[n] for n in order], stats,
+                 [idf(df, stats.chunks) for df in stats.dfs])
+
+
+def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, now: datetime,
+             rule: ChannelRule) -> Retrieval:
+    """Bounded lanes, scored; what the channel may not load is listed by id only."""
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    dfs, corpus = frequencies(db, tenant, terms)
-    total = corpus.chunks
-    present = sorted((df, n) for n, df in enumerate(dfs) if df > 0)[:MAX_TERMS]
-    terms = [terms[n] for _, n in present]
-    dfs = [df for df, _ in present]
-    weights = [idf(df, total) for df in dfs]
+    query = prepare(db, tenant, terms)
+    plain, mine, stats, weights = query.plain, query.terms, query.stats, query.weights
     timings["terms"] = _ms(start)
-    if not terms:
-        return Retrieval(terms, weights, [], 0, [], timings)
-    found = _pools(db, tenant, terms, dfs, total, limits)
-    timings["pools"] = round(_ms(start) - timings["terms"], 3)
-    candidates, suppressed = score_rows(found.values(), weights, limits, now, allowed,
-                                        corpus.average_length)
-    timings["score"] = round(_ms(start) - timings["pools"] - timings["terms"], 3)
-    return Retrieval(terms, weights, candidates, len(found), suppressed, timings)
+    if not mine:
+        return Retrieval(plain, weights, [], 0, [], [], timings)
+    scoring = Scoring(tuple(weights), limits, stats.average_tokens, now)
+    lanes = plan(stats, weights, limits, now)
+    budget = BUDGET_SHARE * limits.pool_max
+    records = min(RECORDS_CAP, limits.pool_max // 4)
+    todo = [*statements(tenant, mine, lanes, stats, scoring, rule, limits.pool_max - records),
+            records_statement(tenant, mine, scoring, rule, records)]
+    timings["plan"] = round(_ms(start) - timings["terms"], 3)
+    found = Found()
+    found.add(todo, db.run_parallel([(s.sql, s.params) for s in todo],
+                                    [s.expected for s in todo]))
+    timings["lanes"] = round(_ms(start) - timings["plan"] - timings["terms"], 3)
+    if found.pool < REFILL_SHARE * budget and not all(lane.whole for lane in lanes):
+        # the words came together less (or more) than planned: correct the rates by
+        # what was found and spend what is left of the budget
+        for statement, matched in zip(todo, found.matched, strict=True):
+            if matched >= statement.cap:
+                continue  # cut off at its share of the pool: its rate was not wrong
+            ratio = min(50.0, max(0.02, (matched + 1) / (statement.expected + 1)))
+            for number in statement.lanes:
+                lanes[number].rate *= ratio
+        extend(lanes, stats, limits, now, float(found.pool), budget)
+        left = limits.pool_max - found.pool
+        more = statements(tenant, mine, lanes, stats, scoring, rule, left) if left > 0 else []
+        if more:
+            found.add(more, db.run_parallel([(s.sql, s.params) for s in more],
+                                            [s.expected for s in more]))
+        timings["refill"] = round(_ms(start) - timings["lanes"] - timings["plan"]
+                                  - timings["terms"], 3)
+    ranked = sorted(found.best.values(), key=Candidate.sort_key)[:limits.retrieved_max]
+    return Retrieval(plain, weights, ranked, found.pool, sorted(found.suppressed),
+                     found.described, timings)
 
 
-def _pools(db: Database, tenant: str, terms: Sequence[Term], dfs: Sequence[int], total: int,
-           limits: Limits) -> dict[str, tuple[Any, ...]]:
-    """Run every pool in one round trip; their union (never over pool_max rows).
-
-    The budget goes first to decisions, tasks and summaries; then to chunks
-    matching the common terms together; then to the rare terms' matches (newest
-    first when they are many); what is left to the newest chunks matching any.
-    """
-    queries = [t.query for t in terms]
-    mine = "'" + tenant_lexeme(tenant) + "'"
-    base = {"tenant": tenant, "queries": queries}
-    anyone = " | ".join(f"({q})" for q in queries)
-    left = limits.pool_max - MIN_POOL
-    statements: list[tuple[str, dict[str, Any]]] = [
-        ("pool_records", {**base, "limit": MIN_POOL, "query": f"({anyone}) & {mine}"})]
-    whole, window = plan_pools(dfs, total, limits.retrieved_max)
-    common = terms[whole:]  # a rare term's pool holds all of its co-matches already
-    df_of = dict(zip((t.query for t in terms), dfs, strict=True))
-    for group in co_match_groups(common):
-        together = " & ".join(f"({t.query})" for t in group)
-        limit = min(left, limits.retrieved_max if len(group) == len(common) else GROUP_POOL)
-        left -= limit
-        walk = walk_is_cheaper([df_of[t.query] for t in group], total, limit)
-        statements.append(("pool_term_walk" if walk else "pool_term",
-                           {**base, "limit": limit, "query": f"{together} & {mine}"}))
-    rare = sum(dfs[:whole])
-    share = min(rare, left // 2 if window else left)
-    for term, df in zip(terms[:whole], dfs[:whole], strict=True):
-        limit = max(1, df * share // rare)
-        left -= limit
-        statements.append(("pool_rare", {**base, "query": f"({term.query}) & {mine}",
-                                         "limit": limit}))
-    if window and left > 0:
-        statements.append(("pool_recent", {**base, "window": window, "any": anyone,
-                                           "limit": left}))
-    found: dict[str, tuple[Any, ...]] = {}
-    for rows in db.fetch_many(statements):
-        for row in rows:
-            found.setdefault(row[0], row)
-    return found
+REFILL_SHARE = 0.5      # a first round that found less than this share of the budget
 
 
-def plan_pools(dfs: Sequence[int], total: int, retrieved_max: int) -> tuple[int, int]:
-    """How many of the rarest terms to fetch whole, and how many newest chunks to walk.
+@dataclass
+class Found:
+    """What the lane statements returned, merged."""
 
-    The common terms' best single matches are their most recent ones, so the walk
-    must reach WINDOW_MARGIN * retrieved_max of them in all: the rarer the
-    rarest common term, the longer the walk. Fetching a term whole costs a
-    random heap read per match, walking a sequential one per chunk; the cheapest
-    split wins. The walk is capped at MAX_WINDOW chunks afterwards, so a split
-    that would need a longer one is not mistaken for a cheap one.
-    """
-    best: tuple[float, int, int] | None = None
-    for whole in range(len(dfs) + 1):
-        if sum(dfs[:whole]) > RARE_MAX:
-            break  # fetching so many matches whole costs more than any walk saves
-        common = dfs[whole:]
-        window = 0
-        if common:
-            need = math.ceil(retrieved_max * WINDOW_MARGIN / len(common))
-            window = min(total, math.ceil(need * total / max(min(common), 1)))
-        cost = RANDOM_READ_COST * sum(dfs[:whole]) + window
-        if best is None or cost < best[0]:
-            best = (cost, whole, window)
-    assert best is not None
-    return best[1], min(best[2], MAX_WINDOW)
+    best: dict[str, Candidate] = field(default_factory=dict)
+    suppressed: set[str] = field(default_factory=set)
+    described: list[dict[str, Any]] = field(default_factory=list)
+    matched: list[int] = field(default_factory=list)
+    pool: int = 0
 
-
-def walk_is_cheaper(dfs: Sequence[int], total: int, limit: int) -> bool:
-    """Whether walking the newest chunks finds `limit` co-matches of these terms
-    sooner than fetching every co-match through the GIN index.
-
-    Fetching costs a random read per co-match (at most the rarest term's df);
-    the walk visits limit / frequency chunks, the frequency taken as if the terms
-    were independent (co-occurring words only make the walk shorter).
-    """
-    if total <= 0:
-        return False
-    frequency = math.prod(df / total for df in dfs)
-    walk = limit / frequency if frequency > 0 else math.inf
-    return walk < RANDOM_READ_COST * min(dfs)
-
-
-def co_match_groups(terms: Sequence[Term]) -> list[list[Term]]:
-    """Sets of terms whose joint matches get a pool: all of them; for up to six
-    terms, every set of all but one; and each pair of the three rarest."""
-    n = len(terms)
-    groups: list[list[Term]] = [list(terms)] if n >= 2 else []
-    if 4 <= n <= 6:
-        groups += [[t for t in terms if t is not left] for left in terms]
-    if n >= 3:
-        groups += [list(pair) for pair in itertools.combinations(terms[:3], 2)
-                   if n > 3 or list(pair) not in groups]
-    return groups
+    def add(self, todo: Sequence[Statement], results: Sequence[list[tuple[Any, ...]]]) -> None:
+        """Merge the rows of a round of statements."""
+        for statement, rows in zip(todo, results, strict=True):
+            matched = int(rows[0][10]) if rows else 0
+            self.pool += matched
+            self.matched.append(matched)
+            self.described.append({"lane": statement.label,
+                                   "expected": round(statement.expected, 1),
+                                   "matched": matched})
+            for row in rows:
+                if row[9] is None:
+                    self.suppressed.add(row[0])
+                    continue
+                self.best.setdefault(row[0], Candidate(
+                    row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]),
+                    int(row[8]), float(row[9])))
 
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 3)
 
 
-def score_rows(rows: Iterable[Sequence[Any]], weights: list[float], limits: Limits,
-               now: datetime, allowed: Callable[[Candidate], bool], average_length: float
-               ) -> tuple[list[Candidate], list[str]]:
-    """Score feature rows (the pool queries' columns, in order); returns the allowed
-    candidates best first (at most retrieved_max) and the suppressed ids."""
-    total_weight = sum(weights) or 1.0
-    tau = max(limits.tau_days, 1e-6) * 86400.0
-    now_epoch = now.timestamp()
-    bits = list(enumerate(weights))
-    average = max(average_length, 1.0)
-    kept: list[Candidate] = []
-    suppressed: list[str] = []
-    for chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est, \
-            importance, mask, words in rows:
-        cand = Candidate(chunk_id, source_type, source_id, epoch, channel, sensitivity,
-                         token_est, float(importance), mask)
-        if not allowed(cand):
-            suppressed.append(chunk_id)
-            continue
-        # BM25's saturation and length normalization (a term counts once): a short
-        # chunk that matches is likelier about the question than a long one
-        norm = (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B + BM25_B * words / average))
-        cand.lexical = norm * sum(w for n, w in bits if mask >> n & 1) / total_weight
-        cand.recency = math.exp(-max(0.0, now_epoch - epoch) / tau)
-        cand.score = round(limits.alpha * cand.lexical + limits.beta * cand.recency
-                           + limits.gamma * cand.importance, 9)
-        kept.append(cand)
-    kept.sort(key=Candidate.sort_key)
-    suppressed.sort()
-    return kept[:limits.retrieved_max], suppressed
-
-
-def exact_top(db: Database, tenant: str, terms: Sequence[Term], weights: list[float],
-              limits: Limits, now: datetime, allowed: Callable[[Candidate], bool],
-              top: int = 200) -> list[str]:
+def exact_top(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, now: datetime,
+              rule: ChannelRule, top: int = 200) -> list[str]:
     """Ids of the exact top-`top` by the same score over every match (for the benchmark)."""
-    if not terms:
+    query = prepare(db, tenant, terms)
+    if not query.terms:
         return []
-    [rows] = db.fetch_many([("exact_matches", {
-        "tenant": tenant, "queries": [t.query for t in terms],
-        "any": " | ".join(f"({t.query})" for t in terms)})])
-    exact = dataclasses.replace(limits, retrieved_max=top)
-    _, corpus = frequencies(db, tenant, terms)
-    ranked, _ = score_rows(rows, weights, exact, now, allowed, corpus.average_length)
-    return [c.chunk_id for c in ranked]
+    scoring = Scoring(tuple(query.weights), limits, query.stats.average_tokens, now)
+    sql, params = lane_statement(tenant, query.terms, _any([t.query for t in query.terms]),
+                                 "all", top, scoring, rule, 2 ** 62)
+    [rows] = db.run_many([(sql, params)])
+    return [row[0] for row in rows if row[9] is not None]
 
 
 def naive_top(db: Database, tenant: str, terms: Sequence[Term], top: int = 200) -> list[str]:
     """The naive baseline: ts_rank over every match of any term (for the benchmark)."""
     if not terms:
         return []
+    mine = qualify(terms, tenant)
     rows = db.fetchall("naive_rank", {"tenant": tenant, "limit": top,
-                                      "any": " | ".join(f"({t.query})" for t in terms)})
+                                      "any": _any([t.query for t in mine])})
     return [row["chunk_id"] for row in rows]
 
 

@@ -7,9 +7,11 @@ are decided, so the incremental sync and the full reindex cannot disagree.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from gitmem import tokens
@@ -23,7 +25,7 @@ EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "chann
                  "hash", "path", "line")
 CHUNK_COLUMNS = ("chunk_id", "tenant_id", "source_type", "source_id", "path", "line", "ts",
                  "kind", "channel", "session_id", "agent_id", "sensitivity", "tags", "refs",
-                 "hash", "token_est", "importance", "text", "search_extra")
+                 "hash", "token_est", "importance", "text", "search_extra", "search_keys")
 DECISION_COLUMNS = ("decision_id", "tenant_id", "ts", "status", "scope", "title", "text",
                     "rationale", "constraints", "alternatives", "consequences", "confidence",
                     "supersedes", "refs", "sensitivity", "tags", "path")
@@ -44,6 +46,9 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 # Event kinds whose Markdown file is the retrieval unit (the event only logs the act).
 FILE_BACKED_KINDS = ("decision", "summary", "task_update")
+# Chunks of at most this many tokens are "short": BM25's length normalization favours
+# them, and they have a GIN index of their own (sql/indexes.sql, sql/lexemes.sql).
+SHORT_TOKENS = 48
 BASE_IMPORTANCE = {"message": 0.3, "tool_call": 0.1, "tool_result": 0.3, "artifact": 0.2,
                    "decision": 0.8, "summary": 0.6, "task": 0.5}
 
@@ -83,15 +88,37 @@ def importance(kind: str, tags: tuple[str, ...], actor_type: str = "") -> float:
     return round(min(score, 1.0), 3)
 
 
-def tenant_lexeme(tenant: str) -> str:
-    """A word only the tenant's chunks hold: ANDed into a full-text query, it makes
-    the GIN index return that tenant's matches only (GIN skips through the rest)."""
-    return "gmt" + hashlib.sha256(tenant.encode()).hexdigest()[:16]
+@functools.lru_cache(maxsize=1024)
+def tenant_tag(tenant: str) -> str:
+    """The prefix of every lexeme of the tenant's chunks (sql/schema.sql, gitmem_qualify):
+    a full-text query of the tenant's own lexemes reads that tenant's posting lists only.
+    Two tenants sharing a tag (one chance in 4e9) stay apart by the tenant_id test."""
+    return hashlib.md5(tenant.encode()).hexdigest()[:8]
 
 
-def search_extra(tenant: str, actor_id: str, tags: tuple[str, ...]) -> str:
-    """The tenant word, the actor's name and tags (`topic:memory` -> topic memory)."""
-    words = [tenant_lexeme(tenant), actor_id, *tags]
+def time_keys(ts: datetime) -> list[str]:
+    """The UTC day, ISO week and month of a chunk, as searchable keys (@d, @w, @m)."""
+    day = ts.astimezone(UTC)
+    year, week, _ = day.isocalendar()
+    return [f"@d{day:%Y%m%d}", f"@w{year}{week:02d}", f"@m{day:%Y%m}"]
+
+
+def search_keys(tenant: str, ts: str) -> list[str]:
+    """The chunk's tenant tag, then its time keys (the search_keys column); `ts` is
+    ISO-8601 with an offset, as every record holds it."""
+    offset = "Z" if ts.endswith("Z") else ts[-6:]
+    return [tenant_tag(tenant), *_hour_keys(ts[:13], offset)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _hour_keys(hour: str, offset: str) -> tuple[str, ...]:
+    """Time keys of every instant of one local hour (a reindex meets each hour often)."""
+    return tuple(time_keys(datetime.fromisoformat(f"{hour}:00:00{offset}")))
+
+
+def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
+    """The actor's name and tags (`topic:memory` -> topic memory), searchable too."""
+    words = [actor_id, *tags]
     words += [part for tag in tags for part in tag.replace("/", ":").split(":") if part]
     return " ".join(words)
 
@@ -185,14 +212,15 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
         return
     parts = split_counted(event_chunk_text(event), policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
-    extra = search_extra(event.tenant_id, event.actor.id, event.tags)
+    extra = search_extra(event.actor.id, event.tags)
+    keys = search_keys(event.tenant_id, event.ts)
     for number, (text, size) in enumerate(parts, start=1):
         chunk_id = event.id if len(parts) == 1 else f"{event.id}#{number}"
         digest = event.hash if len(parts) == 1 else f"{event.hash}#{number}"
         out.tables["chunks"].append((
             chunk_id, event.tenant_id, "event", event.id, path, line, event.ts, event.kind,
             event.channel, event.session_id, event.agent_id, event.sensitivity, tags, refs,
-            digest, size, weight, text, extra))
+            digest, size, weight, text, extra, keys))
 
 
 def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str, path: str,
@@ -203,7 +231,7 @@ def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str
     out.tables["chunks"].append((
         chunk_id, tenant, source_type, chunk_id, path, line, ts, kind, "", session, "",
         sensitivity, list(tags), list(refs), digest, tokens.count(text), weight, text,
-        search_extra(tenant, "", tags)))
+        search_extra("", tags), search_keys(tenant, ts)))
 
 
 def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:

@@ -5,102 +5,54 @@ SELECT alias, token, lexemes
 FROM ts_debug('english', %(text)s)
 WHERE alias NOT IN ('blank')
 
--- name: pool_term
--- The newest chunks matching a set of terms together, found through the GIN index
--- (for sets that match rarely; the query carries the tenant's word). As in
--- pool_rare, the tenant test is kept out of the indexes: an AND with the tenant's
--- btree would read every entry of the tenant.
-SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-       c.channel, c.sensitivity, c.token_est, c.importance,
-       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask,
-       length(c.tsv) AS words
-FROM chunks c
-WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s
-ORDER BY c.ts DESC, c.chunk_id DESC
+-- name: lexeme_df_rows
+-- Document frequencies (all chunks, short ones) of some lexemes of one tenant.
+SELECT lexeme, df, short_df FROM lexeme_df
+WHERE tenant_id = %(tenant)s AND lexeme = ANY (%(lexemes)s)
+
+-- name: tenant_days
+-- The tenant's newest days that hold chunks (day keys and sizes), newest first.
+SELECT lexeme, df, short_df FROM lexeme_df
+WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
+ORDER BY lexeme DESC
 LIMIT %(limit)s
 
--- name: pool_term_walk
--- The same for sets that match often: walk the tenant's chunks newest first and
--- stop at `limit` matches. `IS TRUE` keeps the GIN index out of the plan (it would
--- fetch every match to sort them).
-SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-       c.channel, c.sensitivity, c.token_est, c.importance,
-       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask,
-       length(c.tsv) AS words
-FROM chunks c
-WHERE c.tenant_id = %(tenant)s AND (c.tsv @@ %(query)s::tsquery) IS TRUE
-ORDER BY c.ts DESC, c.chunk_id DESC
-LIMIT %(limit)s
+-- name: tenant_time_keys
+-- The tenant's month and week keys.
+SELECT lexeme FROM lexeme_df
+WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 
--- name: pool_rare
--- Every match of a rare term. The query carries the tenant's own word, so the GIN
--- index hands back this tenant's rows only; the CTE keeps the plan a bitmap scan
--- (walking the newest rows in search of a rare word would read the whole tenant),
--- and the tenant test is written so no tenant index is ANDed in (it would read
--- every entry of the tenant to narrow what the tenant word already narrowed).
-WITH matches AS MATERIALIZED (
+-- name: retrieval_lane
+-- One statement of bounded retrieval (gitmem/retrieval.py fills {mask}, {score} and
+-- {scope} for the query's number of terms). The matches of %(query)s — the tenant's
+-- own lexemes, so the GIN index reads this tenant's posting lists only — the newest
+-- %(cap)s of them at most; the best %(limit)s the channel may load, scored; a sample of the
+-- ids it may not (score NULL); and how many matched (pool).
+WITH lane AS MATERIALIZED (
   SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-         c.channel, c.sensitivity, c.token_est, c.importance,
-         (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-          FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-          WHERE c.tsv @@ u.q) AS mask,
-       length(c.tsv) AS words
+         c.channel, c.sensitivity, c.token_est, c.importance::float8 AS importance,
+         {mask} AS mask,
+         c.sensitivity <> ALL (%(suppress)s::text[])
+           AND (c.channel = '' OR %(channels)s::text[] IS NULL
+                OR c.channel = ANY (%(channels)s::text[])) AS allowed
   FROM chunks c
-  WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s
+  WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s {scope}
+  ORDER BY c.ts DESC, c.chunk_id DESC
+  LIMIT %(cap)s
+), counted AS (
+  SELECT count(*) AS pool FROM lane
 )
-SELECT * FROM matches ORDER BY epoch DESC, chunk_id DESC LIMIT %(limit)s
-
--- name: pool_recent
--- Of the tenant's newest chunks (`window` of them), those matching any term: one
--- backward walk gathers every common word's recent matches at once. The match
--- mask is computed only for the chunks that match.
-SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-       c.channel, c.sensitivity, c.token_est, c.importance,
-       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask,
-       length(c.tsv) AS words
-FROM (
-  SELECT chunk_id, source_type, source_id, ts, channel, sensitivity, token_est, importance, tsv
-  FROM chunks
-  WHERE tenant_id = %(tenant)s
-  ORDER BY ts DESC, chunk_id DESC
-  LIMIT %(window)s
-) c
-WHERE c.tsv @@ %(any)s::tsquery
-ORDER BY c.ts DESC, c.chunk_id DESC
-LIMIT %(limit)s
-
--- name: pool_records
--- Decisions, tasks and summaries matching any term (with the tenant's word): few,
--- so all of them through the small partial GIN index, then the newest.
-WITH matches AS MATERIALIZED (
-  SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-         c.channel, c.sensitivity, c.token_est, c.importance,
-         (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-          FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-          WHERE c.tsv @@ u.q) AS mask,
-       length(c.tsv) AS words
-  FROM chunks c
-  WHERE c.source_type <> 'event' AND c.tsv @@ %(query)s::tsquery
-    AND (c.tenant_id || '') = %(tenant)s
-)
-SELECT * FROM matches ORDER BY epoch DESC, chunk_id DESC LIMIT %(limit)s
-
--- name: exact_matches
--- The naive baseline: every chunk matching any term, with the same features.
-SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-       c.channel, c.sensitivity, c.token_est, c.importance,
-       (SELECT coalesce(sum(1::bigint << (u.n - 1)::int), 0)::bigint
-        FROM unnest(%(queries)s::tsquery[]) WITH ORDINALITY AS u(q, n)
-        WHERE c.tsv @@ u.q) AS mask,
-       length(c.tsv) AS words
-FROM chunks c
-WHERE c.tenant_id = %(tenant)s AND c.tsv @@ %(any)s::tsquery
+(SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
+        importance, mask, {score} AS score, (SELECT pool FROM counted) AS pool
+ FROM lane WHERE allowed
+ ORDER BY score DESC, importance DESC, epoch DESC, token_est, chunk_id
+ LIMIT %(limit)s)
+UNION ALL
+(SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
+        importance, mask, NULL, (SELECT pool FROM counted)
+ FROM lane WHERE NOT allowed
+ ORDER BY chunk_id
+ LIMIT %(sample)s)
 
 -- name: naive_rank
 -- What a simple implementation does: ts_rank over every match, top N.

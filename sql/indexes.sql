@@ -1,12 +1,13 @@
 -- Indexes, created after a bulk load (faster than maintaining them row by row).
 CREATE INDEX IF NOT EXISTS events_session_ts ON events (tenant_id, session_id, ts, event_id);
 CREATE INDEX IF NOT EXISTS events_path ON events (path);
--- Full-text search: every chunk, and a small index of the non-event records.
+-- Full-text search over tenant-qualified lexemes: every chunk; the short chunks alone
+-- (token_est <= 48: where BM25's length normalization puts most of the best matches,
+-- and whose lists are a fraction of the long ones'); the non-event records.
 CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv);
+CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv) WHERE token_est <= 48;
 CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)
   WHERE source_type <> 'event';
--- Bounded pools walk these newest-first.
-CREATE INDEX IF NOT EXISTS chunks_tenant_ts ON chunks (tenant_id, ts, chunk_id);
 CREATE INDEX IF NOT EXISTS chunks_session_ts ON chunks (tenant_id, session_id, ts, chunk_id)
   WHERE source_type = 'event';
 CREATE INDEX IF NOT EXISTS chunks_source ON chunks (source_id);

@@ -3,6 +3,19 @@
 -- Runs with search_path set to the store's schema; no extensions needed.
 -- Tables are created bare; indexes.sql adds the indexes (after a bulk load).
 
+-- A tenant's own lexemes: every lexeme of a chunk prefixed with its tenant's tag (8 hex
+-- characters), positions kept (quoted phrases still match). The GIN index then holds
+-- one posting list per tenant and word, so a search reads that tenant's matches only,
+-- however large the other tenants are. In a tsvector's text every lexeme is quoted
+-- and they are separated by single spaces; no lexeme holds a space (the parsers split
+-- on them, and the time keys have none), so " '" starts a lexeme and nothing else.
+CREATE OR REPLACE FUNCTION gitmem_qualify(v tsvector, tag text) RETURNS tsvector
+IMMUTABLE PARALLEL SAFE LANGUAGE sql AS $$
+  SELECT CASE WHEN length(v) = 0 THEN v
+              ELSE ('''' || tag || substr(replace(v::text, ' ''', ' ''' || tag), 2))::tsvector
+         END
+$$;
+
 CREATE TABLE IF NOT EXISTS meta (
   key   text PRIMARY KEY,
   value text NOT NULL
@@ -63,12 +76,19 @@ CREATE TABLE IF NOT EXISTS chunks (
   importance   real NOT NULL,
   text         text NOT NULL,
   search_extra text NOT NULL,             -- actor name and tags, searchable too
+  -- {tenant tag, @dYYYYMMDD, @wIIIIWW, @mYYYYMM}: the tag qualifies every lexeme; the
+  -- time keys (UTC day, ISO week, month) let a search ask for recent matches only
+  search_keys  text[] NOT NULL,
   -- left(): a tsvector holds at most 1 MB; one huge record (a pasted log, thousands
   -- of tags) must not make the whole sync fail, so only its head is searchable.
   tsv          tsvector GENERATED ALWAYS AS
-                 (to_tsvector('english', left(text, 100000))
-                  || to_tsvector('simple', left(search_extra, 10000))) STORED
-);
+                 (gitmem_qualify(to_tsvector('english', left(text, 100000))
+                                 || to_tsvector('simple', left(search_extra, 10000))
+                                 || array_to_tsvector(search_keys[2:]), search_keys[1])) STORED
+)
+-- Rows up to a page stay whole: retrieval reads a chunk's tsvector once per query
+-- term, and a compressed or out-of-line one would be decompressed every time.
+WITH (toast_tuple_target = 8160);
 
 CREATE TABLE IF NOT EXISTS decisions (
   decision_id  text PRIMARY KEY,
@@ -165,11 +185,14 @@ CREATE TABLE IF NOT EXISTS artifacts (
   PRIMARY KEY (artifact_id, event_id)
 );
 
--- Document frequency of each lexeme per tenant (lexeme '' holds the tenant's chunk
--- count): exact IDF for ranking, kept in step with chunks in the same transactions.
+-- Document frequency of each (tenant-qualified) lexeme and time key per tenant, over
+-- all chunks and over the short ones (token_est <= 48, the short GIN index's rows):
+-- exact IDF for ranking and exact sizes for planning, kept in step with chunks in the
+-- same transactions. Lexeme '' holds the tenant's chunk counts, '#' their token sums.
 CREATE TABLE IF NOT EXISTS lexeme_df (
   tenant_id text NOT NULL,
   lexeme    text NOT NULL,
   df        bigint NOT NULL,
+  short_df  bigint NOT NULL,
   PRIMARY KEY (tenant_id, lexeme)
 );

@@ -12,11 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from gitmem import retrieval
 from gitmem.config import Config
 from gitmem.db import Database
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.records import content_hash
+from gitmem.rows import tenant_tag
 from tests.conftest import git
 
 DAY = "events/2026-02/2026-02-09.jsonl"
@@ -93,9 +95,9 @@ def test_reindex_builds_every_table(memory: Memory, store: Path, dsn: str, schem
     assert parts[0][0].endswith("#1")
     # the actor's name and the tags are searchable along with the text
     for word in ("alice", "deploy", "fridays"):
-        hit = rows(dsn, schema, "SELECT chunk_id FROM chunks "
-                   "WHERE tsv @@ plainto_tsquery('simple', %s) OR "
-                   "tsv @@ plainto_tsquery('english', %s)", (word, word))
+        [term] = retrieval.qualify(retrieval.analyze(memory.db, word), "default")
+        hit = rows(dsn, schema, "SELECT chunk_id FROM chunks WHERE tsv @@ %s::tsquery",
+                   (term.query,))
         assert (ref,) in hit, word
     assert memory.status()["clean"]
 
@@ -556,8 +558,8 @@ def test_one_huge_record_does_not_fail_the_sync(memory: Memory, store: Path, dsn
     assert report.errors == []
     assert len(event_ids(dsn, schema)) == 2
     assert rows(dsn, schema, "SELECT count(*) FROM decisions") == [(1,)]
-    assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE tsv @@ "
-                "plainto_tsquery('simple', %s)", (tags[0],)) == [(1,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE tsv @@ %s::tsquery",
+                (f"'{tenant_tag('default')}{tags[0]}'",)) == [(1,)]
     memory.reindex()
     assert len(event_ids(dsn, schema)) == 2
 

@@ -1,18 +1,22 @@
-"""Bounded retrieval: query analysis, exact frequencies, pool bounds and recall."""
+"""Bounded retrieval: query analysis, exact statistics, lane planning, bounds and recall."""
 
 from __future__ import annotations
 
 import random
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from gitmem import retrieval
+from gitmem.db import sql_text
 from gitmem.memory import Memory
+from gitmem.policies import ChannelRule
+from gitmem.rows import SHORT_TOKENS, tenant_tag
 
 NOW = datetime.fromisoformat("2026-03-01T12:00:00+00:00")
 WORDS = ["deploy", "pipeline", "cluster", "database", "cache", "review", "incident",
          "customer", "latency", "migration", "schema", "index", "query", "token", "budget",
          "release", "rollback", "alert", "dashboard", "service", "worker", "queue", "retry",
          "timeout", "backup", "replica"]
+EVERYONE = ChannelRule(frozenset(), frozenset(), None)   # no privacy filter in comparisons
 
 
 def limits(memory: Memory) -> retrieval.Limits:
@@ -30,21 +34,30 @@ def test_analyze_keeps_phrases_stems_and_plain_forms(memory: Memory) -> None:
     assert words["deploy"].query == "'deploy'"
 
 
-def test_frequencies_are_exact_and_follow_syncs(memory: Memory) -> None:
+def test_statistics_are_exact_per_tenant_and_follow_syncs(memory: Memory) -> None:
     for n in range(30):
         memory.record({"content": {"text": f"cluster note {n}" + (" kafka" if n < 3 else "")},
                        "ts": "2026-02-01T00:00:00+00:00"})
+    memory.record({"content": {"text": "kafka " * 80 + "cluster"}, "ts": "2026-02-02T09:00:00Z",
+                   "tenant_id": "other"})
     memory.sync()
-    terms = retrieval.analyze(memory.db, "kafka cluster")
-    dfs, corpus = retrieval.frequencies(memory.db, "default", terms)
-    assert dfs == [3, 30] and corpus.chunks == 30
+    terms = retrieval.qualify(retrieval.analyze(memory.db, "kafka cluster"), "default")
+    stats = retrieval.statistics(memory.db, "default", terms)
+    assert (stats.dfs, stats.short_dfs, stats.chunks, stats.short_chunks) == ([3, 30], [3, 30],
+                                                                              30, 30)
+    assert [(d.key, d.chunks) for d in stats.days] == [("@d20260201", 30)]
+    assert {"@w202605", "@m202602"} <= stats.units
     with memory.db.connection() as conn:
-        average = conn.execute("SELECT avg(length(tsv))::float8 AS a FROM chunks").fetchone()
-    assert average is not None and abs(corpus.average_length - average["a"]) < 1e-9
+        average = conn.execute("SELECT avg(token_est)::float8 AS a FROM chunks "
+                               "WHERE tenant_id = 'default'").fetchone()
+    assert average is not None and abs(stats.average_tokens - average["a"]) < 1e-9
+    other = retrieval.statistics(memory.db, "other", retrieval.qualify(
+        retrieval.analyze(memory.db, "kafka cluster"), "other"))
+    assert (other.dfs, other.short_dfs, other.chunks) == ([1, 1], [0, 0], 1)  # a long chunk
     (memory.store / "events" / "2026-02" / "2026-02-01.jsonl").unlink()
     memory.sync()
-    dfs, corpus = retrieval.frequencies(memory.db, "default", terms)
-    assert dfs == [0, 0] and corpus.chunks == 0
+    stats = retrieval.statistics(memory.db, "default", terms)
+    assert stats.dfs == [0, 0] and stats.chunks == 0 and stats.days == []
 
 
 def test_incremental_frequencies_equal_a_rebuild(memory: Memory) -> None:
@@ -65,11 +78,90 @@ def test_incremental_frequencies_equal_a_rebuild(memory: Memory) -> None:
     assert incremental == rebuilt and len(rebuilt) > 20
 
 
-def test_pool_plan_fetches_rare_terms_whole_and_walks_for_common_ones() -> None:
-    assert retrieval.plan_pools([5, 40], 1_000_000, 200) == (2, 0)  # all rare: no walk
-    whole, window = retrieval.plan_pools([30, 90_000, 120_000], 1_000_000, 200)
-    assert whole == 1 and 0 < window <= retrieval.MAX_WINDOW
-    assert retrieval.plan_pools([400_000], 1_000_000, 200) == (0, 1500)  # common: newest
+def synthetic(dfs: list[int], chunks: int = 1_000_000, days: int = 60) -> retrieval.Stats:
+    """A large tenant whose chunks are spread evenly over `days` days before NOW."""
+    per_day = chunks // days
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    day_list = [retrieval.Day(f"@d{start - timedelta(days=n):%Y%m%d}",
+                              (start - timedelta(days=n)).timestamp(), per_day, per_day // 2)
+                for n in range(days)]
+    return retrieval.Stats(dfs, [df // 3 for df in dfs], chunks, chunks // 2, 60.0, day_list,
+                           frozenset(d.key for d in day_list))
+
+
+def expected_rows(stats: retrieval.Stats, lanes: list[retrieval.Lane]) -> float:
+    total = 0.0
+    for lane in lanes:
+        scope = stats.short_chunks if lane.short else stats.chunks
+        sizes = [d.short if lane.short else d.chunks for d in stats.days]
+        total += lane.rate * (scope if lane.whole else sum(sizes[:lane.days]))
+    return total
+
+
+def test_a_rare_term_is_fetched_whole_and_a_common_one_only_recently() -> None:
+    stats = synthetic([40, 250_000])
+    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    lanes = retrieval.wanted(retrieval.plan(stats, weights, bounds, NOW), len(stats.days))
+    rare = [lane for lane in lanes if lane.terms == (0,)]
+    common = [lane for lane in lanes if lane.terms == (1,)]
+    assert rare and all(lane.whole for lane in rare)  # its lanes hold every match
+    assert common and all(not lane.whole and 0 < lane.days <= 3 for lane in common)
+    assert not [lane for lane in lanes if lane.terms == (0, 1)]  # inside the rare lane
+    assert expected_rows(stats, lanes) <= retrieval.BUDGET_SHARE * 2000 + 2 * 8_333
+
+
+def test_the_plan_spends_its_budget_on_the_best_matches_first() -> None:
+    stats = synthetic([20_000, 90_000, 120_000, 300_000])
+    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    lanes = retrieval.wanted(retrieval.plan(stats, weights, bounds, NOW), len(stats.days))
+    assert lanes and expected_rows(stats, lanes) <= 2000 * 1.05
+
+    def reach(lane: retrieval.Lane) -> int:
+        return len(stats.days) if lane.whole else lane.days
+
+    # a lane whose matches score higher and are no more numerous reaches at least as far
+    for a in lanes:
+        for b in lanes:
+            if a.short == b.short and a.value > b.value and a.rate <= b.rate:
+                assert reach(a) >= reach(b), (a, b)
+    # the most common word alone is never worth a lane when the others are rarer
+    assert not [lane for lane in lanes if lane.terms == (3,)]
+    small = retrieval.Limits(200, 200, 0.7, 0.2, 0.1, 14)
+    assert expected_rows(stats, retrieval.wanted(retrieval.plan(stats, weights, small, NOW),
+                                                 len(stats.days))) < 250
+
+
+def test_word_pairs_are_costed_as_if_they_came_together_half_the_time() -> None:
+    # "roll back": as if independent, 2% and 2.1% of chunks would share 0.04%; such
+    # words come together, and a pair counted as rare would be fetched whole
+    stats = synthetic([20_000, 21_000])
+    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    pair = [lane for lane in retrieval.plan(stats, weights, bounds, NOW) if lane.terms == (0, 1)]
+    assert pair and all(lane.rate > 5 * 0.02 * 0.021 for lane in pair if not lane.short)
+    assert expected_rows(stats, pair) <= retrieval.BUDGET_SHARE * 2000 * 1.05
+
+
+def test_cover_uses_months_weeks_and_days() -> None:
+    days = [retrieval.Day(f"@d{datetime(2026, 6, 3) - timedelta(days=n):%Y%m%d}",
+                          (datetime(2026, 6, 3, tzinfo=UTC) - timedelta(days=n)).timestamp(),
+                          10, 5) for n in range(60)]
+    units = frozenset([d.key for d in days] + ["@m202605", "@m202606", "@w202622",
+                                               "@w202621", "@w202620", "@w202619"])
+    assert retrieval.cover(days, 1, units) == ["@d20260603"]
+    assert retrieval.cover(days, 3, units) == ["@m202606"]            # 1 to 3 June
+    # 20 May (a Wednesday) onwards: days to Sunday, two ISO weeks, then June
+    assert retrieval.cover(days, 15, units) == ["@d20260520", "@d20260521", "@d20260522",
+                                                "@d20260523", "@d20260524", "@w202622",
+                                                "@m202606"]
+    assert retrieval.horizon(3, 60) == 4 and retrieval.horizon(60, 60) == 60
+
+
+def test_the_short_bound_is_the_same_in_code_and_sql() -> None:
+    assert f"token_est <= {SHORT_TOKENS}" in sql_text("indexes.sql")
+    assert sql_text("lexemes.sql").count(f"token_est <= {SHORT_TOKENS}") >= 4
 
 
 def test_a_rare_term_of_another_tenant_is_not_fetched(memory: Memory) -> None:
@@ -77,8 +169,7 @@ def test_a_rare_term_of_another_tenant_is_not_fetched(memory: Memory) -> None:
     mine = memory.record({"content": {"text": "zygomorphic petals"}}).id
     memory.sync()
     terms = retrieval.analyze(memory.db, "zygomorphic")
-    found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW,
-                               lambda c: True)
+    found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
     assert [c.chunk_id for c in found.candidates] == [mine]
 
 
@@ -91,20 +182,55 @@ def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
          "ts": f"2026-02-{1 + n % 28:02d}T{n % 24:02d}:{n % 60:02d}:00+00:00"}
         for n in range(6000)])
     memory.sync()
-    allowed = lambda c: True  # noqa: E731 - no privacy filter in this comparison
     for question in ("why did the deploy pipeline time out on the replica?",
                      "backup retry timeout", "customer latency dashboard alert"):
         terms = retrieval.analyze(memory.db, question)
-        bounded = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, allowed)
+        bounded = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
         assert bounded.pool_size <= 2000
-        exact = retrieval.exact_top(memory.db, "default", bounded.terms, bounded.idf,
-                                    limits(memory), NOW, allowed, top=200)
+        exact = retrieval.exact_top(memory.db, "default", bounded.terms, limits(memory), NOW,
+                                    EVERYONE, top=200)
         got = {c.chunk_id for c in bounded.candidates[:200]}
         recall = len(got & set(exact)) / len(exact)
         assert recall >= 0.9, (question, recall)
 
 
-def test_frequent_co_matches_are_walked_rare_ones_fetched() -> None:
-    assert retrieval.walk_is_cheaper([90_000, 85_000], 372_000, 200)     # 'database cache'
-    assert not retrieval.walk_is_cheaper([40, 3_000], 372_000, 200)      # a rare word in it
-    assert not retrieval.walk_is_cheaper([10], 0, 200)                   # empty tenant
+def test_recent_lanes_find_the_newest_matches_of_a_common_word(memory: Memory) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    memory.record_many([{"content": {"text": f"deploy finished {n}"},
+                         "ts": (start + timedelta(hours=6 * n)).isoformat()}
+                        for n in range(240)])  # 60 days, four a day
+    memory.sync()
+    now = start + timedelta(days=60)
+    tight = retrieval.Limits(20, 10, 0.7, 0.2, 0.1, 14)  # a budget of 12 expected rows
+    found = retrieval.retrieve(memory.db, "default", retrieval.analyze(memory.db, "deploy"),
+                               tight, now, EVERYONE)
+    assert len(found.candidates) == 10
+    assert found.pool_size < 240 and all(lane["lane"] != "all:whole" for lane in found.lanes)
+    newest = sorted(c.epoch for c in found.candidates)
+    assert newest[0] >= (now - timedelta(days=8)).timestamp()
+
+
+def test_quoted_phrases_match_within_the_tenant(memory: Memory) -> None:
+    memory.record({"content": {"text": "the blue cluster in Frankfurt"}})
+    memory.record({"content": {"text": "a cluster that is blue"}})
+    memory.record({"content": {"text": "the blue cluster again"}, "tenant_id": "other"})
+    memory.sync()
+    terms = retrieval.analyze(memory.db, '"blue cluster"')
+    found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
+    texts = {row["chunk_id"]: row["text"] for row in memory.db.fetchall(
+        "chunk_items", {"tenant": "default", "ids": [c.chunk_id for c in found.candidates]})}
+    assert [texts[c.chunk_id] for c in found.candidates if c.mask & 1] == [
+        "user: the blue cluster in Frankfurt"]
+    assert all(tenant_tag("default") in t.query for t in retrieval.qualify(terms, "default"))
+
+
+def test_what_the_channel_may_not_load_is_named_not_scored(memory: Memory) -> None:
+    kept = memory.record({"content": {"text": "zeppelin hangar notes"}, "channel": "team"}).id
+    hidden = memory.record({"content": {"text": "zeppelin hangar secret plan"},
+                            "channel": "private"}).id
+    memory.sync()
+    rule = ChannelRule(frozenset({"secret"}), frozenset(), frozenset({"team", "public"}))
+    found = retrieval.retrieve(memory.db, "default", retrieval.analyze(memory.db, "zeppelin"),
+                               limits(memory), NOW, rule)
+    assert [c.chunk_id for c in found.candidates] == [kept]
+    assert found.suppressed == [hidden]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from gitmem import tokens
-from gitmem.rows import importance, search_extra, split_text, tenant_lexeme
+from gitmem.rows import importance, search_extra, search_keys, split_text, tenant_tag
 
 
 def test_short_text_is_one_part() -> None:
@@ -53,10 +53,21 @@ def test_importance_prior() -> None:
 
 
 def test_search_extra_spells_out_tags() -> None:
-    assert search_extra("acme", "alice", ("topic:deploy", "team/infra")) == (
-        f"{tenant_lexeme('acme')} alice topic:deploy team/infra topic deploy team infra")
+    assert search_extra("alice", ("topic:deploy", "team/infra")) == (
+        "alice topic:deploy team/infra topic deploy team infra")
 
 
-def test_tenant_lexeme_is_one_word_of_its_own() -> None:
-    word = tenant_lexeme("acme:eu/1")
-    assert word.isalnum() and word != tenant_lexeme("acme:eu/2")
+def test_tenant_tag_is_a_fixed_width_prefix_of_its_own() -> None:
+    tag = tenant_tag("acme:eu/1")
+    assert len(tag) == 8 and tag.isalnum() and tag != tenant_tag("acme:eu/2")
+    assert tenant_tag("Zürich") == tenant_tag("Zürich") != tenant_tag("Zurich")
+
+
+def test_search_keys_are_the_utc_day_iso_week_and_month() -> None:
+    tag = tenant_tag("acme")
+    # 23:30 at UTC-5 on Sunday 31 May is 04:30 UTC on Monday 1 June (ISO week 23)
+    assert search_keys("acme", "2026-05-31T23:30:00-05:00") == [
+        tag, "@d20260601", "@w202623", "@m202606"]
+    assert search_keys("acme", "2027-01-01T00:10:00Z") == [tag, "@d20270101", "@w202653",
+                                                            "@m202701"]
+    assert search_keys("acme", "2026-06-01T12:00:00.123456+02:00")[1] == "@d20260601"
