@@ -45,7 +45,7 @@ from gitmem.policies import ChannelRule
 from gitmem.rows import SHORT_TOKENS, tenant_tag
 
 MAX_TERMS = 12          # the rarest terms of a long question are kept
-BUDGET_SHARE = 1.0      # expected lane rows, as a share of candidate_pool_max
+BUDGET_SHARE = 0.75     # expected lane rows, as a share of candidate_pool_max
 WHOLE_SLACK = 8.0       # a lane this close to its whole history takes it whole
 DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
 RECORDS_LIMIT = 50      # best decisions, tasks and summaries, whatever the lanes found
@@ -562,12 +562,15 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
     if found.pool < REFILL_SHARE * budget and not all(lane.whole for lane in lanes):
         # the words came together less (or more) than planned: correct the rates by
         # what was found and spend what is left of the budget
+        ratios: dict[tuple[int, ...], float] = {}
         for statement, matched in zip(todo, found.matched, strict=True):
             if matched >= statement.cap:
                 continue  # cut off at its share of the pool: its rate was not wrong
             ratio = min(50.0, max(0.02, (matched + 1) / (statement.expected + 1)))
             for number in statement.lanes:
-                lanes[number].rate *= ratio
+                ratios[lanes[number].terms] = ratio
+        for lane in lanes:  # the same words go together (or not) in either scope
+            lane.rate *= ratios.get(lane.terms, 1.0)
         extend(lanes, stats, limits, now, float(found.pool), budget)
         left = limits.pool_max - found.pool
         more = statements(tenant, mine, lanes, stats, scoring, rule, left) if left > 0 else []
