@@ -498,16 +498,15 @@ class _Evidence:
         chosen = [c for c in result.candidates if c.source_type in ("event", "summary")]
         if not chosen:
             return
-        tenant = build.request.tenant_id
-        found = {r["chunk_id"]: r for r in build.db().fetchall(
-            "chunk_items", {"tenant": tenant, "ids": [c.chunk_id for c in chosen]})}
-        anchors = [row for row in (found.get(c.chunk_id) for c in chosen[:REPLY_ANCHORS])
-                   if row is not None and row["source_type"] == "event"
-                   and row["text"].rstrip().endswith("?")]  # a question: its answer follows
-        replies = {r["anchor"]: r for r in build.db().fetchall("next_turns", {
-            "tenant": tenant, "anchors": [a["chunk_id"] for a in anchors],
-            "sessions": [a["session_id"] for a in anchors],
-            "stamps": [a["ts"] for a in anchors]})} if anchors else {}
+        found: dict[str, Row] = {}
+        replies: dict[str, Row] = {}  # a question among the best: its answer follows
+        for row in build.db().fetchall("evidence_items", {
+                "tenant": build.request.tenant_id, "ids": [c.chunk_id for c in chosen],
+                "anchors": [c.chunk_id for c in chosen[:REPLY_ANCHORS]]}):
+            if row["anchor"] is None:
+                found[row["chunk_id"]] = row
+            else:
+                replies[row["anchor"]] = row
         for cand in chosen:
             hit = found.get(cand.chunk_id)
             if hit is None:

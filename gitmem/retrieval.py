@@ -559,9 +559,11 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
     found.add(todo, db.run_parallel([(s.sql, s.params) for s in todo],
                                     [s.expected for s in todo]))
     timings["lanes"] = round(_ms(start) - timings["plan"] - timings["terms"], 3)
-    if found.pool < REFILL_SHARE * budget and not all(lane.whole for lane in lanes):
-        # the words came together less (or more) than planned: correct the rates by
-        # what was found and spend what is left of the budget
+    expected = sum(s.expected for s in todo)
+    lanes_found = sum(found.matched[:-1])  # the records statement is not a lane
+    if lanes_found < REFILL_SHARE * expected and not all(lane.whole for lane in lanes):
+        # the words came together less than planned: correct the rates by what was
+        # found and spend what is left of the budget
         ratios: dict[tuple[int, ...], float] = {}
         for statement, matched in zip(todo, found.matched, strict=True):
             if matched >= statement.cap:
@@ -584,7 +586,7 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
                      found.described, timings)
 
 
-REFILL_SHARE = 0.5      # a first round that found less than this share of the budget
+REFILL_SHARE = 0.5      # a first round that found less than this share of what it expected
 
 
 @dataclass

@@ -62,30 +62,35 @@ WHERE tenant_id = %(tenant)s AND tsv @@ %(any)s::tsquery
 ORDER BY rank DESC, chunk_id
 LIMIT %(limit)s
 
--- name: chunk_items
-SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
-       c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
-       e.content ->> 'artifact_id' AS artifact_id
-FROM chunks c
-LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
-WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
-
--- name: next_turns
--- For each anchor chunk, the next event of its session within a day (the reply to
--- it, where an answer often sits), through the session index.
-SELECT s.anchor, c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind,
-       c.channel, c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est,
-       c.importance, c.text, e.content ->> 'artifact_id' AS artifact_id
-FROM unnest(%(anchors)s::text[], %(sessions)s::text[], %(stamps)s::timestamptz[])
-     AS s(anchor, session_id, ts)
+-- name: evidence_items
+-- The chunks of retrieved_evidence (text, file location, artifact) and, for those of
+-- %(anchors)s (the best few) that are questions, the next event of the session within
+-- a day: the reply, where the answer often sits (`anchor` names the question). One
+-- round trip for both.
+WITH items AS MATERIALIZED (
+  SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
+         c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance,
+         c.text, e.content ->> 'artifact_id' AS artifact_id
+  FROM chunks c
+  LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+  WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
+)
+SELECT NULL::text AS anchor, items.* FROM items
+UNION ALL
+SELECT a.chunk_id, n.chunk_id, n.source_type, n.source_id, n.path, n.line, n.ts, n.kind,
+       n.channel, n.session_id, n.sensitivity, n.tags, n.refs, n.hash, n.token_est,
+       n.importance, n.text, e.content ->> 'artifact_id'
+FROM items a
 CROSS JOIN LATERAL (
   SELECT * FROM chunks n
-  WHERE n.tenant_id = %(tenant)s AND n.session_id = s.session_id AND n.source_type = 'event'
-    AND (n.ts, n.chunk_id) > (s.ts, s.anchor) AND n.ts <= s.ts + interval '1 day'
+  WHERE n.tenant_id = %(tenant)s AND n.session_id = a.session_id AND n.source_type = 'event'
+    AND (n.ts, n.chunk_id) > (a.ts, a.chunk_id) AND n.ts <= a.ts + interval '1 day'
   ORDER BY n.ts, n.chunk_id
   LIMIT 1
-) c
-LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
+) n
+LEFT JOIN events e ON n.kind = 'tool_result' AND e.event_id = n.source_id
+WHERE a.chunk_id = ANY (%(anchors)s) AND a.source_type = 'event'
+  AND a.text ~ '[?][[:space:]]*$'
 
 -- name: session_recent
 -- The chunks of the session's latest %(limit)s events other than tool results (and

@@ -218,7 +218,8 @@ def test_quoted_phrases_match_within_the_tenant(memory: Memory) -> None:
     terms = retrieval.analyze(memory.db, '"blue cluster"')
     found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
     texts = {row["chunk_id"]: row["text"] for row in memory.db.fetchall(
-        "chunk_items", {"tenant": "default", "ids": [c.chunk_id for c in found.candidates]})}
+        "evidence_items", {"tenant": "default", "ids": [c.chunk_id for c in found.candidates],
+                           "anchors": []})}
     assert [texts[c.chunk_id] for c in found.candidates if c.mask & 1] == [
         "user: the blue cluster in Frankfurt"]
     assert all(tenant_tag("default") in t.query for t in retrieval.qualify(terms, "default"))
