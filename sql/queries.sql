@@ -22,6 +22,10 @@ SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
        size, mtime_ns, inode
 FROM source_files ORDER BY path
 
+-- name: file_stats
+-- What a reconcile compares with each file's stat.
+SELECT path, kind, size, mtime_ns, inode FROM source_files
+
 -- name: file_state
 SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
        size, mtime_ns, inode

@@ -18,6 +18,7 @@ from gitmem.store import (
     init_store,
     iter_store_files,
     read_artifact,
+    stat_store_files,
     write_new,
 )
 from tests.conftest import git
@@ -172,6 +173,29 @@ def test_iter_store_files_is_sorted_and_skips_foreign_files(tmp_path: Path) -> N
     assert "decisions/notes.txt" not in paths
     assert paths.index("events/2026-02/2026-02-09.jsonl") < paths.index(
         "events/2026-02/2026-02-10.jsonl")
+
+
+def test_stat_store_files_gives_each_indexed_file_its_stat(tmp_path: Path) -> None:
+    store = init_store(tmp_path / "proj").store
+    month = store / "events" / "2026-02"
+    month.mkdir()
+    (month / "2026-02-10.jsonl").write_text("{}\n")
+    (store / "decisions" / "notes.txt").write_text("not a record")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "2026-03-01.jsonl").write_text("")
+    (store / "events" / "2026-03").symlink_to(elsewhere, target_is_directory=True)
+    (store / "views" / "gone.md").symlink_to(tmp_path / "missing.md")
+
+    found = stat_store_files(store)
+
+    kind, st = found["events/2026-02/2026-02-10.jsonl"]
+    assert kind == "events" and st is not None and st.st_size == 3
+    assert st.st_ino == (month / "2026-02-10.jsonl").stat().st_ino
+    assert found["views/gone.md"] == ("view", None)  # a broken link: listed, no stat
+    assert "decisions/notes.txt" not in found
+    assert not any(rel.startswith("events/2026-03/") for rel in found)  # link not entered
+    assert sorted(found) == [rel for rel, _ in iter_store_files(store)]
 
 
 def test_read_artifact_errors(tmp_path: Path) -> None:
