@@ -408,6 +408,10 @@ def test_fast_path_bundle_is_reused_until_the_files_change(memory: Memory) -> No
     later = say(memory, "second words", session_id="s1", ts="2026-03-01T11:00:00+00:00")
     fresh = memory.build_acb(request)
     assert later in [i["id"] for i in section(fresh, "recent_window")]
+    assert fresh["acb_id"] != first["acb_id"]  # the id follows the bundle's content
+    other_clock = memory.build_acb({**request, "now": "2026-03-02T09:00:00+00:00"})
+    assert other_clock["sections"] == fresh["sections"]  # the same cached bundle, ...
+    assert other_clock["acb_id"] != fresh["acb_id"]  # ... but another request
     budgets = memory.store / "policies" / "budgets.yaml"
     budgets.write_text(budgets.read_text().replace(
         "recent_window:      {max_tokens: 12000", "recent_window:      {max_tokens: 9"))
