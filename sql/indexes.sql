@@ -11,7 +11,7 @@ CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)
 CREATE INDEX IF NOT EXISTS chunks_session_ts ON chunks (tenant_id, session_id, ts, chunk_id)
   WHERE source_type = 'event';
 CREATE INDEX IF NOT EXISTS chunks_source ON chunks (source_id);
-CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path);
+CREATE INDEX IF NOT EXISTS chunks_path ON chunks (path, line);  -- a sync counts the lexemes of appended lines only
 CREATE INDEX IF NOT EXISTS chunks_pinned ON chunks (tenant_id, ts) WHERE 'pinned' = ANY (tags);
 CREATE INDEX IF NOT EXISTS decisions_tenant ON decisions (tenant_id, ts);
 CREATE INDEX IF NOT EXISTS decisions_path ON decisions (path);
