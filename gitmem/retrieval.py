@@ -16,7 +16,9 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 3. *Lanes*: a lane is a set of terms matched together (one term, a pair, all of
    them), over all chunks or the short ones only, reaching back some number of
    days (time keys in the tsvector let the GIN index return recent matches
-   only) or over the whole history. `plan` grows the lanes greedily — the lane
+   only; where few of a lane's matches lie beyond its days, the rows are cut
+   by time instead, which costs less than a month key's posting list) or over
+   the whole history. `plan` grows the lanes greedily — the lane
    whose next day holds the best possible matches goes first — until their
    expected rows fill the budget; a lane whose whole history is small is taken
    whole. Never "rank every match" of a common word.
@@ -47,6 +49,8 @@ from gitmem.rows import SHORT_TOKENS, tenant_tag
 MAX_TERMS = 12          # the rarest terms of a long question are kept
 BUDGET_SHARE = 0.75     # expected lane rows, as a share of candidate_pool_max
 WHOLE_SLACK = 8.0       # a lane this close to its whole history takes it whole
+KEYLESS_EXTRA = 400.0   # a span whose terms match at most this many rows beyond it
+                        # is cut by time on the rows, not by time keys in the GIN lookup
 DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
 RECORDS_LIMIT = 50      # best decisions, tasks and summaries, whatever the lanes found
 RECORDS_CAP = 200       # ... among the newest of them matching any term
@@ -419,14 +423,20 @@ def _score_sql(count: int) -> str:
 
 _SCOPES = {"all": "", "short": f"AND c.token_est <= {SHORT_TOKENS}",
            "records": "AND c.source_type <> 'event'"}
+_SPAN = "AND c.ts >= to_timestamp(%(since)s) AND c.ts < to_timestamp(%(until)s)"
 
 
 def lane_statement(tenant: str, terms: Sequence[Term], query: str, scope: str, limit: int,
-                   scoring: Scoring, rule: ChannelRule, cap: int) -> tuple[str, dict[str, Any]]:
-    """SQL and parameters of one lane statement (named query `retrieval_lane`)."""
+                   scoring: Scoring, rule: ChannelRule, cap: int,
+                   span: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
+    """SQL and parameters of one lane statement (named query `retrieval_lane`);
+    `span` (epochs, end excluded) keeps the rows of those days only."""
+    scope_sql = _SCOPES[scope] + (" " + _SPAN if span else "")
     text = named_queries()["retrieval_lane"].format(
-        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), scope=_SCOPES[scope])
+        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), scope=scope_sql)
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
+    if span:
+        params.update(since=span[0], until=span[1])
     params.update(scoring.params())
     params.update(tenant=tenant, query=query, limit=limit, cap=cap, sample=SUPPRESSED_SAMPLE,
                   suppress=sorted(rule.suppress_sensitivity),
@@ -452,6 +462,7 @@ class Statement:
     expected: float
     cap: int                      # rows it may match at most
     lanes: tuple[int, ...] = ()   # indexes of the lanes it fetches for
+    span: tuple[float, float] | None = None  # cut by time on the rows, not by time keys
 
 
 def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats: Stats,
@@ -471,36 +482,43 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
         if reach > done:
             grouped.setdefault((lane.short, done, reach), []).append(number)
             lane.done = (min(reach, count), reach > count)
-    planned: list[tuple[str, str, bool, float, tuple[int, ...]]] = []
+    planned: list[tuple[str, str, bool, float, tuple[int, ...],
+                        tuple[float, float] | None]] = []
     for (short, done, reach), members in sorted(grouped.items()):
         query = _any([_conjunction(terms, lanes[n].terms) for n in members])
         sizes = [d.short if short else d.chunks for d in stats.days]
         rate = sum(lanes[n].rate for n in members)
         scope = "short" if short else "all"
+        rows = stats.short_chunks if short else stats.chunks
+        span: tuple[float, float] | None = None
         if reach > count:
-            rows = stats.short_chunks if short else stats.chunks
             expected = rate * (rows - sum(sizes[:done]))
-            if done:
-                keys = " | ".join(_quote(tag + k) for k in cover(stats.days, done, stats.units))
-                query = f"({query}) & !({keys})"
+            if done:  # older than what was fetched (a negated key only adds to the lookup)
+                span = (-math.inf, stats.days[done - 1].start)
             label = f"{scope}:{done}d-whole"
         else:
-            keys = " | ".join(_quote(tag + k)
-                              for k in cover(stats.days, reach, stats.units, skip=done))
-            query = f"({query}) & ({keys})"
             expected = rate * sum(sizes[done:reach])
+            if rate * rows - expected <= KEYLESS_EXTRA:
+                # few matches outside the span: a month key's posting list (as long as
+                # the tenant's month) costs more than filtering those rows by time
+                span = (stats.days[reach - 1].start,
+                        stats.days[done].start + DAY if done else math.inf)
+            else:
+                keys = " | ".join(_quote(tag + k)
+                                  for k in cover(stats.days, reach, stats.units, skip=done))
+                query = f"({query}) & ({keys})"
             label = f"{scope}:{done}-{reach}d"
-        planned.append((label, query, short, max(expected, 0.0), tuple(members)))
+        planned.append((label, query, short, max(expected, 0.0), tuple(members), span))
     total = sum(p[3] for p in planned) or 1.0
     caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[3] / total)) for p in planned]
     asked = sum(caps)
     if asked > pool:  # never more rows than the pool holds, whatever was expected
         caps = [max(1, cap * pool // asked) for cap in caps]
     out: list[Statement] = []
-    for (label, query, short, expected, fetched), cap in zip(planned, caps, strict=True):
+    for (label, query, short, expected, fetched, span), cap in zip(planned, caps, strict=True):
         sql, params = lane_statement(tenant, terms, query, "short" if short else "all",
-                                     scoring.limits.retrieved_max, scoring, rule, cap)
-        out.append(Statement(label, sql, params, expected, cap, fetched))
+                                     scoring.limits.retrieved_max, scoring, rule, cap, span)
+        out.append(Statement(label, sql, params, expected, cap, fetched, span))
     return out
 
 

@@ -24,7 +24,8 @@ WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 
 -- name: retrieval_lane
 -- One statement of bounded retrieval (gitmem/retrieval.py fills {mask}, {score} and
--- {scope} for the query's number of terms). The matches of %(query)s — the tenant's
+-- {scope} for the query's number of terms; {scope} may also cut the rows by time,
+-- between the since and until parameters, epochs). The matches of %(query)s — the tenant's
 -- own lexemes, so the GIN index reads this tenant's posting lists only — the newest
 -- %(cap)s of them at most; the best %(limit)s the channel may load, scored; a sample of the
 -- ids it may not (score NULL); and how many matched (pool).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -144,6 +145,28 @@ def test_word_pairs_are_costed_as_if_they_came_together_half_the_time() -> None:
     assert expected_rows(stats, pair) <= retrieval.BUDGET_SHARE * 2000 * 1.05
 
 
+def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
+    stats = synthetic([1_500, 250_000])  # ~25 matches a day, and ~4,200 a day
+    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    lanes = retrieval.plan(stats, weights, bounds, NOW)
+    terms = [retrieval.Term("kafka", "'kafka'", ("kafka",)),
+             retrieval.Term("deploy", "'deploy'", ("deploy",))]
+    scoring = retrieval.Scoring(tuple(weights), bounds, stats.average_tokens, NOW)
+    found = {s.label: s for s in
+             retrieval.statements("default", terms, lanes, stats, scoring, EVERYONE, 2000)}
+    # kafka over its newest 8 days: ~200 of its 1,500 matches, the rest beyond the span,
+    # so the days' keys go into the GIN lookup
+    recent = found["all:0-8d"]
+    assert recent.span is None and "@d" in recent.params["query"]
+    # the pair over every day: nothing beyond the span, so no key is looked up and the
+    # rows are cut by time instead
+    both = found["all:0-60d"]
+    assert both.span == (stats.days[59].start, math.inf) and "@" not in both.params["query"]
+    assert both.params["since"] == stats.days[59].start
+    assert found["short:0d-whole"].span is None  # a whole history needs no cut
+
+
 def test_cover_uses_months_weeks_and_days() -> None:
     days = [retrieval.Day(f"@d{datetime(2026, 6, 3) - timedelta(days=n):%Y%m%d}",
                           (datetime(2026, 6, 3, tzinfo=UTC) - timedelta(days=n)).timestamp(),
@@ -208,6 +231,36 @@ def test_recent_lanes_find_the_newest_matches_of_a_common_word(memory: Memory) -
     assert found.pool_size < 240 and all(lane["lane"] != "all:whole" for lane in found.lanes)
     newest = sorted(c.epoch for c in found.candidates)
     assert newest[0] >= (now - timedelta(days=8)).timestamp()
+
+
+def test_a_span_cut_by_time_keeps_what_time_keys_keep(memory: Memory) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    memory.record_many([{"content": {"text": f"deploy finished {n}"},
+                         "ts": (start + timedelta(hours=11 * n)).isoformat()}
+                        for n in range(130)])  # 60 days, crossing months and weeks
+    memory.sync()
+    terms = retrieval.qualify(retrieval.analyze(memory.db, "deploy"), "default")
+    stats = retrieval.statistics(memory.db, "default", terms)
+    scoring = retrieval.Scoring((1.0,), limits(memory), stats.average_tokens, NOW)
+    tag = tenant_tag("default")
+
+    def rows(query: str, span: tuple[float, float] | None) -> list[tuple[object, ...]]:
+        sql, params = retrieval.lane_statement("default", terms, query, "all", 200, scoring,
+                                               EVERYONE, 2000, span)
+        return memory.db.run_many([(sql, params)])[0]
+
+    def keys(reach: int, skip: int = 0) -> str:
+        return " | ".join(f"'{tag}{k}'" for k in retrieval.cover(stats.days, reach,
+                                                                stats.units, skip=skip))
+
+    days, word = stats.days, terms[0].query
+    for done, reach in ((0, 5), (5, 20), (20, 45)):  # newest days, then older stretches
+        keyed = rows(f"({word}) & ({keys(reach, done)})", None)
+        cut = rows(word, (days[reach - 1].start,
+                          days[done].start + retrieval.DAY if done else math.inf))
+        assert keyed and cut == keyed, (done, reach)
+    older = rows(f"({word}) & !({keys(10)})", None)  # what a whole lane adds after 10 days
+    assert older and rows(word, (-math.inf, days[9].start)) == older
 
 
 def test_quoted_phrases_match_within_the_tenant(memory: Memory) -> None:
