@@ -95,9 +95,13 @@ def _stat_fields(st: os.stat_result) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": mtime, "inode": st.st_ino}
 
 
+def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
+    """What says a file is unchanged: size, mtime and inode, as the index keeps them."""
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def _same_stat(state: Row, st: os.stat_result) -> bool:
-    return (state["size"], state["mtime_ns"], state["inode"]) == (
-        st.st_size, st.st_mtime_ns, st.st_ino)
+    return (state["size"], state["mtime_ns"], state["inode"]) == _stat_key(st)
 
 
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
@@ -185,7 +189,7 @@ def candidates(store: Path, known: Mapping[str, FileStat]) -> list[tuple[str, st
     on_disk = stat_store_files(store)
     for rel, (kind, st) in on_disk.items():
         old = known.get(rel)
-        if old is None or st is None or old[1:] != (st.st_size, st.st_mtime_ns, st.st_ino):
+        if old is None or st is None or old[1:] != _stat_key(st):
             out.append((rel, kind))
     out.extend((rel, old[0]) for rel, old in known.items() if rel not in on_disk)
     return sorted(out)

@@ -462,7 +462,6 @@ class Statement:
     expected: float
     cap: int                      # rows it may match at most
     lanes: tuple[int, ...] = ()   # indexes of the lanes it fetches for
-    span: tuple[float, float] | None = None  # cut by time on the rows, not by time keys
 
 
 def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats: Stats,
@@ -518,7 +517,7 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
     for (label, query, short, expected, fetched, span), cap in zip(planned, caps, strict=True):
         sql, params = lane_statement(tenant, terms, query, "short" if short else "all",
                                      scoring.limits.retrieved_max, scoring, rule, cap, span)
-        out.append(Statement(label, sql, params, expected, cap, fetched, span))
+        out.append(Statement(label, sql, params, expected, cap, fetched))
     return out
 
 

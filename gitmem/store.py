@@ -210,28 +210,29 @@ def _files_under(root: str, top: str) -> Iterator[tuple[str, os.DirEntry[str]]]:
             continue
 
 
+def _indexed_files(store: Path) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
+    """(relative path, kind, entry) of every indexed file, in scan order."""
+    root = str(store)
+    for top in RECORD_DIRS:
+        for rel, entry in _files_under(root, top):
+            kind = classify(rel)
+            if kind in INDEXED_KINDS:
+                yield rel, kind, entry
+
+
 def stat_store_files(store: Path) -> dict[str, tuple[str, os.stat_result | None]]:
     """Every indexed file: relative path -> (kind, its stat, or None when it vanished
     or is a broken link). One scan of the record directories, a stat per file: the
     reconcile of a store of 20,000 files reads nothing else."""
     found: dict[str, tuple[str, os.stat_result | None]] = {}
-    root = str(store)
-    for top in RECORD_DIRS:
-        for rel, entry in _files_under(root, top):
-            kind = classify(rel)
-            if kind not in INDEXED_KINDS:
-                continue
-            try:
-                found[rel] = (kind, entry.stat())
-            except OSError:
-                found[rel] = (kind, None)
+    for rel, kind, entry in _indexed_files(store):
+        try:
+            found[rel] = (kind, entry.stat())
+        except OSError:
+            found[rel] = (kind, None)
     return found
 
 
 def iter_store_files(store: Path) -> Iterator[tuple[str, str]]:
     """(relative path, kind) of every indexed file, in a stable order."""
-    root = str(store)
-    found = [(rel, kind) for top in RECORD_DIRS for rel, _ in _files_under(root, top)
-             if (kind := classify(rel)) in INDEXED_KINDS]
-    found.sort()
-    yield from found
+    yield from sorted((rel, kind) for rel, kind, _ in _indexed_files(store))
