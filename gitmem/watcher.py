@@ -24,7 +24,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
@@ -39,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 BARRIER_PREFIX = ".gitmem-barrier-"
 _WATCHDOG_LOGGERS = ("watchdog.observers.inotify", "watchdog.observers.inotify_c")
+# The events the handler acts on. Asking for these alone keeps inotify from
+# reporting every open and close — the writer's appends and the indexer's own
+# reads of each file it indexes — which the handler would only drop.
+_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
+           DirMovedEvent, DirDeletedEvent]
 
 
 class _Handler(FileSystemEventHandler):
@@ -66,7 +80,7 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         """Queue the store paths an event touches (a directory move: a reconcile)."""
         if event.event_type in ("opened", "closed", "closed_no_write", "attrib"):
-            return
+            return  # not asked for (_EVENTS); a polling observer may still report them
         if event.is_directory:
             if event.event_type in ("moved", "deleted"):
                 rel = os.fsdecode(event.src_path)
@@ -143,14 +157,14 @@ class Watcher:
         handler = _Handler(self)
         try:
             observer: BaseObserver = Observer()
-            observer.schedule(handler, str(self.store), recursive=True)
+            observer.schedule(handler, str(self.store), recursive=True, event_filter=_EVENTS)
             observer.start()
             self.mode = "inotify" if type(observer).__name__ == "InotifyObserver" else "native"
         except OSError as exc:  # e.g. inotify watch limit reached
             logger.warning("native file events unavailable (%s); polling %s every second",
                            exc, self.store)
             observer = PollingObserver(timeout=1.0)
-            observer.schedule(handler, str(self.store), recursive=True)
+            observer.schedule(handler, str(self.store), recursive=True, event_filter=_EVENTS)
             observer.start()
             self.mode = "polling"
         self._observer = observer
