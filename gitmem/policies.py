@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,10 @@ class ChannelRule:
     event_channels: frozenset[str] | None = None  # channels whose events it may load; None: all
 
 
+_LEADING_FLAGS = re.compile(r"^\(\?([aiLmsux]+)\)")
+_GROUP_REFERENCE = re.compile(r"\\[1-9]|\\g<|\(\?\(|\(\?P=")
+
+
 @dataclass(frozen=True)
 class Privacy:
     """policies/privacy.yaml."""
@@ -87,9 +92,27 @@ class Privacy:
 
     def redact(self, text: str) -> str:
         """`text` with every redaction pattern's matches replaced."""
+        screen = self._screen
+        if screen is not None and screen.search(text) is None:
+            return text  # no pattern matches: one scan instead of one per pattern
         for pattern in self.patterns:
             text = pattern.sub(self.redaction, text)
         return text
+
+    @cached_property
+    def _screen(self) -> re.Pattern[str] | None:
+        """All patterns as one alternation, to find out at once that none matches."""
+        if not self.patterns or any(_GROUP_REFERENCE.search(p.pattern) for p in self.patterns):
+            return None  # a back-reference would point at another branch's groups
+        parts = []
+        for pattern in self.patterns:
+            flags = _LEADING_FLAGS.match(pattern.pattern)
+            source = pattern.pattern[flags.end():] if flags else pattern.pattern
+            parts.append(f"(?{flags.group(1)}:{source})" if flags else f"(?:{source})")
+        try:
+            return re.compile("|".join(parts))
+        except re.error:  # a pattern that cannot be a branch: each is tried in turn
+            return None
 
     def find_secret(self, text: str) -> str | None:
         """The first pattern that matches `text` (for verify), else None."""

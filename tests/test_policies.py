@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -49,6 +50,30 @@ def test_default_privacy_redacts_and_refuses_secret() -> None:
     assert p.rule("public").suppress_sensitivity == frozenset({"high", "secret"})
     assert "views/preferences.md" in p.rule("public").suppress_views
     assert p.rule("private").suppress_sensitivity == frozenset({"secret"})
+
+
+def _privacy(*patterns: str) -> str:
+    lines = "".join(f"    - '{p}'\n" for p in patterns)
+    return f"version: 1\nstore:\n  redact_patterns:\n{lines}"
+
+
+@pytest.mark.parametrize("text", [
+    "Token: abc and sk-aaaaaaaaaaaaaaaaaaaaaaaa",   # both flagged patterns
+    "TOKEN=xyz",                                     # the case-insensitive one alone
+    "PIN 4242-4242 then nothing else",               # the verbose one
+    "code 4242-4242",                                # the back-referencing one alone
+    "nothing secret here at all",
+    "",
+])
+def test_redaction_screens_with_one_scan_and_redacts_as_each_pattern_would(text: str) -> None:
+    patterns = (r"(?i)\b(token)\b\s*[:=]\s*\S+", r"\bsk-[a-z]{20,}\b", r"(?x) \b PIN \b")
+    p = parse_privacy(_privacy(*patterns))
+    expected = text
+    for source in patterns:
+        expected = re.sub(source, "[REDACTED]", expected)
+    assert p.redact(text) == expected
+    with_backref = parse_privacy(_privacy(*patterns, r"(\d{4})-\1"))
+    assert with_backref.redact(text) == re.sub(r"(\d{4})-\1", "[REDACTED]", expected)
 
 
 def test_default_channels() -> None:
