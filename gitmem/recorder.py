@@ -265,15 +265,14 @@ class Recorder:
             staged += self._artifact(full["content"])
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
-        parse_event(full)  # every type and enum checked before files are derived
-        when = parse_ts(full["ts"])
-        if kind == "decision":
-            staged.append(self._decision_file(full, when))
-        elif kind == "task_update":
-            staged.append(self._task_file(full, when))
-        elif kind == "summary":
-            staged.append(self._summary_file(full, when))
+        event = parse_event(full)  # every type and enum checked before files are derived
+        derive = {"decision": self._decision_file, "task_update": self._task_file,
+                  "summary": self._summary_file}.get(kind)
+        if derive is not None:
+            staged.append(derive(full, parse_ts(full["ts"])))  # may add its id to the content
         full["hash"] = content_hash(kind, full["content"])
+        if derive is None:  # the content is as validated: only the hash is new
+            return _Prepared(replace(event, hash=full["hash"]), staged)
         return _Prepared(parse_event(full), staged)
 
     def _excerpt(self, content: dict[str, Any]) -> list[_Staged]:
