@@ -244,6 +244,7 @@ def run(config: Config, options: DaemonOptions) -> None:
                     on_written=committer.note_events if committer else None,
                     before_write=watcher.refresh_policies)
     memory.catch_up = watcher.flush
+    memory.on_append = watcher.note_append
     previous = {sig: signal.signal(sig, lambda *_: server.shutdown())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

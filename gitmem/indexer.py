@@ -25,7 +25,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,14 @@ from gitmem import gitops
 from gitmem.db import Database, Row
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
-from gitmem.rows import CHUNK_COLUMNS, SHORT_TOKENS, TABLE_COLUMNS, FileRows, parse_file
+from gitmem.rows import (
+    CHUNK_COLUMNS,
+    SHORT_TOKENS,
+    TABLE_COLUMNS,
+    Appended,
+    FileRows,
+    parse_file,
+)
 from gitmem.store import classify, iter_store_files, stat_store_files, unrecognized_files
 
 logger = logging.getLogger(__name__)
@@ -76,11 +83,12 @@ class SyncReport:
     rows: int = 0
     errors: list[dict[str, Any]] = field(default_factory=list)
     head: str | None = None
+    known_lines: int = 0   # lines indexed from the events their writer handed over
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
         return {"files": self.files, "changed": self.changed, "rows": self.rows,
-                "errors": self.errors, "head": self.head}
+                "errors": self.errors, "head": self.head, "known_lines": self.known_lines}
 
 
 def _sha(data: bytes) -> str:
@@ -218,8 +226,12 @@ def _insert(db: Database, conn: psycopg.Connection[Row], rows: FileRows) -> int:
 
 
 def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
-          policies: Policies) -> FileRows:
-    """Bring one file's rows and state in step (inside the caller's transaction)."""
+          policies: Policies, appended: Sequence[Appended] = ()) -> FileRows:
+    """Bring one file's rows and state in step (inside the caller's transaction).
+
+    `appended`: lines this process wrote to the file; those among the new bytes
+    are indexed from their events, without decoding them again.
+    """
     if a.action == "deleted":
         _delete_rows(db, conn, a.path)
         db.execute("delete_file_state", {"path": a.path}, conn)
@@ -228,7 +240,8 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
     if a.action in ("new", "rewrite", "changed", "append"):
         if a.action != "append":
             _delete_rows(db, conn, a.path)
-        rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line)
+        rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line,
+                          offset=a.state["byte_offset"] - len(a.data), appended=appended)
         _insert(db, conn, rows)
         if rows.tables["chunks"]:
             db.execute("lexemes_add_path", {"path": a.path, "from_line": a.start_line}, conn)
@@ -250,8 +263,8 @@ def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies
     return _sync_file(db, store, rel, kind, policies)[0]
 
 
-def _sync_file(db: Database, store: Path, rel: str, kind: str,
-               policies: Policies) -> tuple[Assessment, FileRows]:
+def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies,
+               appended: Sequence[Appended] = ()) -> tuple[Assessment, FileRows]:
     with db.transaction() as conn:
         db.execute("lock_sync_shared", {"path": rel}, conn)
         state = db.fetchone("file_state", {"path": rel}, conn)
@@ -260,13 +273,17 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str,
                 found.action == "touched" and state is not None
                 and all(found.state[k] == state[k] for k in ("size", "mtime_ns", "inode"))):
             return found, FileRows()  # nothing new to record (a recent file stays racy)
-        rows = apply(db, conn, found, policies)
+        rows = apply(db, conn, found, policies, appended)
     return found, rows
 
 
 def sync(db: Database, store: Path, policies: Policies,
-         paths: Iterable[str] | None = None) -> SyncReport:
-    """Catch the index up with the files (all of them, or just `paths`)."""
+         paths: Iterable[str] | None = None,
+         appended: Mapping[str, Sequence[Appended]] | None = None) -> SyncReport:
+    """Catch the index up with the files (all of them, or just `paths`).
+
+    `appended`: lines this process wrote, by file (see `apply`).
+    """
     if paths is None:
         todo = candidates(store, load_stats(db))
     else:
@@ -275,8 +292,10 @@ def sync(db: Database, store: Path, policies: Policies,
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
     for rel, kind in todo:
-        found, rows = _sync_file(db, store, rel, kind, policies)
+        found, rows = _sync_file(db, store, rel, kind, policies,
+                                 appended.get(rel, ()) if appended else ())
         report.errors.extend(_errors_json(rows.errors))
+        report.known_lines += rows.known
         if found.stale:
             change: dict[str, Any] = {"path": rel, "action": found.action,
                                       "reason": found.reason}

@@ -17,6 +17,7 @@ from gitmem.documents import Handoff
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
 from gitmem.records import Event, format_ts
+from gitmem.rows import Appended
 from gitmem.store import read_artifact
 
 logger = logging.getLogger(__name__)
@@ -39,12 +40,15 @@ class Memory:
         self._db_timeout = db_timeout  # the daemon keeps it short: fail fast, retry
         self._lock = threading.RLock()
         self._policies = load_policies(self.store)
-        self._recorder = Recorder(self.store, self._policies)
+        self._recorder = self._new_recorder()
         self.cache = ContextCache(lambda: self.db)
         # How build_acb makes sure the index reflects the files before answering.
         # None: a (stat-based, cheap when nothing changed) sync of the store.
         # The daemon installs its watcher's flush here instead.
         self.catch_up: Callable[[], Iterable[str]] | None = None
+        # Told of each durable append (the daemon's watcher: it indexes those lines
+        # from their events instead of decoding them again).
+        self.on_append: Callable[[str, Appended], None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -80,9 +84,18 @@ class Memory:
         """Force a re-read of manifest and policies (the watcher calls this)."""
         with self._lock:
             self._policies = load_policies(self.store)
-            self._recorder = Recorder(self.store, self._policies)
+            self._recorder = self._new_recorder()
             self.cache.invalidate(["policies/budgets.yaml"])  # packed bundles used the old
             return self._policies
+
+    def _new_recorder(self) -> Recorder:
+        recorder = Recorder(self.store, self._policies)
+        recorder.on_append = self._appended
+        return recorder
+
+    def _appended(self, rel: str, appended: Appended) -> None:
+        if self.on_append is not None:
+            self.on_append(rel, appended)
 
     @property
     def recorder(self) -> Recorder:
@@ -131,9 +144,11 @@ class Memory:
 
     # ------------------------------------------------------------------ index
 
-    def sync(self, paths: Iterable[str] | None = None) -> indexer.SyncReport:
-        """Catch the index up with the files (and drop cached copies of what changed)."""
-        report = indexer.sync(self.db, self.store, self.policies, paths)
+    def sync(self, paths: Iterable[str] | None = None,
+             appended: Mapping[str, Sequence[Appended]] | None = None) -> indexer.SyncReport:
+        """Catch the index up with the files (and drop cached copies of what changed);
+        `appended`: lines this process just wrote, by file (`indexer.sync`)."""
+        report = indexer.sync(self.db, self.store, self.policies, paths, appended)
         if report.changed:
             self.forget(report.changed)
         return report

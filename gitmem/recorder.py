@@ -12,7 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -45,6 +45,7 @@ from gitmem.records import (
     parse_ts,
     reject_nul,
 )
+from gitmem.rows import Appended
 from gitmem.store import artifact_path, day_file
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -108,6 +109,9 @@ class Recorder:
         self.store = store
         self.policies = policies
         self._now = now
+        # Told of each durable append (store-relative path, what was written): the
+        # daemon hands it to its indexer, which then need not decode those lines.
+        self.on_append: Callable[[str, Appended], None] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -400,12 +404,14 @@ class Recorder:
         staged = [f for p in prepared for f in p.files]
         temps = self._stage(staged)
         try:
-            by_file: dict[Path, list[bytes]] = {}
+            by_file: dict[Path, list[Event]] = {}
             for p in prepared:
-                by_file.setdefault(day_file(self.store, p.event.when), []).append(
-                    p.event.to_line().encode("utf-8"))
-            for path, lines in by_file.items():
-                append_lines(path, lines)
+                by_file.setdefault(day_file(self.store, p.event.when), []).append(p.event)
+            for path, events in by_file.items():
+                offset, data = append_lines(path, [e.to_line().encode("utf-8") for e in events])
+                if self.on_append is not None:
+                    self.on_append(path.relative_to(self.store).as_posix(),
+                                   Appended(offset, data, tuple(events)))
         except BaseException:
             for tmp, _ in temps:
                 tmp.unlink(missing_ok=True)
@@ -483,12 +489,13 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def append_lines(path: Path, lines: list[bytes]) -> None:
+def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes]:
     """Append complete lines with one write under an exclusive lock, then fsync.
 
     If the file ends in a torn line (a writer crashed mid-write), a newline is
     written first so the fragment stays a line of its own, reported by the
-    indexer, and never glued to a good record.
+    indexer, and never glued to a good record. Returns where the lines begin
+    in the file, and their bytes.
     """
     created = not path.exists()
     if created:
@@ -497,14 +504,16 @@ def append_lines(path: Path, lines: list[bytes]) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
-        payload = b"".join(lines)
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            payload = b"\n" + payload
+        data = b"".join(lines)
+        torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+        payload = b"\n" + data if torn else data
         written = os.write(fd, payload)
         while written < len(payload):  # a short write (signal, full pipe): finish it
             written += os.write(fd, payload[written:])
+        end = os.lseek(fd, 0, os.SEEK_CUR)  # where O_APPEND put it, whoever wrote before
         os.fsync(fd)
     finally:
         os.close(fd)  # closing releases the lock
     if created:
         fsync_dir(path.parent)
+    return end - len(data), data

@@ -10,6 +10,7 @@ import bisect
 import functools
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -64,6 +65,7 @@ class FileRows:
     tables: dict[str, list[tuple[Any, ...]]] = field(
         default_factory=lambda: {name: [] for name in TABLE_COLUMNS})
     errors: list[FormatError] = field(default_factory=list)
+    known: int = 0   # event lines taken from their writer's events, not decoded
 
     def count(self) -> int:
         """Rows over all tables."""
@@ -240,25 +242,67 @@ def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:
     return head + (f"\nRationale: {'; '.join(rationale)}" if rationale else "")
 
 
+@dataclass(frozen=True)
+class Appended:
+    """Lines this process appended to an events file: where, the bytes, their events."""
+
+    offset: int                  # where the lines begin in the file
+    data: bytes                  # the lines (one per event, each with its newline)
+    events: tuple[Event, ...]
+
+
+def split_known(appended: Sequence[Appended], offset: int,
+                data: bytes) -> list[tuple[bytes, tuple[Event, ...] | None]]:
+    """`data` (complete lines at `offset`) cut into runs: appended lines, with their
+    events, and anything else (a line written by another process or by hand, a torn
+    line's newline, a rewrite), with None: those bytes are parsed."""
+    starts = {a.offset: a for a in appended if a.data}
+    runs: list[tuple[bytes, tuple[Event, ...] | None]] = []
+    position = other = 0
+    while position < len(data):
+        found = starts.get(offset + position)
+        if found is not None and data.startswith(found.data, position):
+            if other < position:
+                runs.append((data[other:position], None))
+            runs.append((found.data, found.events))
+            position = other = position + len(found.data)
+        else:  # on to the next line
+            position = data.find(b"\n", position) + 1 or len(data)
+    if other < len(data):
+        runs.append((data[other:], None))
+    return runs
+
+
 def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
-               start_line: int = 1) -> FileRows:
+               start_line: int = 1, offset: int = 0,
+               appended: Sequence[Appended] = ()) -> FileRows:
     """Rows for `data`, the content of the store file `path` of kind `kind`.
 
     For events files `data` holds complete lines only, the first being line
-    `start_line`. A bad line or file is recorded in `errors`, never raised.
+    `start_line`, at byte `offset`. Lines this process has just written
+    (`appended`) are indexed from their events, without decoding them again.
+    A bad line or file is recorded in `errors`, never raised.
     """
     out = FileRows()
     tenant = policies.manifest.default_tenant
     if kind == "events":
         seen: set[str] = set()
-        for number, event in iter_events(data, path, start_line):
-            if isinstance(event, FormatError):
-                out.errors.append(event)
-                continue
-            if event.id in seen:  # a union merge may repeat a line: index it once
-                continue
-            seen.add(event.id)
-            event_rows(event, path, number, policies, out)
+        line = start_line
+        for run, known in (split_known(appended, offset, data) if appended else [(data, None)]):
+            if known is None:
+                parsed = iter_events(run, path, line)
+            else:
+                parsed = zip(range(line, line + len(known)), known, strict=True)
+                out.known += len(known)
+            for number, event in parsed:
+                if isinstance(event, FormatError):
+                    out.errors.append(event)
+                    continue
+                if event.id in seen:  # a union merge may repeat a line: index it once
+                    continue
+                seen.add(event.id)
+                event_rows(event, path, number, policies, out)
+            line += run.count(b"\n")
         return out
     try:
         text = data.decode("utf-8")

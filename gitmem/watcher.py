@@ -42,6 +42,7 @@ from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
 from gitmem.memory import Memory
+from gitmem.rows import Appended
 from gitmem.store import INDEXED_KINDS, classify
 
 logger = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class Watcher:
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._inflight: set[str] = set()
+        self._appended: dict[str, list[Appended]] = {}
         self._reconcile = False
         self._enqueued = 0
         self._processed = 0
@@ -143,9 +145,9 @@ class Watcher:
         self._logged: dict[str, set[str]] = {}
         self._policy_seen: dict[str, tuple[int, int, int] | None] = {}
         self.stats: dict[str, Any] = {
-            "batches": 0, "files_synced": 0, "reconciles": 0, "last_batch_ms": None,
-            "last_reconcile": None, "last_error": None, "db_ok": None, "db_error": None,
-            "db_down_since": None, "problems": []}
+            "batches": 0, "files_synced": 0, "lines_from_writer": 0, "reconciles": 0,
+            "last_batch_ms": None, "last_reconcile": None, "last_error": None, "db_ok": None,
+            "db_error": None, "db_down_since": None, "problems": []}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -196,6 +198,17 @@ class Watcher:
             self._last_at = now
             self._enqueued += 1
             self._cond.notify_all()
+
+    def note_append(self, rel: str, appended: Appended) -> None:
+        """The daemon's writer appended lines to `rel`: queue it, with their events.
+
+        Called before the write is acknowledged, so a read that follows the
+        acknowledgement waits for these lines; the indexer uses the events
+        where the file's new bytes are exactly these (`rows.known_events`).
+        """
+        with self._cond:
+            self._appended.setdefault(rel, []).append(appended)
+        self.enqueue([rel])
 
     def request_reconcile(self, reason: str) -> None:
         """Queue a full reconcile of the store with the index."""
@@ -300,9 +313,9 @@ class Watcher:
                 taken = self._take()
             if taken is None:
                 return
-            batch, full, sequence = taken
+            batch, full, sequence, appended = taken
             try:
-                changed = self._index(batch, full)
+                changed = self._index(batch, full, appended)
             except DatabaseError as exc:
                 self._database_down(batch, full, exc)
                 self._wait_for_database()
@@ -319,7 +332,7 @@ class Watcher:
             if changed and self.on_indexed is not None:
                 self.on_indexed(changed)
 
-    def _take(self) -> tuple[set[str], bool, int] | None:
+    def _take(self) -> tuple[set[str], bool, int, dict[str, list[Appended]]] | None:
         """Wait for work and debounce it (under the lock); None when stopping."""
         while not self._stopping:
             now = time.monotonic()
@@ -333,13 +346,16 @@ class Watcher:
                     batch, full = self._pending, self._reconcile
                     self._pending, self._reconcile, self._urgent = set(), False, False
                     self._inflight = set(batch)
-                    return batch, full, self._enqueued
+                    appended = {rel: self._appended.pop(rel) for rel in batch
+                                if rel in self._appended}
+                    return batch, full, self._enqueued, appended
                 self._cond.wait(wait)
             else:
                 self._cond.wait(max(0.0, self._next_reconcile - now))
         return None
 
-    def _index(self, batch: set[str], full: bool) -> list[str]:
+    def _index(self, batch: set[str], full: bool,
+               appended: dict[str, list[Appended]]) -> list[str]:
         started = time.perf_counter()
         policies = sorted(p for p in batch if classify(p) == "policy")
         if policies:
@@ -350,16 +366,17 @@ class Watcher:
                 self._problem(str(exc))
         report: SyncReport | None
         if full:
-            report = self.memory.sync()
+            report = self.memory.sync(None, appended)
             self.stats["reconciles"] += 1
             self.stats["last_reconcile"] = time.time()
         else:
             files = sorted(p for p in batch if classify(p) in INDEXED_KINDS)
-            report = self.memory.sync(files) if files else None
+            report = self.memory.sync(files, appended) if files else None
         changed = [item["path"] for item in report.changed] if report is not None else []
         self._log_problems(changed)
         self.stats["batches"] += 1
         self.stats["files_synced"] += len(changed)
+        self.stats["lines_from_writer"] += report.known_lines if report is not None else 0
         self.stats["last_batch_ms"] = round((time.perf_counter() - started) * 1000, 3)
         if self.stats["db_ok"] is False:
             logger.warning("the index is reachable again; caught up")

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from gitmem.db import Database
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.records import content_hash
-from gitmem.rows import tenant_tag
+from gitmem.rows import Appended, split_known, tenant_tag
 from tests.conftest import git
 
 DAY = "events/2026-02/2026-02-09.jsonl"
@@ -579,3 +580,62 @@ def test_status_names_files_ignored_for_their_name(memory: Memory, store: Path) 
         {"path": "views/My Notes.md",
          "reason": "ignored: not named views/<name>.md (letters, digits and ._-)"},
     ]
+
+
+# ----------------------------------------------------------------------------- own appends
+
+
+def _collect(memory: Memory) -> dict[str, list[Appended]]:
+    collected: dict[str, list[Appended]] = {}
+    memory.on_append = lambda rel, appended: collected.setdefault(rel, []).append(appended)
+    return collected
+
+
+def test_split_known_finds_the_appended_lines_among_others() -> None:
+    first, second = Appended(10, b"a\n", ()), Appended(12, b"bc\n", ())
+    both = [first, second]
+    assert split_known(both, 10, b"a\nbc\n") == [(b"a\n", ()), (b"bc\n", ())]
+    assert split_known(both, 12, b"bc\n") == [(b"bc\n", ())]   # the first indexed already
+    assert split_known(both, 10, b"a\nbc\nd\n") == [(b"a\n", ()), (b"bc\n", ()),
+                                                      (b"d\n", None)]   # someone else's line
+    assert split_known(both, 8, b"x\na\nbc\n") == [(b"x\n", None), (b"a\n", ()),
+                                                    (b"bc\n", ())]
+    assert split_known(both, 10, b"a\nXY\n") == [(b"a\n", ()), (b"XY\n", None)]  # other bytes
+    assert split_known(both, 9, b"\na\nbc\n") == [(b"\n", None), (b"a\n", ()), (b"bc\n", ())]
+    assert split_known([Appended(11, b"a\n", ())], 10, b"xa\n") == [(b"xa\n", None)]
+    assert split_known([], 10, b"a\n") == [(b"a\n", None)]
+
+
+def test_own_appends_index_like_a_reindex(memory: Memory) -> None:
+    collected = _collect(memory)
+    memory.record_many([{"content": {"text": f"note {n} on the backups"},
+                         "ts": f"2026-02-{9 + n % 2:02d}T0{n}:00:00+00:00"} for n in range(6)])
+    result = memory.record({"kind": "tool_result", "ts": "2026-02-09T09:30:00+00:00",
+                            "content": {"tool": "shell", "output": "x" * 20000}})
+    memory.record({"kind": "decision", "content": {"text": "Back up nightly"},
+                   "refs": [result.id], "ts": "2026-02-09T09:40:00+00:00"})
+    assert sorted(collected) == [DAY, DAY2] and len(collected[DAY]) == 3
+    report = memory.sync(None, collected)
+    assert not report.errors and len(report.changed) >= 3
+    incremental = index_digest(memory.db)
+    memory.reindex()
+    assert index_digest(memory.db) == incremental
+
+
+def test_own_appends_come_from_their_events_and_every_other_byte_is_parsed(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    collected = _collect(memory)
+    write(store, DAY, line(1) + '{"id": "evt_torn', mode="w")   # a writer died mid-line
+    memory.sync()
+    event = memory.record({"content": {"text": "from the file"},
+                           "ts": "2026-02-09T09:00:00+00:00"})
+    write(store, DAY, line(2), mode="a")                          # and a hand append after it
+    [appended] = collected[DAY]
+    assert not appended.data.startswith(b"\n")  # the torn line's newline is not one of ours
+    stand_in = replace(event, content={"text": "from the writer's memory"})
+    report = memory.sync([DAY], {DAY: [replace(appended, events=(stand_in,))]})
+    assert report.known_lines == 1
+    assert [(e["path"], e["line"]) for e in report.errors] == [(DAY, 2)]
+    texts = [r[0] for r in rows(dsn, schema, "SELECT text FROM chunks ORDER BY line")]
+    assert len(texts) == 3 and "message number 1" in texts[0]
+    assert texts[1].endswith("from the writer's memory") and "message number 2" in texts[2]

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from gitmem.config import Config
+from gitmem.indexer import index_digest
+from gitmem.memory import Memory
 from tests.conftest import git
 from tests.daemons import (
     FAST_FLAGS,
@@ -279,3 +284,48 @@ def test_a_sync_request_reconciles_now(daemon: Daemon, index: Index) -> None:
     assert index.has_event(event_id)
     assert {"files", "changed", "rows", "errors", "head"} <= report.keys()
 
+
+
+def test_socket_writes_among_hand_appends_index_like_a_reindex(daemon: Daemon, dsn: str) -> None:
+    """The writer hands its events to the indexer; what lands is what a reindex finds."""
+    path = daemon.config.store / DAY
+    failures: list[BaseException] = []
+
+    def writer(number: int, round_number: int) -> None:
+        try:
+            with daemon.client() as client:
+                for n in range(20):
+                    client.call("record_event", {
+                        "session_id": f"w{number}", "ts": "2026-03-01T11:00:00+00:00",
+                        "content": {"text": f"writer {number} round {round_number} note {n}"}})
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    def round_of_writers(round_number: int, hand_lines: int) -> None:
+        threads = [threading.Thread(target=writer, args=(n, round_number)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for n in range(hand_lines):  # a person appends to the same day file meanwhile
+            number = 400 + round_number * 100 + n
+            append(path, event_line("hand", f"hand note {number}", number=number)[1])
+            time.sleep(0.01)
+        for thread in threads:
+            thread.join()
+        assert not failures
+        daemon.call("status")  # waits until the index has caught up
+
+    append(path, event_line("hand", "the first line", number=399)[1])
+    round_of_writers(1, 0)
+    assert daemon.call("daemon_status")["watcher"]["lines_from_writer"] > 0
+    round_of_writers(2, 10)
+    with Memory(daemon.config) as live:
+        assert live.status()["index"]["events"] == 171
+        incremental = index_digest(live.db)
+    rebuilt_schema = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        with Memory(Config(store=daemon.config.store, dsn=dsn, schema=rebuilt_schema)) as fresh:
+            fresh.reindex()
+            assert index_digest(fresh.db) == incremental
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{rebuilt_schema}" CASCADE')
