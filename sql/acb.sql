@@ -68,19 +68,26 @@ LIMIT %(limit)s
 -- %(anchors)s (the best few) that are questions, the next event of the session within
 -- a day: the reply, where the answer often sits (`anchor` names the question). One
 -- round trip for both.
+-- A tool result's artifact id is looked up for tool results only (a LEFT JOIN
+-- would probe the events index for every chunk).
 WITH items AS MATERIALIZED (
   SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
          c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance,
-         c.text, e.content ->> 'artifact_id' AS artifact_id
+         c.text,
+         CASE WHEN c.kind = 'tool_result' THEN
+           (SELECT e.content ->> 'artifact_id' FROM events e WHERE e.event_id = c.source_id)
+         END AS artifact_id
   FROM chunks c
-  LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
   WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
 )
 SELECT NULL::text AS anchor, items.* FROM items
 UNION ALL
 SELECT a.chunk_id, n.chunk_id, n.source_type, n.source_id, n.path, n.line, n.ts, n.kind,
        n.channel, n.session_id, n.sensitivity, n.tags, n.refs, n.hash, n.token_est,
-       n.importance, n.text, e.content ->> 'artifact_id'
+       n.importance, n.text,
+       CASE WHEN n.kind = 'tool_result' THEN
+         (SELECT e.content ->> 'artifact_id' FROM events e WHERE e.event_id = n.source_id)
+       END
 FROM items a
 CROSS JOIN LATERAL (
   SELECT * FROM chunks n
@@ -89,7 +96,6 @@ CROSS JOIN LATERAL (
   ORDER BY n.ts, n.chunk_id
   LIMIT 1
 ) n
-LEFT JOIN events e ON n.kind = 'tool_result' AND e.event_id = n.source_id
 WHERE a.chunk_id = ANY (%(anchors)s) AND a.source_type = 'event'
   AND a.text ~ '[?][[:space:]]*$'
 

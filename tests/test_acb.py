@@ -174,6 +174,19 @@ def test_huge_tool_output_yields_only_its_excerpt(memory: Memory) -> None:
     assert memory.get_artifact(entry["artifact_id"]) == big.encode()
 
 
+def test_retrieved_tool_output_names_its_artifact(memory: Memory) -> None:
+    big = "".join(f"line {n}: migration log of the ledger shards\n" for n in range(2000))
+    evt = memory.record({"kind": "tool_result", "session_id": "s1", "ts": NOW,
+                         "content": {"tool": "shell", "path": "migrate.log", "output": big}})
+    acb = memory.build_acb({"session_id": "s2", "now": NOW,
+                            "query_text": "ledger shards migration log"})
+    evidence = {i["id"].partition("#")[0] for i in section(acb, "retrieved_evidence")}
+    assert evt.id in evidence  # found by retrieval, not as this session's tool state
+    entry = next(o for o in acb["omissions"] if o["reason"] == "truncated_tool_output")
+    assert entry["candidates"] == [evt.id]
+    assert entry["artifact_id"] == evt.content["artifact_id"]
+
+
 def test_pinned_view_appears_for_unrelated_query(memory: Memory) -> None:
     (memory.store / "views" / "oncall.md").write_text(
         "---\nsection: rules\npinned: true\n---\n# On call\n\nPage Dana for database outages.\n")
