@@ -114,7 +114,8 @@ class Watcher:
 
     def __init__(self, memory: Memory, *, quiet: float = 0.005, max_delay: float = 0.05,
                  reconcile_interval: float = 300.0, flush_timeout: float = 10.0,
-                 on_indexed: Callable[[list[str]], None] | None = None) -> None:
+                 on_indexed: Callable[[list[str]], None] | None = None,
+                 max_appended_bytes: int = 32 * 1024 * 1024) -> None:
         self.memory = memory
         self.store = Path(memory.store).resolve()
         self.quiet = quiet
@@ -129,7 +130,12 @@ class Watcher:
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._inflight: set[str] = set()
+        # The writer's appends not yet indexed, with their events; an optimization
+        # only, so what the indexer has not taken stays bounded (a database outage
+        # or a long backlog: the lines are then read from the files as always).
         self._appended: dict[str, list[Appended]] = {}
+        self._appended_bytes = 0
+        self.max_appended_bytes = max_appended_bytes
         self._reconcile = False
         self._enqueued = 0
         self._processed = 0
@@ -207,7 +213,10 @@ class Watcher:
         where the file's new bytes are exactly these (`rows.known_events`).
         """
         with self._cond:
-            self._appended.setdefault(rel, []).append(appended)
+            if (self.stats["db_ok"] is not False
+                    and self._appended_bytes + len(appended.data) <= self.max_appended_bytes):
+                self._appended.setdefault(rel, []).append(appended)
+                self._appended_bytes += len(appended.data)
         self.enqueue([rel])
 
     def request_reconcile(self, reason: str) -> None:
@@ -348,6 +357,8 @@ class Watcher:
                     self._inflight = set(batch)
                     appended = {rel: self._appended.pop(rel) for rel in batch
                                 if rel in self._appended}
+                    self._appended_bytes -= sum(len(a.data) for found in appended.values()
+                                                for a in found)
                     return batch, full, self._enqueued, appended
                 self._cond.wait(wait)
             else:
@@ -437,5 +448,7 @@ class Watcher:
         with self._cond:
             pending = len(self._pending) + len(self._inflight)
             reconcile = self._reconcile
+            handed = self._appended_bytes
         return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
+                "pending_writer_bytes": handed,
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}

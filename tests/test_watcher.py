@@ -19,6 +19,8 @@ import pytest
 from gitmem.config import Config
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
+from gitmem.rows import Appended
+from gitmem.watcher import Watcher
 from tests.conftest import git
 from tests.daemons import (
     FAST_FLAGS,
@@ -329,3 +331,19 @@ def test_socket_writes_among_hand_appends_index_like_a_reindex(daemon: Daemon, d
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{rebuilt_schema}" CASCADE')
+
+
+def test_what_the_writer_hands_over_stays_bounded(store_config: Config) -> None:
+    """Hand-offs wait in memory for the indexer: capped, and none while the index is down."""
+    line = event_line("s", "handed over")[1].encode()
+    with Memory(store_config) as memory:
+        watcher = Watcher(memory, max_appended_bytes=2 * len(line))
+        for offset in range(3):
+            watcher.note_append(DAY, Appended(offset * len(line), line, ()))
+        state = watcher.state()
+        assert state["pending_writer_bytes"] == 2 * len(line)  # the third is read from the file
+        assert state["pending_paths"] == 1                     # but its file is still queued
+        watcher.max_appended_bytes = 100 * len(line)
+        watcher.stats["db_ok"] = False                         # as after a failed batch
+        watcher.note_append(DAY, Appended(3 * len(line), line, ()))
+        assert watcher.state()["pending_writer_bytes"] == 2 * len(line)
