@@ -46,7 +46,7 @@ from gitmem.records import (
     reject_nul,
 )
 from gitmem.rows import Appended
-from gitmem.store import artifact_path, day_file
+from gitmem.store import artifact_path, day_file_rel
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 
@@ -404,14 +404,18 @@ class Recorder:
         staged = [f for p in prepared for f in p.files]
         temps = self._stage(staged)
         try:
-            by_file: dict[Path, list[Event]] = {}
+            by_file: dict[str, list[Event]] = {}
+            days: dict[str, str] = {}  # the timestamp's date part -> its day file
             for p in prepared:
-                by_file.setdefault(day_file(self.store, p.event.when), []).append(p.event)
-            for path, events in by_file.items():
-                offset, data = append_lines(path, [e.to_line().encode("utf-8") for e in events])
+                rel = days.get(p.event.ts[:10])
+                if rel is None:
+                    rel = days[p.event.ts[:10]] = day_file_rel(p.event.when)
+                by_file.setdefault(rel, []).append(p.event)
+            for rel, events in by_file.items():
+                offset, data = append_lines(self.store / rel,
+                                            [e.to_line().encode("utf-8") for e in events])
                 if self.on_append is not None:
-                    self.on_append(path.relative_to(self.store).as_posix(),
-                                   Appended(offset, data, tuple(events)))
+                    self.on_append(rel, Appended(offset, data, tuple(events)))
         except BaseException:
             for tmp, _ in temps:
                 tmp.unlink(missing_ok=True)

@@ -132,7 +132,12 @@ def _inside_git(path: Path) -> bool:
 
 def day_file(store: Path, ts: datetime) -> Path:
     """The event log file of the day of `ts` (in its own offset)."""
-    return store / "events" / f"{ts:%Y-%m}" / f"{ts:%Y-%m-%d}.jsonl"
+    return store / day_file_rel(ts)
+
+
+def day_file_rel(ts: datetime) -> str:
+    """`day_file` relative to the store."""
+    return f"events/{ts:%Y-%m}/{ts:%Y-%m-%d}.jsonl"
 
 
 def artifact_path(store: Path, artifact_id: str) -> Path:
