@@ -10,6 +10,7 @@ place only after the line is durable, so a failed write changes nothing.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -49,6 +50,8 @@ from gitmem.rows import Appended
 from gitmem.store import artifact_path, day_file_rel
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -415,7 +418,10 @@ class Recorder:
                 offset, data = append_lines(self.store / rel,
                                             [e.to_line().encode("utf-8") for e in events])
                 if self.on_append is not None:
-                    self.on_append(rel, Appended(offset, data, tuple(events)))
+                    try:
+                        self.on_append(rel, Appended(offset, data, tuple(events)))
+                    except Exception:  # the lines are durable: the indexer reads them
+                        logger.exception("handing %s's new lines to the indexer failed", rel)
         except BaseException:
             for tmp, _ in temps:
                 tmp.unlink(missing_ok=True)

@@ -639,3 +639,15 @@ def test_own_appends_come_from_their_events_and_every_other_byte_is_parsed(
     texts = [r[0] for r in rows(dsn, schema, "SELECT text FROM chunks ORDER BY line")]
     assert len(texts) == 3 and "message number 1" in texts[0]
     assert texts[1].endswith("from the writer's memory") and "message number 2" in texts[2]
+
+
+def test_a_failing_hand_off_never_fails_the_write(memory: Memory, dsn: str, schema: str) -> None:
+    def broken(rel: str, appended: Appended) -> None:
+        raise RuntimeError("the indexer went away")
+
+    memory.on_append = broken
+    event = memory.record({"content": {"text": "still durable"},
+                           "ts": "2026-02-09T08:00:00+00:00"})
+    assert event.id in (memory.store / DAY).read_text()
+    memory.sync()
+    assert event.id in event_ids(dsn, schema)
