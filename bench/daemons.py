@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from bench.stats import timed
 from gitmem import daemon as lifecycle
 from gitmem.client import Client
 from gitmem.config import Config
+from gitmem.errors import DaemonError
 
 FLAGS = ("--no-autocommit",)
 CORPUS_DAEMON = "corpus_daemon"
@@ -73,7 +75,11 @@ class BenchDaemon:
         if self.pid is None:
             return
         if lifecycle.running_pid(self.config) == self.pid:
-            lifecycle.stop(self.config, timeout=60.0)
+            try:
+                lifecycle.stop(self.config, timeout=60.0)
+            except DaemonError as exc:  # the log holds its threads' stacks by now
+                time.sleep(1.0)
+                raise DaemonError(f"{exc}\n{self.log_tail(80)}") from None
         self.pid = None
 
     def client(self, timeout: float = 120.0) -> Client:

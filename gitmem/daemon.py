@@ -14,6 +14,7 @@ to the files and the watcher retries with backoff until the index catches up.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import fcntl
 import logging
 import os
@@ -214,6 +215,9 @@ def run(config: Config, options: DaemonOptions) -> None:
     sys.setswitchinterval(0.0005)
     # The watcher reports an outage once; the pool would log every reconnect attempt.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    # `kill -USR1 PID` writes every thread's stack to stderr (the log): what a daemon
+    # that does not stop, or does not answer, is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     memory = Memory(config, db_pool_size=options.db_pool_size, db_timeout=options.db_timeout)
     committer: Autocommit | None = None
     if options.autocommit:
@@ -353,7 +357,10 @@ def stop(config: Config, *, timeout: float = 30.0) -> int | None:
         if running_pid(config) is None:
             return pid
         time.sleep(0.02)
-    raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:.0f}s; "
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGUSR1)  # its threads' stacks, into the log
+    raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:.0f}s (the stacks "
+                      f"of its threads are at the end of {log_path(config)}); "
                       f"`kill -9 {pid}` forces it (events already answered are on disk)")
 
 

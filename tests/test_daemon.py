@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import threading
 import time
 import uuid
@@ -73,6 +74,17 @@ def test_start_status_stop(store_config: Config) -> None:
     assert stopped.returncode == 3 and "not running" in stopped.stdout
     again = daemon.cli("daemon", "stop")
     assert "no daemon was running" in again.stderr
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log(store_config: Config) -> None:
+    with running(store_config) as daemon:
+        assert daemon.pid is not None
+        os.kill(daemon.pid, signal.SIGUSR1)
+        wait_for(lambda: "(most recent call first)" in daemon.log())
+        stacks = daemon.log()
+        assert "gitmem/server.py" in stacks and "gitmem/watcher.py" in stacks
+        daemon.call("daemon_status")  # and it goes on serving
+    assert running_pid(store_config) is None
 
 
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
