@@ -80,9 +80,8 @@ def test_sigusr1_writes_every_threads_stack_to_the_log(store_config: Config) -> 
     with running(store_config) as daemon:
         assert daemon.pid is not None
         os.kill(daemon.pid, signal.SIGUSR1)
-        wait_for(lambda: "(most recent call first)" in daemon.log())
-        stacks = daemon.log()
-        assert "gitmem/server.py" in stacks and "gitmem/watcher.py" in stacks
+        wait_for(lambda: all(name in daemon.log() for name in (
+            "(most recent call first)", "gitmem/server.py", "gitmem/watcher.py")))
         daemon.call("daemon_status")  # and it goes on serving
     assert running_pid(store_config) is None
 
