@@ -49,9 +49,10 @@ logger = logging.getLogger(__name__)
 
 BARRIER_PREFIX = ".gitmem-barrier-"
 _WATCHDOG_LOGGERS = ("watchdog.observers.inotify", "watchdog.observers.inotify_c")
-# The events the handler acts on. Asking for these alone keeps inotify from
+# The events the handler acts on; every observer (inotify or polling) drops the
+# others before they reach it. Asking for these alone also keeps inotify from
 # reporting every open and close — the writer's appends and the indexer's own
-# reads of each file it indexes — which the handler would only drop.
+# reads of each file it indexes.
 _EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
            DirMovedEvent, DirDeletedEvent]
 
@@ -80,8 +81,6 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         """Queue the store paths an event touches (a directory move: a reconcile)."""
-        if event.event_type in ("opened", "closed", "closed_no_write", "attrib"):
-            return  # not asked for (_EVENTS); a polling observer may still report them
         if event.is_directory:
             if event.event_type in ("moved", "deleted"):
                 rel = os.fsdecode(event.src_path)
@@ -210,7 +209,7 @@ class Watcher:
 
         Called before the write is acknowledged, so a read that follows the
         acknowledgement waits for these lines; the indexer uses the events
-        where the file's new bytes are exactly these (`rows.known_events`).
+        where the file's new bytes are exactly these (`rows.split_known`).
         """
         with self._cond:
             if (self.stats["db_ok"] is not False
