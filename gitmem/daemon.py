@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitmem import client, gitops
+from gitmem import client, gctune, gitops
 from gitmem.config import Config
 from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
 from gitmem.memory import Memory
@@ -237,7 +237,7 @@ def run(config: Config, options: DaemonOptions) -> None:
                 "started": started, "uptime_s": round(time.time() - started, 3),
                 "connections": server.connections, "accepted": server.accepted,
                 "writer": {"batches": server.writer.batches, "events": server.writer.events},
-                "watcher": watcher.state(),
+                "watcher": watcher.state(), "gc": gctune.stats(),
                 "autocommit": committer.state() if committer else {"enabled": False}}
 
     def sync(paths: list[str] | None) -> dict[str, Any]:
@@ -254,6 +254,7 @@ def run(config: Config, options: DaemonOptions) -> None:
     try:
         watcher.start()
         _reconcile_at_start(memory, watcher)
+        gctune.install()  # what start-up built lives as long as the daemon
         server.bind()
         if committer:
             committer.start()
@@ -262,6 +263,7 @@ def run(config: Config, options: DaemonOptions) -> None:
         server.serve_forever()
         logger.info("stopping")
     finally:
+        gctune.uninstall()
         server.close()
         watcher.stop()
         if committer:

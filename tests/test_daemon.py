@@ -66,6 +66,8 @@ def test_start_status_stop(store_config: Config) -> None:
     report = json.loads(status.stdout)
     assert report["running"] and report["daemon"]["pid"] == pid
     assert report["daemon"]["watcher"]["mode"] == "inotify"
+    collector = report["daemon"]["gc"]  # start-up's objects frozen (gitmem/gctune.py)
+    assert collector["installed"] and collector["frozen"] > 10000
     assert "serves" in daemon.log()
     daemon.stop()
     assert running_pid(store_config) is None

@@ -1,0 +1,81 @@
+"""Garbage collection for a long-running daemon.
+
+CPython's cycle collector visits every tracked container at each collection of
+the oldest generation: about 40 ms for the ~90,000 objects of a warm daemon on
+the benchmark machine, paid by whichever request happens to be allocating, one
+request in sixty. Nearly all of those objects (modules, classes, policies,
+pools, cached rows) live as long as the process, so `install`:
+
+- after a full collection, moves what survived it into the permanent
+  generation (`gc.freeze`): the next full collections visit only what is newer;
+- returns them (`gc.unfreeze`) before every `FULL_EVERY`-th full collection,
+  so cyclic garbage among old objects is still reclaimed, only later;
+- raises the youngest generation's threshold, so the short-lived objects of a
+  request mostly die by reference count before a collection looks at them.
+
+Reference counting frees objects as before; only cycle detection changes.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from typing import Any
+
+FULL_EVERY = 8           # every 8th full collection visits the frozen objects too
+YOUNG_THRESHOLD = 5000   # allocations between collections of the youngest generation
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.full = 0          # full collections seen
+        self.unfrozen = 0      # of which visited every object
+        self.previous: tuple[int, int, int] | None = None
+
+
+_state = _State()
+
+
+def _on_collect(phase: str, info: dict[str, Any]) -> None:
+    if info.get("generation") != 2:
+        return
+    if phase == "start":
+        _state.full += 1
+        if _state.full % FULL_EVERY == 0:
+            _state.unfrozen += 1
+            gc.unfreeze()
+    elif phase == "stop":
+        gc.freeze()
+
+
+def install() -> None:
+    """Freeze what exists now and keep freezing the survivors of full collections."""
+    with _state.lock:
+        if _on_collect in gc.callbacks:
+            return
+        _state.previous = gc.get_threshold()
+        _, middle, old = _state.previous
+        gc.set_threshold(max(YOUNG_THRESHOLD, _state.previous[0]), middle, old)
+        gc.collect()
+        gc.freeze()
+        gc.callbacks.append(_on_collect)
+
+
+def uninstall() -> None:
+    """Back to CPython's defaults (every object visited again)."""
+    with _state.lock:
+        if _on_collect in gc.callbacks:
+            gc.callbacks.remove(_on_collect)
+        gc.unfreeze()
+        if _state.previous is not None:
+            gc.set_threshold(*_state.previous)
+            _state.previous = None
+
+
+def stats() -> dict[str, Any]:
+    """What the collector did: collections per generation, frozen objects."""
+    return {"collections": [g["collections"] for g in gc.get_stats()],
+            "collected": sum(g["collected"] for g in gc.get_stats()),
+            "frozen": gc.get_freeze_count(), "full": _state.full,
+            "full_unfrozen": _state.unfrozen, "installed": _on_collect in gc.callbacks}
