@@ -4,10 +4,17 @@ CREATE INDEX IF NOT EXISTS events_path ON events (path);
 -- Full-text search over tenant-qualified lexemes: every chunk; the short chunks alone
 -- (token_est <= 48: where BM25's length normalization puts most of the best matches,
 -- and whose lists are a fraction of the long ones'); the non-event records.
-CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv);
-CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv) WHERE token_est <= 48;
+-- New rows wait in a GIN index's pending list, which every search reads whole and
+-- which the planner prices in: at the default 4 MB, a lane statement read ~350
+-- pending pages (2 ms) and the planner left the short index for the full one (5x
+-- the heap rows). 256 kB keeps a search's share small; inserts flush more often,
+-- in smaller steps (docs/PERFORMANCE.md, "GIN pending lists").
+CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv)
+  WITH (gin_pending_list_limit = 256);
+CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv)
+  WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
 CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)
-  WHERE source_type <> 'event';
+  WITH (gin_pending_list_limit = 256) WHERE source_type <> 'event';
 CREATE INDEX IF NOT EXISTS chunks_session_ts ON chunks (tenant_id, session_id, ts, chunk_id)
   WHERE source_type = 'event';
 CREATE INDEX IF NOT EXISTS chunks_source ON chunks (source_id);
