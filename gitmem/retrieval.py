@@ -32,6 +32,7 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 
 from __future__ import annotations
 
+import calendar
 import heapq
 import itertools
 import math
@@ -70,7 +71,7 @@ class Term:
     phrase: bool = False
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """A chunk considered for retrieved_evidence, as a lane statement scored it."""
 
@@ -216,7 +217,9 @@ def statistics(db: Database, tenant: str, terms: Sequence[Term]) -> Stats:
 
 
 def _day_start(yyyymmdd: str) -> float:
-    return datetime.strptime(yyyymmdd, "%Y%m%d").replace(tzinfo=UTC).timestamp()
+    # calendar arithmetic, not strptime: a request reads up to DAYS_MAX day keys
+    return float(calendar.timegm((int(yyyymmdd[:4]), int(yyyymmdd[4:6]), int(yyyymmdd[6:8]),
+                                  0, 0, 0)))
 
 
 def idf(df: float, total: int) -> float:
