@@ -290,8 +290,9 @@ def _reconcile_at_start(memory: Memory, watcher: Watcher) -> None:
         logger.error("reconcile at start failed: %s", exc)
         watcher.request_reconcile("the reconcile at start failed")
         return
-    logger.info("reconciled %d changed file(s) of %d in %.0f ms", len(report.changed),
-                report.files, (time.perf_counter() - started) * 1000)
+    logger.info("reconciled %d changed file(s) of %d in %.0f ms%s", len(report.changed),
+                report.files, (time.perf_counter() - started) * 1000,
+                " (an empty index: rebuilt in bulk)" if report.rebuilt else "")
 
 
 # --------------------------------------------------------------------------- start / stop

@@ -84,11 +84,13 @@ class SyncReport:
     errors: list[dict[str, Any]] = field(default_factory=list)
     head: str | None = None
     known_lines: int = 0   # lines indexed from the events their writer handed over
+    rebuilt: bool = False  # a sync of an empty index, done the bulk way (`reindex`)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
         return {"files": self.files, "changed": self.changed, "rows": self.rows,
-                "errors": self.errors, "head": self.head, "known_lines": self.known_lines}
+                "errors": self.errors, "head": self.head, "known_lines": self.known_lines,
+                "rebuilt": self.rebuilt}
 
 
 def _sha(data: bytes) -> str:
@@ -285,7 +287,17 @@ def sync(db: Database, store: Path, policies: Policies,
     `appended`: lines this process wrote, by file (see `apply`).
     """
     if paths is None:
-        todo = candidates(store, load_stats(db))
+        stats = load_stats(db)
+        todo = candidates(store, stats)
+        if not stats and todo:
+            # Nothing indexed yet (a new index, or one recreated for a new schema
+            # version): COPY the files in as `reindex` does. File by file, the 1M-event
+            # benchmark corpus took 12.5 minutes; in bulk, 2.
+            report = reindex(db, store, policies)
+            report.changed = [{"path": rel, "action": "new", "reason": "not indexed yet"}
+                              for rel, _ in todo]
+            report.rebuilt = True
+            return report
     else:
         todo = sorted({(p, classify(p) or "") for p in paths})
         todo = [(p, k) for p, k in todo if k in ("events", "decision", "task", "summary",

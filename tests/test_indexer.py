@@ -122,6 +122,28 @@ def test_reindex_of_an_empty_store(memory: Memory) -> None:
 # ----------------------------------------------------------------------------- sync
 
 
+def test_a_full_sync_of_an_empty_index_loads_in_bulk(memory: Memory, store: Path, dsn: str,
+                                                     schema: str) -> None:
+    write(store, DAY, line(1) + line(2))
+    write(store, DAY2, line(3, day="2026-02-10") + "{not json\n")
+    first = memory.sync()
+    assert first.rebuilt  # nothing was indexed: the reindex path (COPY), not file by file
+    assert changed(first) == {DAY: "new", DAY2: "new", "views/glossary.md": "new",
+                              "views/identity.md": "new", "views/preferences.md": "new",
+                              "views/rules.project.md": "new"}
+    assert [(e["path"], e["line"]) for e in first.errors] == [(DAY2, 2)]
+    assert event_ids(dsn, schema) == sorted(json.loads(line(i))["id"] for i in (1, 2, 3))
+    bulk = index_digest(memory.db)
+    write(store, DAY2, line(4, day="2026-02-10"), mode="a")
+    later = memory.sync()  # the index holds files now: incremental again
+    assert not later.rebuilt and changed(later) == {DAY2: "append"}
+    assert index_digest(memory.db) != bulk
+    memory.reindex()
+    rebuilt = index_digest(memory.db)
+    rows(dsn, schema, "DELETE FROM source_files")  # as if emptied: bulk again, same index
+    assert memory.sync().rebuilt and index_digest(memory.db) == rebuilt
+
+
 def test_sync_appends_only_new_lines(memory: Memory, store: Path, dsn: str,
                                      schema: str) -> None:
     write(store, DAY, line(1) + line(2) + line(3))
