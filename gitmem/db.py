@@ -32,7 +32,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 Row = dict[str, Any]
 
 

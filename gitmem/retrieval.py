@@ -357,6 +357,14 @@ def _needed(lane: Lane, lanes: Sequence[Lane], count: int) -> bool:
     return True
 
 
+def _short_covered(lane: Lane, lanes: Sequence[Lane], reach: int, count: int) -> bool:
+    """Whether short lanes of a subset of the lane's terms have fetched (or fetch now)
+    its short matches back to `reach`: then its statement need read only long chunks."""
+    return any(other.short and set(other.terms) <= set(lane.terms)
+               and (count + 1 if other.done[1] else other.done[0]) >= reach
+               for other in lanes)
+
+
 def horizon(days: int, count: int) -> int:
     """Days rounded up to a power of two, so that lanes share statements."""
     if days >= count:
@@ -424,8 +432,16 @@ def _score_sql(count: int) -> str:
             "%(gamma)s::float8 * importance)::numeric, 9)")
 
 
-_SCOPES = {"all": "", "short": f"AND c.token_est <= {SHORT_TOKENS}",
-           "records": "AND c.source_type <> 'event'"}
+_MATCH = "c.tsv @@ %(query)s::tsquery"
+# How each scope matches. There is no index of all chunks: the short ones and the long
+# ones have one each (sql/indexes.sql), and "all" asks both (a BitmapOr).
+_SCOPES = {
+    "all": f"((c.token_est <= {SHORT_TOKENS} AND {_MATCH})"
+           f" OR (c.token_est > {SHORT_TOKENS} AND {_MATCH}))",
+    "short": f"{_MATCH} AND c.token_est <= {SHORT_TOKENS}",
+    "long": f"{_MATCH} AND c.token_est > {SHORT_TOKENS}",
+    "records": f"{_MATCH} AND c.source_type <> 'event'",
+}
 _SPAN = "AND c.ts >= to_timestamp(%(since)s) AND c.ts < to_timestamp(%(until)s)"
 
 
@@ -434,9 +450,9 @@ def lane_statement(tenant: str, terms: Sequence[Term], query: str, scope: str, l
                    span: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
     """SQL and parameters of one lane statement (named query `retrieval_lane`);
     `span` (epochs, end excluded) keeps the rows of those days only."""
-    scope_sql = _SCOPES[scope] + (" " + _SPAN if span else "")
     text = named_queries()["retrieval_lane"].format(
-        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), scope=scope_sql)
+        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), match=_SCOPES[scope],
+        span=_SPAN if span else "")
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
     if span:
         params.update(since=span[0], until=span[1])
@@ -471,36 +487,53 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
                scoring: Scoring, rule: ChannelRule, pool: int) -> list[Statement]:
     """The statements fetching what the lanes reach beyond what they fetched before:
     one per scope and span of days (lanes reaching as far share it, reaches rounded
-    up to powers of two). Marks the lanes as fetched. Each statement may keep up to
+    up to powers of two; a lane over all chunks reads the long ones only where short
+    lanes hold its short matches). Marks the lanes as fetched. Each statement may keep up to
     its share of `pool` rows, by expected size."""
     count = len(stats.days)
     tag = tenant_tag(tenant)
-    grouped: dict[tuple[bool, int, int], list[int]] = {}
+    reaching: dict[tuple[int, int], list[int]] = {}
     for number, lane in enumerate(lanes):
         if not _needed(lane, lanes, count):
             continue
         done = count + 1 if lane.done[1] else lane.done[0]
         reach = count + 1 if lane.whole else horizon(lane.days, count)
         if reach > done:
-            grouped.setdefault((lane.short, done, reach), []).append(number)
+            reaching.setdefault((done, reach), []).append(number)
             lane.done = (min(reach, count), reach > count)
-    planned: list[tuple[str, str, bool, float, tuple[int, ...],
+    # a lane over all chunks whose short matches short lanes hold (as far back) reads
+    # the long chunks only: about half the rows, and the long index alone
+    grouped: dict[tuple[str, int, int], list[int]] = {}
+    for (done, reach), numbers in reaching.items():
+        for number in numbers:
+            lane = lanes[number]
+            scope = ("short" if lane.short
+                     else "long" if _short_covered(lane, lanes, reach, count) else "all")
+            grouped.setdefault((scope, done, reach), []).append(number)
+    twins = {(lane.terms, lane.short): lane for lane in lanes}
+    short_sizes = [d.short for d in stats.days]
+    planned: list[tuple[str, str, str, float, tuple[int, ...],
                         tuple[float, float] | None]] = []
-    for (short, done, reach), members in sorted(grouped.items()):
+    for (scope, done, reach), members in sorted(grouped.items()):
         query = _any([_conjunction(terms, lanes[n].terms) for n in members])
+        short = scope == "short"
         sizes = [d.short if short else d.chunks for d in stats.days]
         rate = sum(lanes[n].rate for n in members)
-        scope = "short" if short else "all"
         rows = stats.short_chunks if short else stats.chunks
+        # a long-only statement expects its lanes' rows less what their short twins get
+        twin_rate = (sum(twin.rate for n in members
+                         if (twin := twins.get((lanes[n].terms, True))) is not None)
+                     if scope == "long" else 0.0)
         span: tuple[float, float] | None = None
         if reach > count:
-            expected = rate * (rows - sum(sizes[:done]))
+            expected = (rate * (rows - sum(sizes[:done]))
+                        - twin_rate * (stats.short_chunks - sum(short_sizes[:done])))
             if done:  # older than what was fetched (a negated key only adds to the lookup)
                 span = (-math.inf, stats.days[done - 1].start)
             label = f"{scope}:{done}d-whole"
         else:
-            expected = rate * sum(sizes[done:reach])
-            if rate * rows - expected <= KEYLESS_EXTRA:
+            expected = rate * sum(sizes[done:reach]) - twin_rate * sum(short_sizes[done:reach])
+            if rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA:
                 # few matches outside the span: a month key's posting list (as long as
                 # the tenant's month) costs more than filtering those rows by time
                 span = (stats.days[reach - 1].start,
@@ -510,15 +543,15 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
                                   for k in cover(stats.days, reach, stats.units, skip=done))
                 query = f"({query}) & ({keys})"
             label = f"{scope}:{done}-{reach}d"
-        planned.append((label, query, short, max(expected, 0.0), tuple(members), span))
+        planned.append((label, query, scope, max(expected, 0.0), tuple(members), span))
     total = sum(p[3] for p in planned) or 1.0
     caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[3] / total)) for p in planned]
     asked = sum(caps)
     if asked > pool:  # never more rows than the pool holds, whatever was expected
         caps = [max(1, cap * pool // asked) for cap in caps]
     out: list[Statement] = []
-    for (label, query, short, expected, fetched, span), cap in zip(planned, caps, strict=True):
-        sql, params = lane_statement(tenant, terms, query, "short" if short else "all",
+    for (label, query, scope, expected, fetched, span), cap in zip(planned, caps, strict=True):
+        sql, params = lane_statement(tenant, terms, query, scope,
                                      scoring.limits.retrieved_max, scoring, rule, cap, span)
         out.append(Statement(label, sql, params, expected, cap, fetched))
     return out

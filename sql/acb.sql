@@ -23,9 +23,10 @@ SELECT lexeme FROM lexeme_df
 WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 
 -- name: retrieval_lane
--- One statement of bounded retrieval (gitmem/retrieval.py fills {mask}, {score} and
--- {scope} for the query's number of terms; {scope} may also cut the rows by time,
--- between the since and until parameters, epochs). The matches of %(query)s — the tenant's
+-- One statement of bounded retrieval (gitmem/retrieval.py fills {mask} and {score} for
+-- the query's number of terms, {match} for its scope: all chunks, the short or the
+-- long ones, the records; {span} may cut the rows by time, between the since and until
+-- parameters, epochs). The matches of %(query)s — the tenant's
 -- own lexemes, so the GIN index reads this tenant's posting lists only — the newest
 -- %(cap)s of them at most; the best %(limit)s the channel may load, scored; a sample of the
 -- ids it may not (score NULL); and how many matched (pool).
@@ -37,7 +38,7 @@ WITH lane AS MATERIALIZED (
            AND (c.channel = '' OR %(channels)s::text[] IS NULL
                 OR c.channel = ANY (%(channels)s::text[])) AS allowed
   FROM chunks c
-  WHERE c.tsv @@ %(query)s::tsquery AND (c.tenant_id || '') = %(tenant)s {scope}
+  WHERE {match} AND (c.tenant_id || '') = %(tenant)s {span}
   ORDER BY c.ts DESC, c.chunk_id DESC
   LIMIT %(cap)s
 ), counted AS (
@@ -56,10 +57,12 @@ UNION ALL
  LIMIT %(sample)s)
 
 -- name: naive_rank
--- What a simple implementation does: ts_rank over every match, top N.
+-- What a simple implementation does: ts_rank over every match, top N (every chunk:
+-- the short and the long ones have an index each).
 SELECT chunk_id, ts_rank(tsv, %(any)s::tsquery) AS rank
 FROM chunks
-WHERE tenant_id = %(tenant)s AND tsv @@ %(any)s::tsquery
+WHERE tenant_id = %(tenant)s AND ((token_est <= 48 AND tsv @@ %(any)s::tsquery)
+                                  OR (token_est > 48 AND tsv @@ %(any)s::tsquery))
 ORDER BY rank DESC, chunk_id
 LIMIT %(limit)s
 

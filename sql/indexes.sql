@@ -1,18 +1,21 @@
 -- Indexes, created after a bulk load (faster than maintaining them row by row).
 CREATE INDEX IF NOT EXISTS events_session_ts ON events (tenant_id, session_id, ts, event_id);
 CREATE INDEX IF NOT EXISTS events_path ON events (path);
--- Full-text search over tenant-qualified lexemes: every chunk; the short chunks alone
--- (token_est <= 48: where BM25's length normalization puts most of the best matches,
--- and whose lists are a fraction of the long ones'); the non-event records.
+-- Full-text search over tenant-qualified lexemes: the short chunks (token_est <= 48:
+-- where BM25's length normalization puts most of the best matches), the long ones, and
+-- the non-event records. No index holds every chunk: a search of all of them asks the
+-- short and the long index (a BitmapOr), and a chunk goes into one of the two, not into
+-- a second index as well (retrieval's short lanes read the short chunks; a statement
+-- whose short matches they already hold reads the long index alone).
 -- New rows wait in a GIN index's pending list, which every search reads whole and
 -- which the planner prices in: at the default 4 MB, a lane statement read ~350
 -- pending pages (2 ms) and the planner left the short index for the full one (5x
 -- the heap rows). 256 kB keeps a search's share small; inserts flush more often,
 -- in smaller steps (docs/PERFORMANCE.md, "GIN pending lists").
-CREATE INDEX IF NOT EXISTS chunks_tsv ON chunks USING gin (tsv)
-  WITH (gin_pending_list_limit = 256);
 CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
+CREATE INDEX IF NOT EXISTS chunks_long_tsv ON chunks USING gin (tsv)
+  WITH (gin_pending_list_limit = 256) WHERE token_est > 48;
 CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE source_type <> 'event';
 CREATE INDEX IF NOT EXISTS chunks_session_ts ON chunks (tenant_id, session_id, ts, chunk_id)

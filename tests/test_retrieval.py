@@ -6,6 +6,8 @@ import math
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from gitmem import retrieval
 from gitmem.db import sql_text
 from gitmem.memory import Memory
@@ -156,15 +158,54 @@ def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
     found = {s.label: s for s in
              retrieval.statements("default", terms, lanes, stats, scoring, EVERYONE, 2000)}
     # kafka over its newest 8 days: ~200 of its 1,500 matches, the rest beyond the span,
-    # so the days' keys go into the GIN lookup
-    recent = found["all:0-8d"]
+    # so the days' keys go into the GIN lookup (long chunks only: the short lane of
+    # kafka holds its short ones, over the whole history)
+    recent = found["long:0-8d"]
     assert "since" not in recent.params and "@d" in recent.params["query"]
     # the pair over every day: nothing beyond the span, so no key is looked up and the
     # rows are cut by time instead
-    both = found["all:0-60d"]
+    both = found["long:0-60d"]
     assert (both.params["since"], both.params["until"]) == (stats.days[59].start, math.inf)
     assert "@" not in both.params["query"]
     assert "since" not in found["short:0d-whole"].params  # a whole history needs no cut
+
+
+def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_rest(
+) -> None:
+    stats = synthetic([1_500, 250_000])
+    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    terms = [retrieval.Term("kafka", "'kafka'", ("kafka",)),
+             retrieval.Term("deploy", "'deploy'", ("deploy",))]
+    scoring = retrieval.Scoring(tuple(weights), bounds, stats.average_tokens, NOW)
+
+    def labels(lanes: list[retrieval.Lane]) -> dict[str, retrieval.Statement]:
+        return {s.label: s for s in retrieval.statements("default", terms, lanes, stats,
+                                                         scoring, EVERYONE, 2000)}
+
+    # kafka over all chunks 8 days back, its short chunks only 2: the short lane does
+    # not hold days 3-8, so the statement reads every chunk (both indexes; the short
+    # lane is not fetched at all, the other holds its rows)
+    found = labels([retrieval.Lane((0,), False, 0.01, 1.0, days=8),
+                    retrieval.Lane((0,), True, 0.02, 1.0, days=2)])
+    assert set(found) == {"all:0-8d"}
+    assert "token_est <= 48 AND" in found["all:0-8d"].sql
+    assert "token_est > 48 AND" in found["all:0-8d"].sql
+    # the short lane 16 days back (as it usually reaches further: short chunks score
+    # higher): the long chunks alone, expecting the rows of all chunks less the short
+    # ones the short lane expects of those days
+    found = labels([retrieval.Lane((0,), False, 0.01, 1.0, days=8),
+                    retrieval.Lane((0,), True, 0.02, 1.0, days=16)])
+    assert set(found) == {"long:0-8d", "short:0-16d"}
+    long = found["long:0-8d"]
+    assert "token_est > 48" in long.sql and "token_est <= 48" not in long.sql
+    days = stats.days[:8]
+    assert long.expected == pytest.approx(
+        0.01 * sum(d.chunks for d in days) - 0.02 * sum(d.short for d in days))
+    # a short lane of a subset of the terms holds them too (the pair's short matches)
+    found = labels([retrieval.Lane((0, 1), False, 0.001, 1.0, days=4),
+                    retrieval.Lane((0,), True, 0.02, 1.0, days=8)])
+    assert set(found) == {"long:0-4d", "short:0-8d"}
 
 
 def test_cover_uses_months_weeks_and_days() -> None:
@@ -184,6 +225,7 @@ def test_cover_uses_months_weeks_and_days() -> None:
 
 def test_the_short_bound_is_the_same_in_code_and_sql() -> None:
     assert f"token_est <= {SHORT_TOKENS}" in sql_text("indexes.sql")
+    assert f"token_est > {SHORT_TOKENS}" in sql_text("indexes.sql")
     assert sql_text("lexemes.sql").count(f"token_est <= {SHORT_TOKENS}") >= 4
 
 
