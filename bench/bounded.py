@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bench.queries import Ask
-from gitmem import retrieval
+from gitmem import lexicon, retrieval
 from gitmem.db import Database
 from gitmem.policies import ChannelRule, Policies
 from gitmem.records import parse_ts
@@ -29,7 +29,7 @@ class Prepared:
     """A request ready for timed retrieval: its analyzed terms, clock and filter."""
 
     ask: Ask
-    terms: list[retrieval.Term]
+    terms: list[lexicon.Term]
     now: datetime
     rule: ChannelRule
 
@@ -43,5 +43,5 @@ def prepare(db: Database, policies: Policies, ask: Ask) -> Prepared:
     """Analyze the request's query (untimed)."""
     now_text = ask.params.get("now")
     now = parse_ts(now_text) if now_text else datetime.now(UTC)
-    return Prepared(ask, retrieval.analyze(db, ask.query), now,
+    return Prepared(ask, lexicon.analyze(db, ask.query), now,
                     policies.privacy.rule(str(ask.params.get("channel", "private"))))

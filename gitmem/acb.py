@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitmem import consistency, retrieval, tokens
+from gitmem import consistency, lexicon, retrieval, tokens
 from gitmem.context import ContextCache, TenantDecisions, ViewRow
 from gitmem.db import Database, Row
 from gitmem.errors import ValidationError
@@ -449,7 +449,7 @@ class _Evidence:
             return self.result
         started = time.perf_counter()
         db = build.db()
-        terms = retrieval.analyze(db, build.request.query_text)
+        terms = lexicon.analyze(db, build.request.query_text)
         budgets = build.policies.budgets
         limits = retrieval.Limits(budgets.candidate_pool_max, budgets.retrieved_chunks_max,
                                   budgets.alpha, budgets.beta, budgets.gamma,

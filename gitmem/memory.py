@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gitmem import acb, indexer, retrieval
+from gitmem import acb, indexer, lexicon
 from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
@@ -206,7 +206,7 @@ class Memory:
         rows = chain.active if active_only else sorted(
             chain.by_id.values(), key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
         if query_text.strip():
-            terms = retrieval.qualify(retrieval.analyze(self.db, query_text), tenant)
+            terms = lexicon.qualify(lexicon.analyze(self.db, query_text), tenant)
             wanted = {r["chunk_id"] for t in terms for r in self.db.fetchall(
                 "decision_search", {"tenant": tenant, "query": t.query})}
             rows = [r for r in rows if r["decision_id"] in wanted]

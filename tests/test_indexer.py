@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from gitmem import retrieval
+from gitmem import lexicon
 from gitmem.config import Config
 from gitmem.db import Database
 from gitmem.indexer import index_digest
@@ -96,7 +96,7 @@ def test_reindex_builds_every_table(memory: Memory, store: Path, dsn: str, schem
     assert parts[0][0].endswith("#1")
     # the actor's name and the tags are searchable along with the text
     for word in ("alice", "deploy", "fridays"):
-        [term] = retrieval.qualify(retrieval.analyze(memory.db, word), "default")
+        [term] = lexicon.qualify(lexicon.analyze(memory.db, word), "default")
         hit = rows(dsn, schema, "SELECT chunk_id FROM chunks WHERE tsv @@ %s::tsquery",
                    (term.query,))
         assert (ref,) in hit, word

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gitmem import retrieval
+from gitmem import lexicon, retrieval
 from gitmem.db import sql_text
 from gitmem.memory import Memory
 from gitmem.policies import ChannelRule
@@ -29,7 +29,7 @@ def limits(memory: Memory) -> retrieval.Limits:
 
 
 def test_analyze_keeps_phrases_stems_and_plain_forms(memory: Memory) -> None:
-    terms = retrieval.analyze(memory.db, 'Which "blue cluster" did Alice deploy to?')
+    terms = lexicon.analyze(memory.db, 'Which "blue cluster" did Alice deploy to?')
     assert terms[0].phrase and terms[0].query == "'blue' <-> 'cluster'"
     words = {t.text: t for t in terms[1:]}
     assert "Which" not in words and "did" not in words  # stopwords drop out
@@ -44,8 +44,8 @@ def test_statistics_are_exact_per_tenant_and_follow_syncs(memory: Memory) -> Non
     memory.record({"content": {"text": "kafka " * 80 + "cluster"}, "ts": "2026-02-02T09:00:00Z",
                    "tenant_id": "other"})
     memory.sync()
-    terms = retrieval.qualify(retrieval.analyze(memory.db, "kafka cluster"), "default")
-    stats = retrieval.statistics(memory.db, "default", terms)
+    terms = lexicon.qualify(lexicon.analyze(memory.db, "kafka cluster"), "default")
+    stats = lexicon.statistics(memory.db, "default", terms)
     assert (stats.dfs, stats.short_dfs, stats.chunks, stats.short_chunks) == ([3, 30], [3, 30],
                                                                               30, 30)
     assert [(d.key, d.chunks) for d in stats.days] == [("@d20260201", 30)]
@@ -54,12 +54,12 @@ def test_statistics_are_exact_per_tenant_and_follow_syncs(memory: Memory) -> Non
         average = conn.execute("SELECT avg(token_est)::float8 AS a FROM chunks "
                                "WHERE tenant_id = 'default'").fetchone()
     assert average is not None and abs(stats.average_tokens - average["a"]) < 1e-9
-    other = retrieval.statistics(memory.db, "other", retrieval.qualify(
-        retrieval.analyze(memory.db, "kafka cluster"), "other"))
+    other = lexicon.statistics(memory.db, "other", lexicon.qualify(
+        lexicon.analyze(memory.db, "kafka cluster"), "other"))
     assert (other.dfs, other.short_dfs, other.chunks) == ([1, 1], [0, 0], 1)  # a long chunk
     (memory.store / "events" / "2026-02" / "2026-02-01.jsonl").unlink()
     memory.sync()
-    stats = retrieval.statistics(memory.db, "default", terms)
+    stats = lexicon.statistics(memory.db, "default", terms)
     assert stats.dfs == [0, 0] and stats.chunks == 0 and stats.days == []
 
 
@@ -81,18 +81,18 @@ def test_incremental_frequencies_equal_a_rebuild(memory: Memory) -> None:
     assert incremental == rebuilt and len(rebuilt) > 20
 
 
-def synthetic(dfs: list[int], chunks: int = 1_000_000, days: int = 60) -> retrieval.Stats:
+def synthetic(dfs: list[int], chunks: int = 1_000_000, days: int = 60) -> lexicon.Stats:
     """A large tenant whose chunks are spread evenly over `days` days before NOW."""
     per_day = chunks // days
     start = datetime(2026, 3, 1, tzinfo=UTC)
-    day_list = [retrieval.Day(f"@d{start - timedelta(days=n):%Y%m%d}",
+    day_list = [lexicon.Day(f"@d{start - timedelta(days=n):%Y%m%d}",
                               (start - timedelta(days=n)).timestamp(), per_day, per_day // 2)
                 for n in range(days)]
-    return retrieval.Stats(dfs, [df // 3 for df in dfs], chunks, chunks // 2, 60.0, day_list,
+    return lexicon.Stats(dfs, [df // 3 for df in dfs], chunks, chunks // 2, 60.0, day_list,
                            frozenset(d.key for d in day_list))
 
 
-def expected_rows(stats: retrieval.Stats, lanes: list[retrieval.Lane]) -> float:
+def expected_rows(stats: lexicon.Stats, lanes: list[retrieval.Lane]) -> float:
     total = 0.0
     for lane in lanes:
         scope = stats.short_chunks if lane.short else stats.chunks
@@ -152,8 +152,8 @@ def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
     weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
     bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
     lanes = retrieval.plan(stats, weights, bounds, NOW)
-    terms = [retrieval.Term("kafka", "'kafka'", ("kafka",)),
-             retrieval.Term("deploy", "'deploy'", ("deploy",))]
+    terms = [lexicon.Term("kafka", "'kafka'", ("kafka",)),
+             lexicon.Term("deploy", "'deploy'", ("deploy",))]
     scoring = retrieval.Scoring(tuple(weights), bounds, stats.average_tokens, NOW)
     found = {s.label: s for s in
              retrieval.statements("default", terms, lanes, stats, scoring, EVERYONE, 2000)}
@@ -175,8 +175,8 @@ def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_r
     stats = synthetic([1_500, 250_000])
     weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
     bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
-    terms = [retrieval.Term("kafka", "'kafka'", ("kafka",)),
-             retrieval.Term("deploy", "'deploy'", ("deploy",))]
+    terms = [lexicon.Term("kafka", "'kafka'", ("kafka",)),
+             lexicon.Term("deploy", "'deploy'", ("deploy",))]
     scoring = retrieval.Scoring(tuple(weights), bounds, stats.average_tokens, NOW)
 
     def labels(lanes: list[retrieval.Lane]) -> dict[str, retrieval.Statement]:
@@ -209,7 +209,7 @@ def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_r
 
 
 def test_cover_uses_months_weeks_and_days() -> None:
-    days = [retrieval.Day(f"@d{datetime(2026, 6, 3) - timedelta(days=n):%Y%m%d}",
+    days = [lexicon.Day(f"@d{datetime(2026, 6, 3) - timedelta(days=n):%Y%m%d}",
                           (datetime(2026, 6, 3, tzinfo=UTC) - timedelta(days=n)).timestamp(),
                           10, 5) for n in range(60)]
     units = frozenset([d.key for d in days] + ["@m202605", "@m202606", "@w202622",
@@ -233,7 +233,7 @@ def test_a_rare_term_of_another_tenant_is_not_fetched(memory: Memory) -> None:
     memory.record({"content": {"text": "zygomorphic flowers"}, "tenant_id": "other"})
     mine = memory.record({"content": {"text": "zygomorphic petals"}}).id
     memory.sync()
-    terms = retrieval.analyze(memory.db, "zygomorphic")
+    terms = lexicon.analyze(memory.db, "zygomorphic")
     found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
     assert [c.chunk_id for c in found.candidates] == [mine]
 
@@ -249,7 +249,7 @@ def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
     memory.sync()
     for question in ("why did the deploy pipeline time out on the replica?",
                      "backup retry timeout", "customer latency dashboard alert"):
-        terms = retrieval.analyze(memory.db, question)
+        terms = lexicon.analyze(memory.db, question)
         bounded = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
         assert bounded.pool_size <= 2000
         exact = retrieval.exact_top(memory.db, "default", bounded.terms, limits(memory), NOW,
@@ -267,7 +267,7 @@ def test_recent_lanes_find_the_newest_matches_of_a_common_word(memory: Memory) -
     memory.sync()
     now = start + timedelta(days=60)
     tight = retrieval.Limits(20, 10, 0.7, 0.2, 0.1, 14)  # a budget of 12 expected rows
-    found = retrieval.retrieve(memory.db, "default", retrieval.analyze(memory.db, "deploy"),
+    found = retrieval.retrieve(memory.db, "default", lexicon.analyze(memory.db, "deploy"),
                                tight, now, EVERYONE)
     assert len(found.candidates) == 10
     assert found.pool_size < 240 and all(lane["lane"] != "all:whole" for lane in found.lanes)
@@ -281,8 +281,8 @@ def test_a_span_cut_by_time_keeps_what_time_keys_keep(memory: Memory) -> None:
                          "ts": (start + timedelta(hours=11 * n)).isoformat()}
                         for n in range(130)])  # 60 days, crossing months and weeks
     memory.sync()
-    terms = retrieval.qualify(retrieval.analyze(memory.db, "deploy"), "default")
-    stats = retrieval.statistics(memory.db, "default", terms)
+    terms = lexicon.qualify(lexicon.analyze(memory.db, "deploy"), "default")
+    stats = lexicon.statistics(memory.db, "default", terms)
     scoring = retrieval.Scoring((1.0,), limits(memory), stats.average_tokens, NOW)
     tag = tenant_tag("default")
 
@@ -310,14 +310,14 @@ def test_quoted_phrases_match_within_the_tenant(memory: Memory) -> None:
     memory.record({"content": {"text": "a cluster that is blue"}})
     memory.record({"content": {"text": "the blue cluster again"}, "tenant_id": "other"})
     memory.sync()
-    terms = retrieval.analyze(memory.db, '"blue cluster"')
+    terms = lexicon.analyze(memory.db, '"blue cluster"')
     found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
     texts = {row["chunk_id"]: row["text"] for row in memory.db.fetchall(
         "evidence_items", {"tenant": "default", "ids": [c.chunk_id for c in found.candidates],
                            "anchors": []})}
     assert [texts[c.chunk_id] for c in found.candidates if c.mask & 1] == [
         "user: the blue cluster in Frankfurt"]
-    assert all(tenant_tag("default") in t.query for t in retrieval.qualify(terms, "default"))
+    assert all(tenant_tag("default") in t.query for t in lexicon.qualify(terms, "default"))
 
 
 def test_what_the_channel_may_not_load_is_named_not_scored(memory: Memory) -> None:
@@ -326,7 +326,7 @@ def test_what_the_channel_may_not_load_is_named_not_scored(memory: Memory) -> No
                             "channel": "private"}).id
     memory.sync()
     rule = ChannelRule(frozenset({"secret"}), frozenset(), frozenset({"team", "public"}))
-    found = retrieval.retrieve(memory.db, "default", retrieval.analyze(memory.db, "zeppelin"),
+    found = retrieval.retrieve(memory.db, "default", lexicon.analyze(memory.db, "zeppelin"),
                                limits(memory), NOW, rule)
     assert [c.chunk_id for c in found.candidates] == [kept]
     assert found.suppressed == [hidden]

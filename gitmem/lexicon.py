@@ -1,0 +1,143 @@
+"""Query terms for full-text retrieval, and their exact statistics.
+
+1. *Analyze*: each content word becomes a term — its English stem OR its plain
+   lower-case form (so actor names and tags match too); quoted phrases stay
+   phrases. Stopwords drop out. Terms are then *qualified*: every lexeme of a
+   chunk carries its tenant's tag (sql/schema.sql), so the GIN index holds one
+   posting list per tenant and word, and a search reads this tenant's matches
+   only, however large the others are.
+2. *Statistics*, exact, from `lexeme_df` in one round trip: each term's
+   document frequency (IDF needs no estimate; the ranking is the same on any
+   index built from the same files), over all chunks and over the short ones,
+   and the sizes of the tenant's newest days (gitmem/retrieval.py plans with them).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gitmem.db import Database
+from gitmem.rows import tenant_tag
+
+DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
+@dataclass(frozen=True)
+class Term:
+    """One unit of a query: a word (its stem or plain form) or a quoted phrase."""
+
+    text: str
+    query: str            # tsquery text
+    lexemes: tuple[str, ...]
+    phrase: bool = False
+
+
+# --------------------------------------------------------------------------- terms
+
+def quote(lexeme: str) -> str:
+    """A lexeme as a tsquery literal."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def analyze(db: Database, text: str) -> list[Term]:
+    """The terms of a natural-language query (phrases first, then words)."""
+    terms: list[Term] = []
+    seen: set[str] = set()
+    for phrase in _QUOTED.findall(text):
+        words = [lexemes for _, lexemes in _tokens(db, phrase) if lexemes]
+        if len(words) >= 2:
+            stems = tuple(w[0] for w in words)
+            key = "<->".join(stems)
+            if key not in seen:
+                seen.add(key)
+                terms.append(_term(phrase.strip(), stems, True))
+    for token, lexemes in _tokens(db, _QUOTED.sub(" ", text) + " " + " ".join(
+            _QUOTED.findall(text))):
+        if not lexemes:
+            continue  # a stopword
+        forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
+        if forms[0] in seen:
+            continue
+        seen.add(forms[0])
+        terms.append(_term(token, forms, False))
+    return terms
+
+
+def _term(text: str, lexemes: tuple[str, ...], phrase: bool) -> Term:
+    joint = " <-> " if phrase else " | "
+    return Term(text, joint.join(quote(x) for x in lexemes), lexemes, phrase)
+
+
+def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
+    rows = db.fetchall("query_tokens", {"text": text})
+    return [(row["token"], list(row["lexemes"] or [])) for row in rows]
+
+
+def qualify(terms: Sequence[Term], tenant: str) -> list[Term]:
+    """The same terms in the tenant's own lexemes (what its chunks' tsvectors hold)."""
+    tag = tenant_tag(tenant)
+    return [_term(t.text, tuple(tag + x for x in t.lexemes), t.phrase) for t in terms]
+
+
+# --------------------------------------------------------------------------- statistics
+
+@dataclass(frozen=True)
+class Day:
+    """One UTC day of a tenant's chunks: its time key and sizes."""
+
+    key: str              # '@d20260601'
+    start: float          # epoch of its midnight
+    chunks: int
+    short: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What planning and scoring need to know of the tenant and the terms."""
+
+    dfs: list[int]             # per term, all chunks
+    short_dfs: list[int]       # per term, short chunks
+    chunks: int
+    short_chunks: int
+    average_tokens: float
+    days: list[Day]            # newest first, at most DAYS_MAX
+    units: frozenset[str]      # every time key the tenant has ('@d…', '@w…', '@m…')
+
+
+def statistics(db: Database, tenant: str, terms: Sequence[Term]) -> Stats:
+    """Exact frequencies of the (qualified) terms, the tenant's totals and newest days.
+
+    A word's forms are alternatives, so its df is that of its commonest form; a
+    phrase's is that of its rarest word (an upper bound).
+    """
+    tag = tenant_tag(tenant)
+    lexemes = sorted({x for t in terms for x in t.lexemes} | {"", "#"})
+    [counts, days, weeks] = db.fetch_many([
+        ("lexeme_df_rows", {"tenant": tenant, "lexemes": lexemes}),
+        ("tenant_days", {"tenant": tenant, "low": tag + "@d", "high": tag + "@d~",
+                         "limit": DAYS_MAX}),
+        ("tenant_time_keys", {"tenant": tenant, "low": tag + "@m", "high": tag + "@x"}),
+    ])
+    known = {row[0]: (int(row[1]), int(row[2])) for row in counts}
+
+    def df(term: Term, part: int) -> int:
+        values = [known.get(x, (0, 0))[part] for x in term.lexemes]
+        return (min if term.phrase else max)(values)
+
+    chunks, short = known.get("", (0, 0))
+    tokens = known.get("#", (0, 0))[0]
+    cut = len(tag)
+    day_list = [Day(key[cut:], _day_start(key[cut + 2:]), int(n), int(s)) for key, n, s in days]
+    units = frozenset([d.key for d in day_list] + [key[cut:] for key, in weeks])
+    return Stats([df(t, 0) for t in terms], [df(t, 1) for t in terms], chunks, short,
+                 tokens / chunks if chunks else 1.0, day_list, units)
+
+
+def _day_start(yyyymmdd: str) -> float:
+    # calendar arithmetic, not strptime: a request reads up to DAYS_MAX day keys
+    return float(calendar.timegm((int(yyyymmdd[:4]), int(yyyymmdd[4:6]), int(yyyymmdd[6:8]),
+                                  0, 0, 0)))
