@@ -3,7 +3,7 @@
 Sections are filled in the budgets' priority order (identity, rules,
 task_state, relevant_decisions, retrieved_evidence, recent_window,
 tool_state; or, with a handoff, only the packet, its decisions and a little
-evidence). Hard rules, all enforced in `Packer`: privacy suppression before
+evidence). Hard rules, all enforced in `Packer` (gitmem/packing.py): privacy suppression before
 scoring (omissions list ids, never text); one copy per content hash across
 sections; pinned items first; no section over its cap and nothing over
 max_tokens - reserve, counted with the tokenizer that counted the chunks.
@@ -13,7 +13,6 @@ acb_id (P7): every ordering ends in an id, and the clock is the request's.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -25,17 +24,10 @@ from gitmem import consistency, lexicon, retrieval, tokens
 from gitmem.context import ContextCache, TenantDecisions, ViewRow
 from gitmem.db import Database, Row
 from gitmem.errors import ValidationError
+from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packer, Section, header
 from gitmem.policies import ChannelRule, Policies
 from gitmem.records import CHANNELS, canonical_json, format_ts, parse_ts
 
-SECTION_TITLES = {
-    "identity": "Identity", "rules": "Rules", "task_state": "Task state",
-    "relevant_decisions": "Relevant decisions", "retrieved_evidence": "Retrieved evidence",
-    "recent_window": "Recent conversation", "tool_state": "Tool state",
-    "handoff": "Handoff packet",
-}
-ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE joins
-OMISSION_IDS_MAX = 200
 REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
                   "max_tokens", "now", "handoff_id")
@@ -85,93 +77,6 @@ class AcbRequest:
                    agent_id=data.get("agent_id") or "agent", channel=channel,
                    intent=data.get("intent") or "", query_text=data.get("query_text") or "",
                    max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
-
-
-def header(name: str) -> str:
-    """The rendered heading of a section."""
-    return f"## {SECTION_TITLES[name]}\n"
-
-
-@functools.cache
-def header_tokens(name: str) -> int:
-    """Tokens a section's heading and its separator cost (counted once per process)."""
-    return tokens.count(header(name)) + 1
-
-
-@dataclass
-class Section:
-    """A section being packed."""
-
-    name: str
-    cap: int
-    items: list[dict[str, Any]] = field(default_factory=list)
-    used: int = 0
-
-
-class Packer:
-    """Places items into sections under every cap; records what it leaves out."""
-
-    def __init__(self, available: int) -> None:
-        self.available = available
-        self.used = 0
-        self.sections: dict[str, Section] = {}
-        self.seen: dict[str, str] = {}
-        self.omitted: dict[str, dict[str, None]] = {}  # reason -> ids, as an ordered set
-        self.truncated: dict[str, list[str]] = {}
-        # what was packed, by content hash: the acb_id is a digest of it
-        self.ledger: list[tuple[str, str, str, float | None]] = []
-
-    def open(self, name: str, cap: int) -> Section:
-        """Start a section with its (scaled) cap."""
-        section = Section(name, cap)
-        self.sections[name] = section
-        return section
-
-    def omit(self, reason: str, item_id: str) -> None:
-        """Record an id left out, by reason."""
-        self.omitted.setdefault(reason, {})[item_id] = None
-
-    def full(self, section: Section) -> bool:
-        """True when not even the smallest item would fit any more."""
-        room = min(section.cap - section.used, self.available - self.used)
-        return room <= ITEM_SEPARATOR_TOKENS + (0 if section.items
-                                                else header_tokens(section.name))
-
-    def add(self, section: Section, item: dict[str, Any], digest: str) -> bool:
-        """Add `item` if its hash is new and it fits; else record why not."""
-        if digest in self.seen:
-            if self.seen[digest] != item["id"]:
-                self.omit("duplicate", item["id"])
-            return False
-        cost = item["token_est"] + ITEM_SEPARATOR_TOKENS
-        if not section.items:
-            cost += header_tokens(section.name)
-        if section.used + cost > section.cap or self.used + cost > self.available:
-            self.omit("budget", item["id"])
-            return False
-        section.items.append(item)
-        section.used += cost
-        self.used += cost
-        self.seen[digest] = item["id"]
-        self.ledger.append((section.name, item["id"], digest, item.get("score")))
-        if item.get("artifact_id"):
-            self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])
-        return True
-
-    def omissions(self) -> list[dict[str, Any]]:
-        """The omissions list: one entry per reason (and per truncated artifact)."""
-        out: list[dict[str, Any]] = []
-        for reason in sorted(self.omitted):
-            ids = sorted(set(self.omitted[reason]))
-            entry: dict[str, Any] = {"reason": reason, "candidates": ids[:OMISSION_IDS_MAX]}
-            if len(ids) > OMISSION_IDS_MAX:
-                entry["count"] = len(ids)
-            out.append(entry)
-        for artifact in sorted(self.truncated):
-            out.append({"reason": "truncated_tool_output",
-                        "candidates": sorted(set(self.truncated[artifact])),
-                        "artifact_id": artifact})
-        return out
 
 
 def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
