@@ -54,9 +54,8 @@ def install() -> None:
     with _state.lock:
         if _on_collect in gc.callbacks:
             return
-        _state.previous = gc.get_threshold()
-        _, middle, old = _state.previous
-        gc.set_threshold(max(YOUNG_THRESHOLD, _state.previous[0]), middle, old)
+        _state.previous = young, middle, old = gc.get_threshold()
+        gc.set_threshold(max(YOUNG_THRESHOLD, young), middle, old)
         gc.collect()
         gc.freeze()
         gc.callbacks.append(_on_collect)
@@ -75,7 +74,8 @@ def uninstall() -> None:
 
 def stats() -> dict[str, Any]:
     """What the collector did: collections per generation, frozen objects."""
-    return {"collections": [g["collections"] for g in gc.get_stats()],
-            "collected": sum(g["collected"] for g in gc.get_stats()),
+    generations = gc.get_stats()
+    return {"collections": [g["collections"] for g in generations],
+            "collected": sum(g["collected"] for g in generations),
             "frozen": gc.get_freeze_count(), "full": _state.full,
             "full_unfrozen": _state.unfrozen, "installed": _on_collect in gc.callbacks}

@@ -361,8 +361,8 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
     """The statements fetching what the lanes reach beyond what they fetched before:
     one per scope and span of days (lanes reaching as far share it, reaches rounded
     up to powers of two; a lane over all chunks reads the long ones only where short
-    lanes hold its short matches). Marks the lanes as fetched. Each statement may keep up to
-    its share of `pool` rows, by expected size."""
+    lanes hold its short matches). Marks the lanes as fetched. Each statement may keep
+    up to its share of `pool` rows, by expected size."""
     count = len(stats.days)
     tag = tenant_tag(tenant)
     reaching: dict[tuple[int, int], list[int]] = {}
@@ -568,9 +568,10 @@ def naive_top(db: Database, tenant: str, terms: Sequence[Term], top: int = 200) 
     if not terms:
         return []
     mine = qualify(terms, tenant)
-    rows = db.fetchall("naive_rank", {"tenant": tenant, "limit": top,
-                                      "any": _any([t.query for t in mine])})
-    return [row["chunk_id"] for row in rows]
+    sql = named_queries()["naive_rank"].format(match=_SCOPES["all"])
+    [rows] = db.run_many([(sql, {"tenant": tenant, "limit": top,
+                                 "query": _any([t.query for t in mine])})])
+    return [row[0] for row in rows]
 
 
 def describe(terms: Sequence[Term], weights: Sequence[float]) -> list[dict[str, Any]]:

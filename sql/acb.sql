@@ -57,13 +57,12 @@ UNION ALL
  LIMIT %(sample)s)
 
 -- name: naive_rank
--- What a simple implementation does: ts_rank over every match, top N (every chunk:
--- the short and the long ones have an index each).
-SELECT chunk_id, ts_rank(tsv, %(any)s::tsquery) AS rank
-FROM chunks
-WHERE tenant_id = %(tenant)s AND ((token_est <= 48 AND tsv @@ %(any)s::tsquery)
-                                  OR (token_est > 48 AND tsv @@ %(any)s::tsquery))
-ORDER BY rank DESC, chunk_id
+-- What a simple implementation does: ts_rank over every match, top N
+-- (gitmem/retrieval.py fills {match} as for a lane over all chunks: both indexes).
+SELECT c.chunk_id, ts_rank(c.tsv, %(query)s::tsquery) AS rank
+FROM chunks c
+WHERE c.tenant_id = %(tenant)s AND {match}
+ORDER BY rank DESC, c.chunk_id
 LIMIT %(limit)s
 
 -- name: evidence_items

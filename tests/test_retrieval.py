@@ -238,6 +238,19 @@ def test_a_rare_term_of_another_tenant_is_not_fetched(memory: Memory) -> None:
     assert [c.chunk_id for c in found.candidates] == [mine]
 
 
+def test_the_naive_baseline_ranks_short_and_long_chunks_of_the_tenant(memory: Memory) -> None:
+    memory.record({"content": {"text": "zygomorphic flowers"}, "tenant_id": "other"})
+    short = memory.record({"content": {"text": "zygomorphic zygomorphic petals"}}).id
+    long = memory.record({"content": {"text": "zygomorphic " + "sepal " * 200}}).id
+    memory.record({"content": {"text": "nothing to see"}})
+    memory.sync()
+    terms = lexicon.analyze(memory.db, "zygomorphic")
+    # both indexes (short and long chunks), this tenant only, by ts_rank
+    assert retrieval.naive_top(memory.db, "default", terms) == [short, long]
+    assert retrieval.naive_top(memory.db, "default", terms, top=1) == [short]
+    assert retrieval.naive_top(memory.db, "default", []) == []
+
+
 def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
     rng = random.Random(11)
     vocabulary = [*WORDS, *(f"filler{n}" for n in range(400))]
