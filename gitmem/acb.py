@@ -26,7 +26,7 @@ from gitmem.db import Database, Row
 from gitmem.errors import ValidationError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packer, Section, header
 from gitmem.policies import ChannelRule, Policies
-from gitmem.records import CHANNELS, canonical_json, format_ts, parse_ts
+from gitmem.records import CHANNELS, Event, canonical_json, format_ts, parse_ts
 
 REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
@@ -77,6 +77,22 @@ class AcbRequest:
                    agent_id=data.get("agent_id") or "agent", channel=channel,
                    intent=data.get("intent") or "", query_text=data.get("query_text") or "",
                    max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
+
+
+def affects(request: AcbRequest) -> Callable[[Event], bool]:
+    """Whether a new event can change the ACB `request` asks for.
+
+    Retrieval (a query, a handoff's evidence) may rank any event of the tenant.
+    Without it, events reach an ACB only as the session's own (recent window,
+    tool state) or as the tenant's pinned items: views, decisions and tasks come
+    from their own files. The cache drops bundles by the same rule
+    (`ContextCache.forget_sessions`).
+    """
+    tenant, session = request.tenant_id, request.session_id
+    if request.query_text.strip() or request.handoff_id:
+        return lambda event: event.tenant_id == tenant
+    return lambda event: event.tenant_id == tenant and (
+        event.session_id == session or "pinned" in event.tags)
 
 
 def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:

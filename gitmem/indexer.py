@@ -85,6 +85,8 @@ class SyncReport:
     head: str | None = None
     known_lines: int = 0   # lines indexed from the events their writer handed over
     rebuilt: bool = False  # a sync of an empty index, done the bulk way (`reindex`)
+    # the events files it looked at: the byte offset the index now reflects
+    offsets: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
@@ -266,7 +268,9 @@ def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies
 
 
 def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies,
-               appended: Sequence[Appended] = ()) -> tuple[Assessment, FileRows]:
+               appended: Sequence[Appended] = ()) -> tuple[Assessment, FileRows, int | None]:
+    """Sync one file; what was found, the rows made, and the byte offset the index
+    reflects afterwards (None: the file is not indexed)."""
     with db.transaction() as conn:
         db.execute("lock_sync_shared", {"path": rel}, conn)
         state = db.fetchone("file_state", {"path": rel}, conn)
@@ -274,9 +278,10 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
         if found.action == "unchanged" or (
                 found.action == "touched" and state is not None
                 and all(found.state[k] == state[k] for k in ("size", "mtime_ns", "inode"))):
-            return found, FileRows()  # nothing new to record (a recent file stays racy)
+            # nothing new to record (a recent file stays racy)
+            return found, FileRows(), state["byte_offset"] if state else None
         rows = apply(db, conn, found, policies, appended)
-    return found, rows
+    return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -304,8 +309,10 @@ def sync(db: Database, store: Path, policies: Policies,
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
     for rel, kind in todo:
-        found, rows = _sync_file(db, store, rel, kind, policies,
-                                 appended.get(rel, ()) if appended else ())
+        found, rows, offset = _sync_file(db, store, rel, kind, policies,
+                                         appended.get(rel, ()) if appended else ())
+        if kind == "events" and offset is not None:
+            report.offsets[rel] = offset
         report.errors.extend(_errors_json(rows.errors))
         report.known_lines += rows.known
         if found.stale:

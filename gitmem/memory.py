@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,15 @@ from gitmem.rows import Appended
 from gitmem.store import read_artifact
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What a read's catch-up waited for, and the files whose new lines it did not
+    wait for (the daemon's own writes, none of which could change the answer)."""
+
+    paths: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
 
 
 class Memory:
@@ -44,8 +54,9 @@ class Memory:
         self.cache = ContextCache(lambda: self.db)
         # How build_acb makes sure the index reflects the files before answering.
         # None: a (stat-based, cheap when nothing changed) sync of the store.
-        # The daemon installs its watcher's flush here instead.
-        self.catch_up: Callable[[], Iterable[str]] | None = None
+        # The daemon installs its watcher's flush here instead: it returns the files it
+        # waited for and those whose new lines it did not (none `affects` the read).
+        self.catch_up: Callable[..., CatchUp] | None = None
         # Told of each durable append (the daemon's watcher: it indexes those lines
         # from their events instead of decoding them again).
         self.on_append: Callable[[str, Appended], None] | None = None
@@ -183,14 +194,17 @@ class Memory:
         started = time.perf_counter()
         if not isinstance(request, acb.AcbRequest):
             request = acb.AcbRequest.from_mapping(request, self.policies.manifest.default_tenant)
+        deferred: list[str] = []
         if self.catch_up is not None:
-            caught = list(self.catch_up())
-            mode = "watcher"
+            done = self.catch_up(affects=acb.affects(request))
+            caught, deferred, mode = done.paths, done.deferred, "watcher"
         else:
             caught = [item["path"] for item in self.sync().changed]
             mode = "sync-on-read"
         state = {"schema": self.config.schema, "freshness": mode, "caught_up_files": caught,
                  "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
+        if deferred:  # other sessions' new lines, still being indexed: not in this answer
+            state["not_awaited_files"] = deferred
         return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
                              state)
 
@@ -199,7 +213,7 @@ class Memory:
         """A tenant's decisions (active ones by default), newest first or by relevance."""
         tenant = tenant_id or self.policies.manifest.default_tenant
         if self.catch_up is not None:
-            list(self.catch_up())
+            self.catch_up()
         else:
             self.sync()
         chain = self.cache.decisions(tenant)

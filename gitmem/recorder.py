@@ -415,11 +415,11 @@ class Recorder:
                     rel = days[p.event.ts[:10]] = day_file_rel(p.event.when)
                 by_file.setdefault(rel, []).append(p.event)
             for rel, events in by_file.items():
-                offset, data = append_lines(self.store / rel,
-                                            [e.to_line().encode("utf-8") for e in events])
+                offset, data, stat = append_lines(self.store / rel,
+                                                  [e.to_line().encode("utf-8") for e in events])
                 if self.on_append is not None:
                     try:
-                        self.on_append(rel, Appended(offset, data, tuple(events)))
+                        self.on_append(rel, Appended(offset, data, tuple(events), stat))
                     except Exception:  # the lines are durable: the indexer reads them
                         logger.exception("handing %s's new lines to the indexer failed", rel)
         except BaseException:
@@ -499,13 +499,14 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes]:
+def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes, tuple[int, int, int]]:
     """Append complete lines with one write under an exclusive lock, then fsync.
 
     If the file ends in a torn line (a writer crashed mid-write), a newline is
     written first so the fragment stays a line of its own, reported by the
     indexer, and never glued to a good record. Returns where the lines begin
-    in the file, and their bytes.
+    in the file, their bytes, and the file's (size, mtime_ns, inode) right after
+    the write (taken under the lock, so no other writer's append is in it).
     """
     created = not path.exists()
     if created:
@@ -522,8 +523,9 @@ def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes]:
             written += os.write(fd, payload[written:])
         end = os.lseek(fd, 0, os.SEEK_CUR)  # where O_APPEND put it, whoever wrote before
         os.fsync(fd)
+        st = os.fstat(fd)
     finally:
         os.close(fd)  # closing releases the lock
     if created:
         fsync_dir(path.parent)
-    return end - len(data), data
+    return end - len(data), data, (st.st_size, st.st_mtime_ns, st.st_ino)

@@ -249,6 +249,14 @@ class Appended:
     offset: int                  # where the lines begin in the file
     data: bytes                  # the lines (one per event, each with its newline)
     events: tuple[Event, ...]
+    # the file's (size, mtime_ns, inode) right after the write, under the writer's
+    # lock: a later stat that differs means someone else changed the file since
+    stat: tuple[int, int, int] | None = None
+
+    @property
+    def end(self) -> int:
+        """Where the lines end in the file."""
+        return self.offset + len(self.data)
 
 
 def split_known(appended: Sequence[Appended], offset: int,

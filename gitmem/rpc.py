@@ -188,7 +188,7 @@ class Methods:
         """What in the index is stale relative to the files (as `gitmem status`)."""
         checked("status", params, {})
         if self.memory.catch_up is not None:
-            list(self.memory.catch_up())
+            self.memory.catch_up()
         return self.memory.status()
 
     def record_events(self, params: Any) -> dict[str, Any]:

@@ -12,6 +12,14 @@ visible to the index. It creates and deletes a barrier file in the store;
 inotify reports events in order, so once the handler has seen the barrier,
 every earlier change is queued, and flush waits until the indexer has
 processed the queue up to there.
+
+A read need not wait for lines that cannot change its answer: `flush(affects)`
+returns at once when everything still queued is lines the daemon's own writer
+appended (their events in hand), every other byte of those files is indexed
+(the files' stat is the writer's, right after its last append), and none of
+those events `affects` the read — another agent's session, say, for a
+fast-path ACB. Anything else (a hand edit, a Markdown file, a reconcile, a
+file whose bytes are not all accounted for) is waited for as before.
 """
 
 from __future__ import annotations
@@ -41,7 +49,8 @@ from watchdog.observers.polling import PollingObserver
 from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
-from gitmem.memory import Memory
+from gitmem.memory import CatchUp, Memory
+from gitmem.records import Event
 from gitmem.rows import Appended
 from gitmem.store import INDEXED_KINDS, classify
 
@@ -135,7 +144,14 @@ class Watcher:
         self._appended: dict[str, list[Appended]] = {}
         self._appended_bytes = 0
         self.max_appended_bytes = max_appended_bytes
+        self._taken: dict[str, list[Appended]] = {}  # ... those the indexer works on now
+        # Per events file: the writer's last append (where it ended, the file's stat
+        # right after it) and, while every byte before that end is either indexed or
+        # one of the appends above, that end (`flush(affects)` trusts these files).
+        self._last_write: dict[str, tuple[int, tuple[int, int, int] | None]] = {}
+        self._accounted: dict[str, int] = {}
         self._reconcile = False
+        self._reconciling = False  # the batch in progress is a full reconcile
         self._enqueued = 0
         self._processed = 0
         self._failures = 0
@@ -212,10 +228,16 @@ class Watcher:
         where the file's new bytes are exactly these (`rows.split_known`).
         """
         with self._cond:
-            if (self.stats["db_ok"] is not False
-                    and self._appended_bytes + len(appended.data) <= self.max_appended_bytes):
+            kept = (self.stats["db_ok"] is not False
+                    and self._appended_bytes + len(appended.data) <= self.max_appended_bytes)
+            if kept:
                 self._appended.setdefault(rel, []).append(appended)
                 self._appended_bytes += len(appended.data)
+            self._last_write[rel] = (appended.end, appended.stat)
+            if kept and self._accounted.get(rel) == appended.offset:
+                self._accounted[rel] = appended.end
+            else:  # bytes before these lines that nobody handed over, or these dropped
+                self._accounted.pop(rel, None)
         self.enqueue([rel])
 
     def request_reconcile(self, reason: str) -> None:
@@ -264,8 +286,11 @@ class Watcher:
 
     # ------------------------------------------------------------------ catch-up on read
 
-    def flush(self, timeout: float | None = None) -> list[str]:
-        """Index every change made to the files before this call; the paths it waited for.
+    def flush(self, timeout: float | None = None, *,
+              affects: Callable[[Event], bool] | None = None) -> CatchUp:
+        """Index every change made to the files before this call (but, with `affects`,
+        not the writer's own lines none of which it is true of: see the module's
+        docstring); what it waited for and what it did not.
 
         Raises DatabaseError when the index cannot catch up (the database is
         down): answering from a stale index would be wrong.
@@ -280,8 +305,11 @@ class Watcher:
         with self._cond:
             target = self._enqueued
             if self._processed >= target:
-                return []
+                return CatchUp()
             paths = sorted(self._pending | self._inflight)
+            deferred = None if affects is None else self._unaffected(paths, affects)
+            if deferred is not None:
+                return CatchUp(deferred=deferred)
             failures = self._failures
             while self._processed < target:
                 if self._stopping:
@@ -296,7 +324,32 @@ class Watcher:
                 self._urgent = True
                 self._cond.notify_all()
                 self._cond.wait(left)
-        return paths
+        return CatchUp(paths)
+
+    def _unaffected(self, paths: list[str], affects: Callable[[Event], bool]) -> list[str] | None:
+        """The files with lines not yet indexed, if all the queued work is the writer's
+        own lines, every other byte of their files is indexed, and none of their events
+        `affects`; else None (under the lock)."""
+        if self._reconcile or self._reconciling:
+            return None
+        deferred = []
+        for rel in paths:
+            last = self._last_write.get(rel)
+            if (last is None or last[1] is None or self._accounted.get(rel) != last[0]
+                    or classify(rel) != "events"):
+                return None
+            try:
+                st = os.stat(self.store / rel)
+            except OSError:
+                return None
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != last[1]:
+                return None  # changed since the writer's last append
+            waiting = (*self._taken.get(rel, ()), *self._appended.get(rel, ()))
+            if any(affects(event) for appended in waiting for event in appended.events):
+                return None
+            if waiting:
+                deferred.append(rel)
+        return deferred
 
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds
@@ -322,8 +375,9 @@ class Watcher:
             if taken is None:
                 return
             batch, full, sequence, appended = taken
+            offsets: dict[str, int] = {}
             try:
-                changed = self._index(batch, full, appended)
+                changed, offsets = self._index(batch, full, appended)
             except DatabaseError as exc:
                 self._database_down(batch, full, exc)
                 self._wait_for_database()
@@ -334,8 +388,10 @@ class Watcher:
                 self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
                 changed = []
             with self._cond:
+                for rel in batch:
+                    self._settle(rel, offsets.get(rel))
                 self._processed = sequence
-                self._inflight = set()
+                self._inflight, self._taken, self._reconciling = set(), {}, False
                 self._cond.notify_all()
             if changed and self.on_indexed is not None:
                 self.on_indexed(changed)
@@ -358,14 +414,30 @@ class Watcher:
                                 if rel in self._appended}
                     self._appended_bytes -= sum(len(a.data) for found in appended.values()
                                                 for a in found)
+                    self._taken, self._reconciling = appended, full
                     return batch, full, self._enqueued, appended
                 self._cond.wait(wait)
             else:
                 self._cond.wait(max(0.0, self._next_reconcile - now))
         return None
 
+    def _settle(self, rel: str, offset: int | None) -> None:
+        """After a batch synced `rel` up to `offset`: the file's bytes are accounted
+        for again if the writer's appends since then continue from there to its last
+        (under the lock)."""
+        last = self._last_write.get(rel)
+        end = offset
+        for appended in self._appended.get(rel, ()):
+            if end is None or appended.end <= end:
+                continue  # indexed already, read from the file
+            end = appended.end if appended.offset == end else None
+        if last is not None and end == last[0]:
+            self._accounted[rel] = end
+        else:
+            self._accounted.pop(rel, None)
+
     def _index(self, batch: set[str], full: bool,
-               appended: dict[str, list[Appended]]) -> list[str]:
+               appended: dict[str, list[Appended]]) -> tuple[list[str], dict[str, int]]:
         started = time.perf_counter()
         policies = sorted(p for p in batch if classify(p) == "policy")
         if policies:
@@ -391,7 +463,7 @@ class Watcher:
         if self.stats["db_ok"] is False:
             logger.warning("the index is reachable again; caught up")
         self.stats.update(db_ok=True, db_error=None, db_down_since=None)
-        return changed + policies
+        return changed + policies, report.offsets if report is not None else {}
 
     def _database_down(self, batch: set[str], full: bool, exc: DatabaseError) -> None:
         if self.stats["db_ok"] is not False:
@@ -402,7 +474,9 @@ class Watcher:
         with self._cond:
             self._pending |= batch
             self._reconcile = self._reconcile or full
-            self._inflight = set()
+            self._inflight, self._taken, self._reconciling = set(), {}, False
+            for rel in batch:  # the lines handed over with it are gone
+                self._accounted.pop(rel, None)
             self._failures += 1
             self._cond.notify_all()
 

@@ -12,11 +12,15 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import pytest
 
+from gitmem import acb
 from gitmem.config import Config
+from gitmem.errors import DatabaseError
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.rows import Appended
@@ -347,3 +351,63 @@ def test_what_the_writer_hands_over_stays_bounded(store_config: Config) -> None:
         watcher.stats["db_ok"] = False                         # as after a failed batch
         watcher.note_append(DAY, Appended(3 * len(line), line, ()))
         assert watcher.state()["pending_writer_bytes"] == 2 * len(line)
+
+
+@contextmanager
+def sync_held(dsn: str, schema: str, rel: str) -> Iterator[None]:
+    """Hold the lock a sync of `rel` takes: the indexer waits on it until the block ends."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{schema}:{rel}",))
+        yield
+
+
+def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
+        store_config: Config, dsn: str, schema: str) -> None:
+    """Lines the writer appended for another session (tenant) are not waited for by a
+    fast-path read (a read of another tenant); everything else still is."""
+    def event(session: str, text: str, **fields: Any) -> dict[str, Any]:
+        return {"ts": "2026-03-01T10:00:00+00:00", "session_id": session,
+                "content": {"text": text}, **fields}
+
+    def affects(**request: Any) -> Any:
+        return acb.affects(acb.AcbRequest.from_mapping(request, "default"))
+
+    def waits(**request: Any) -> bool:
+        try:
+            watcher.flush(0.3, affects=affects(**request))
+        except DatabaseError as exc:
+            assert "did not catch up" in str(exc)
+            return True
+        return False
+
+    with Memory(store_config) as memory:
+        watcher = Watcher(memory)
+        memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
+        watcher.start()
+        try:
+            memory.sync()
+            memory.record(event("a", "session a starts"))
+            assert watcher.flush().paths == [DAY]
+            with sync_held(dsn, schema, DAY):
+                memory.record(event("b", "session b writes while a reads"))
+                fast = memory.build_acb({"session_id": "a"})
+                state = fast["provenance"]["index_state"]
+                assert state["not_awaited_files"] == [DAY] and state["caught_up_files"] == []
+                assert "session a starts" in texts(fast, "recent_window")
+                assert not waits(session_id="a")
+                assert not waits(tenant_id="other", query_text="writes")
+                assert waits(session_id="b")                       # its own session
+                assert waits(session_id="a", query_text="writes")  # retrieval: any session
+                memory.record(event("c", "pinned by session c", tags=["pinned"]))
+                assert waits(session_id="a")                       # pinned: every session
+                assert not waits(tenant_id="other")
+                append(store_config.store / DAY, event_line("d", "appended by hand",
+                                                            number=7)[1])
+                assert waits(tenant_id="other")   # bytes nobody handed over: read them first
+            caught = memory.build_acb({"session_id": "b"})
+            assert caught["provenance"]["index_state"]["caught_up_files"] == [DAY]
+            assert "not_awaited_files" not in caught["provenance"]["index_state"]
+            assert "session b writes while a reads" in texts(caught, "recent_window")
+            assert watcher.flush(affects=affects(session_id="a")) == watcher.flush()
+        finally:
+            watcher.stop()
