@@ -12,7 +12,10 @@ needs to catch up after each run is reported beside the run.
   requests, one line) and `record_events` calls;
 - concurrent: N client threads (8, 16, 32), each one call at a time, for a
   fixed duration (sustained throughput), per-call latency, and the CPU the
-  daemon, PostgreSQL and the clients used meanwhile (in cores).
+  daemon, PostgreSQL and the clients used meanwhile (in cores);
+- reading under writes: 8 writer threads again, plus one client asking for the
+  fast-path ACB of a session none of them writes to, one call after another:
+  its latency while the index is behind the writers.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from bench.context import Context
 from bench.corpus import new_repo
 from bench.daemons import BenchDaemon, postgres_cpu_s
 from bench.recording import live_events
-from bench.stats import Metric, latency, timed
+from bench.stats import Metric, latency, timed, timing
 from gitmem.client import Client, result_of
 
 # (single calls, JSON-RPC batches of 100, record_events calls of 500, seconds per concurrency)
@@ -95,12 +98,27 @@ def record_events(daemon: BenchDaemon, events: Iterator[dict[str, Any]], calls: 
 
 
 def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
-               seconds: float) -> Metric:
-    """`clients` threads, each calling record_event one at a time, for `seconds`."""
+               seconds: float, reads: list[int] | None = None,
+               read: dict[str, Any] | None = None) -> Metric:
+    """`clients` threads, each calling record_event one at a time, for `seconds`;
+    with `read`, one more thread asking build_acb for it meanwhile (into `reads`)."""
     samples: list[list[int]] = [[] for _ in range(clients)]
     errors: list[str] = []
-    start = threading.Barrier(clients + 1)
+    start = threading.Barrier(clients + 1 + (read is not None))
     deadline = [0.0]
+
+    def reader() -> None:
+        with Client(daemon.config.socket_path, timeout=120.0) as client:
+            start.wait()
+            while time.perf_counter() < deadline[0]:
+                began = time.perf_counter_ns()
+                try:
+                    client.call("build_acb", read)
+                except Exception as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    return
+                if reads is not None:
+                    reads.append(time.perf_counter_ns() - began)
 
     def work(number: int) -> None:
         mine = cycle(pool[number::clients] or pool)
@@ -117,6 +135,8 @@ def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
                 samples[number].append(time.perf_counter_ns() - began)
 
     threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(clients)]
+    if read is not None:
+        threads.append(threading.Thread(target=reader, daemon=True))
     for thread in threads:
         thread.start()
     cpu = time.process_time()
@@ -145,6 +165,23 @@ def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
     return metric
 
 
+def reading_under_writes(daemon: BenchDaemon, pool: list[dict[str, Any]],
+                         seconds: float, writers: int = 8) -> Metric:
+    """Fast-path ACBs of a session nobody else writes to, while `writers` clients write."""
+    tenant = str(pool[0].get("tenant_id") or "default")
+    request = {"tenant_id": tenant, "session_id": "bench-reader", "channel": "team"}
+    with daemon.client() as client:
+        for n in range(3):
+            client.call("record_event", {**request, "kind": "message",
+                                         "content": {"text": f"reader's own turn {n}"}})
+        client.call("build_acb", request)   # its caches warm
+    reads: list[int] = []
+    writes = concurrent(daemon, pool, writers, seconds, reads, request)
+    return timing("socket", f"build_acb fast path (another session) beside {writers} "
+                  "writing clients", [ns / 1e6 for ns in reads], writes_per_s=writes.value,
+                  index_catch_up_s=writes.extra["index_catch_up_s"])
+
+
 def measure(ctx: Context) -> list[Metric]:
     """Throughput and latency of record_event over the socket, single to 32 clients."""
     singles, rpc_batches, bulk_calls, seconds = PLAN.get(ctx.size, DEFAULT_PLAN)
@@ -161,6 +198,7 @@ def measure(ctx: Context) -> list[Metric]:
                record_events(daemon, events, bulk_calls)]
     for clients in CLIENTS:
         metrics.append(concurrent(daemon, pool, clients, seconds))
+    metrics.append(reading_under_writes(daemon, pool, seconds))
     state = daemon.call("daemon_status")
     ctx.shared[SHARED] = {"rss_mb": daemon.rss_mb(), "peak_rss_mb": daemon.peak_rss_mb(),
                           "writer": state.get("writer"),

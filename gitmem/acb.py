@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitmem import consistency, lexicon, retrieval, tokens
-from gitmem.context import ContextCache, TenantDecisions, ViewRow
+from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row
 from gitmem.errors import ValidationError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packer, Section, header
 from gitmem.policies import ChannelRule, Policies
-from gitmem.records import CHANNELS, Event, canonical_json, format_ts, parse_ts
+from gitmem.records import CHANNELS, canonical_json, format_ts, parse_ts
 
 REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
@@ -79,20 +79,10 @@ class AcbRequest:
                    max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
 
 
-def affects(request: AcbRequest) -> Callable[[Event], bool]:
-    """Whether a new event can change the ACB `request` asks for.
-
-    Retrieval (a query, a handoff's evidence) may rank any event of the tenant.
-    Without it, events reach an ACB only as the session's own (recent window,
-    tool state) or as the tenant's pinned items: views, decisions and tasks come
-    from their own files. The cache drops bundles by the same rule
-    (`ContextCache.forget_sessions`).
-    """
-    tenant, session = request.tenant_id, request.session_id
-    if request.query_text.strip() or request.handoff_id:
-        return lambda event: event.tenant_id == tenant
-    return lambda event: event.tenant_id == tenant and (
-        event.session_id == session or "pinned" in event.tags)
+def read_scope(request: AcbRequest) -> ReadScope:
+    """What new data can change the ACB `request` asks for (see `ReadScope`)."""
+    return ReadScope(request.tenant_id, request.session_id,
+                     bool(request.query_text.strip() or request.handoff_id))
 
 
 def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from gitmem.db import Database, Row
+from gitmem.records import Event
 from gitmem.store import classify
 
 SESSION_ENTRIES = 512  # sessions whose recent window stays cached (LRU)
@@ -99,6 +100,31 @@ def resolve_decisions(rows: list[Row]) -> TenantDecisions:
                 result.superseded_at[row["decision_id"]] = by_id[direct[0]]["ts"]
     result.active.sort(key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
     return result
+
+
+@dataclass(frozen=True)
+class ReadScope:
+    """What new data can change one ACB (catch-up on read waits for that only).
+
+    Retrieval (a query, a handoff's evidence) may rank anything of the tenant.
+    Without it, events reach an ACB only as the session's own (recent window,
+    tool state) or as the tenant's pinned items, the rule `forget_sessions`
+    drops bundles by; summaries only through retrieval; views, decisions, tasks
+    and policies always.
+    """
+
+    tenant: str
+    session: str
+    retrieval: bool
+
+    def event(self, event: Event) -> bool:
+        """Whether a new event may change the answer."""
+        return event.tenant_id == self.tenant and (
+            self.retrieval or event.session_id == self.session or "pinned" in event.tags)
+
+    def file(self, kind: str) -> bool:
+        """Whether a changed file of `kind` (other than an events file) may."""
+        return self.retrieval or kind != "summary"
 
 
 class ContextCache:

@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CatchUp:
-    """What a read's catch-up waited for, and the files whose new lines it did not
-    wait for (the daemon's own writes, none of which could change the answer)."""
+    """What a read's catch-up waited for, and the queued files it did not wait for
+    (nothing in them could change the answer)."""
 
     paths: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
@@ -55,7 +55,7 @@ class Memory:
         # How build_acb makes sure the index reflects the files before answering.
         # None: a (stat-based, cheap when nothing changed) sync of the store.
         # The daemon installs its watcher's flush here instead: it returns the files it
-        # waited for and those whose new lines it did not (none `affects` the read).
+        # waited for and those it did not (nothing in them could change the read).
         self.catch_up: Callable[..., CatchUp] | None = None
         # Told of each durable append (the daemon's watcher: it indexes those lines
         # from their events instead of decoding them again).
@@ -196,14 +196,14 @@ class Memory:
             request = acb.AcbRequest.from_mapping(request, self.policies.manifest.default_tenant)
         deferred: list[str] = []
         if self.catch_up is not None:
-            done = self.catch_up(affects=acb.affects(request))
+            done = self.catch_up(scope=acb.read_scope(request))
             caught, deferred, mode = done.paths, done.deferred, "watcher"
         else:
             caught = [item["path"] for item in self.sync().changed]
             mode = "sync-on-read"
         state = {"schema": self.config.schema, "freshness": mode, "caught_up_files": caught,
                  "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
-        if deferred:  # other sessions' new lines, still being indexed: not in this answer
+        if deferred:  # being indexed, but nothing in them could change this answer
             state["not_awaited_files"] = deferred
         return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
                              state)

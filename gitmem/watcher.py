@@ -13,13 +13,14 @@ inotify reports events in order, so once the handler has seen the barrier,
 every earlier change is queued, and flush waits until the indexer has
 processed the queue up to there.
 
-A read need not wait for lines that cannot change its answer: `flush(affects)`
-returns at once when everything still queued is lines the daemon's own writer
-appended (their events in hand), every other byte of those files is indexed
-(the files' stat is the writer's, right after its last append), and none of
-those events `affects` the read — another agent's session, say, for a
-fast-path ACB. Anything else (a hand edit, a Markdown file, a reconcile, a
-file whose bytes are not all accounted for) is waited for as before.
+A read need not wait for what cannot change its answer: `flush(scope)`
+returns as soon as everything still queued is lines the daemon's own writer
+appended (their events in hand; every other byte of those files indexed, the
+files' stat the writer's right after its last append) or files of a kind the
+read does not load, and none of those events is in the read's `scope` (another
+agent's session, say, for a fast-path ACB). Anything else (a hand edit, a
+decision, a reconcile, a file whose bytes are not all accounted for) is waited
+for as before.
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from gitmem.context import ReadScope
 from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
-from gitmem.records import Event
 from gitmem.rows import Appended
 from gitmem.store import INDEXED_KINDS, classify
 
@@ -286,11 +287,10 @@ class Watcher:
 
     # ------------------------------------------------------------------ catch-up on read
 
-    def flush(self, timeout: float | None = None, *,
-              affects: Callable[[Event], bool] | None = None) -> CatchUp:
-        """Index every change made to the files before this call (but, with `affects`,
-        not the writer's own lines none of which it is true of: see the module's
-        docstring); what it waited for and what it did not.
+    def flush(self, timeout: float | None = None, *, scope: ReadScope | None = None) -> CatchUp:
+        """Index every change made to the files before this call (with a `scope`, what
+        can change that read's answer: see the module's docstring); what it waited
+        for and what it did not.
 
         Raises DatabaseError when the index cannot catch up (the database is
         down): answering from a stale index would be wrong.
@@ -307,11 +307,13 @@ class Watcher:
             if self._processed >= target:
                 return CatchUp()
             paths = sorted(self._pending | self._inflight)
-            deferred = None if affects is None else self._unaffected(paths, affects)
-            if deferred is not None:
-                return CatchUp(deferred=deferred)
             failures = self._failures
             while self._processed < target:
+                # checked again at each change: the writer's next hand-over, say, of
+                # lines already in the file when the stat was taken
+                deferred = None if scope is None else self._unaffected(scope)
+                if deferred is not None:
+                    return CatchUp(deferred=deferred)
                 if self._stopping:
                     raise DaemonError("the daemon is shutting down")
                 if self._failures > failures:
@@ -326,17 +328,22 @@ class Watcher:
                 self._cond.wait(left)
         return CatchUp(paths)
 
-    def _unaffected(self, paths: list[str], affects: Callable[[Event], bool]) -> list[str] | None:
-        """The files with lines not yet indexed, if all the queued work is the writer's
-        own lines, every other byte of their files is indexed, and none of their events
-        `affects`; else None (under the lock)."""
+    def _unaffected(self, scope: ReadScope) -> list[str] | None:
+        """The queued files, if none of them can change a read in `scope`: files of a
+        kind it does not load, and the writer's own lines (every other byte of their
+        file indexed) of events outside it; else None (under the lock)."""
         if self._reconcile or self._reconciling:
             return None
         deferred = []
-        for rel in paths:
+        for rel in sorted(self._pending | self._inflight):
+            kind = classify(rel)
+            if kind != "events":
+                if kind is None or scope.file(kind):
+                    return None
+                deferred.append(rel)
+                continue
             last = self._last_write.get(rel)
-            if (last is None or last[1] is None or self._accounted.get(rel) != last[0]
-                    or classify(rel) != "events"):
+            if last is None or last[1] is None or self._accounted.get(rel) != last[0]:
                 return None
             try:
                 st = os.stat(self.store / rel)
@@ -345,7 +352,7 @@ class Watcher:
             if (st.st_size, st.st_mtime_ns, st.st_ino) != last[1]:
                 return None  # changed since the writer's last append
             waiting = (*self._taken.get(rel, ()), *self._appended.get(rel, ()))
-            if any(affects(event) for appended in waiting for event in appended.events):
+            if any(scope.event(event) for appended in waiting for event in appended.events):
                 return None
             if waiting:
                 deferred.append(rel)
