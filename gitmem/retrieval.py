@@ -354,6 +354,9 @@ class Statement:
     expected: float
     cap: int                      # rows it may match at most
     lanes: tuple[int, ...] = ()   # indexes of the lanes it fetches for
+    query: str = ""               # its tsquery, scope and span (for a continuation)
+    scope: str = "all"
+    span: tuple[float, float] | None = None
 
 
 def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats: Stats,
@@ -426,16 +429,42 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
     for (label, query, scope, expected, fetched, span), cap in zip(planned, caps, strict=True):
         sql, params = lane_statement(tenant, terms, query, scope,
                                      scoring.limits.retrieved_max, scoring, rule, cap, span)
-        out.append(Statement(label, sql, params, expected, cap, fetched))
+        out.append(Statement(label, sql, params, expected, cap, fetched, query, scope, span))
+    return out
+
+
+def continuations(tenant: str, terms: Sequence[Term], todo: Sequence[Statement],
+                  found: Found, scoring: Scoring, rule: ChannelRule,
+                  room: int) -> list[Statement]:
+    """The statements that were cut off at their cap (their matches go further back
+    than they could keep), continued past the oldest row each kept, sharing `room`."""
+    roomy = found.pool <= CONTINUE_ROOM * (found.pool + room)
+    rounds = zip(todo, found.matched, found.oldest, strict=True)
+    cut = [(s, oldest) for s, matched, oldest in rounds
+           if s.scope != "records" and matched >= s.cap and oldest is not None
+           and (roomy or s.cap >= CONTINUE_UNDER * s.expected)]
+    if not cut or room < CONTINUE_MIN * len(cut):
+        return []
+    out: list[Statement] = []
+    for statement, oldest in cut:
+        # rows as old as the oldest kept may not all have been kept: ask for them again
+        # (a row fetched twice counts twice in the pool, and is kept once)
+        span = (statement.span[0] if statement.span else -math.inf, oldest + 1e-6)
+        cap = room // len(cut)
+        sql, params = lane_statement(tenant, terms, statement.query, statement.scope,
+                                     scoring.limits.retrieved_max, scoring, rule, cap, span)
+        out.append(Statement(statement.label + "+", sql, params, statement.expected, cap,
+                             statement.lanes, statement.query, statement.scope, span))
     return out
 
 
 def records_statement(tenant: str, terms: Sequence[Term], scoring: Scoring,
                       rule: ChannelRule, cap: int) -> Statement:
     """The best decisions, tasks and summaries matching any term, among the newest."""
-    sql, params = lane_statement(tenant, terms, _any([t.query for t in terms]), "records",
-                                 min(RECORDS_LIMIT, cap), scoring, rule, cap)
-    return Statement("records", sql, params, 0.0, cap)
+    query = _any([t.query for t in terms])
+    sql, params = lane_statement(tenant, terms, query, "records", min(RECORDS_LIMIT, cap),
+                                 scoring, rule, cap)
+    return Statement("records", sql, params, 0.0, cap, (), query, "records")
 
 
 # --------------------------------------------------------------------------- retrieval
@@ -502,9 +531,14 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
         extend(lanes, stats, limits, now, float(found.pool), budget)
         left = limits.pool_max - found.pool
         more = statements(tenant, mine, lanes, stats, scoring, rule, left) if left > 0 else []
-        if more:
-            found.add(more, db.run_parallel([(s.sql, s.params) for s in more],
-                                            [s.expected for s in more]))
+    else:
+        # the words came together more than planned: what a statement could not keep
+        # for its cap lies further back; continue it while the pool has room
+        more = continuations(tenant, mine, todo, found, scoring, rule,
+                             limits.pool_max - found.pool)
+    if more:
+        found.add(more, db.run_parallel([(s.sql, s.params) for s in more],
+                                        [s.expected for s in more]))
         timings["refill"] = round(_ms(start) - timings["lanes"] - timings["plan"]
                                   - timings["terms"], 3)
     ranked = sorted(found.best.values(), key=Candidate.sort_key)[:limits.retrieved_max]
@@ -516,6 +550,9 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
 # events 0.5 sent 34 of 400 questions to a second round and 0.35 sends 8, for a
 # bounded-pool recall of 0.978 instead of 0.981 (docs/PERFORMANCE.md, section 1).
 REFILL_SHARE = 0.35
+CONTINUE_MIN = 50   # a cut-off statement is continued with this many rows at least
+CONTINUE_UNDER = 2.0  # ... when it found this many times the rows it was expected to,
+CONTINUE_ROOM = 0.55  # or when the first round filled no more than this share of the pool
 
 
 @dataclass
@@ -526,6 +563,7 @@ class Found:
     suppressed: set[str] = field(default_factory=set)
     described: list[dict[str, Any]] = field(default_factory=list)
     matched: list[int] = field(default_factory=list)
+    oldest: list[float | None] = field(default_factory=list)  # each statement's oldest row
     pool: int = 0
 
     def add(self, todo: Sequence[Statement], results: Sequence[list[tuple[Any, ...]]]) -> None:
@@ -534,6 +572,7 @@ class Found:
             matched = int(rows[0][10]) if rows else 0
             self.pool += matched
             self.matched.append(matched)
+            self.oldest.append(float(rows[0][11]) if rows else None)
             self.described.append({"lane": statement.label,
                                    "expected": round(statement.expected, 1),
                                    "matched": matched})

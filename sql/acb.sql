@@ -29,7 +29,7 @@ WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 -- parameters, epochs). The matches of %(query)s — the tenant's
 -- own lexemes, so the GIN index reads this tenant's posting lists only — the newest
 -- %(cap)s of them at most; the best %(limit)s the channel may load, scored; a sample of the
--- ids it may not (score NULL); and how many matched (pool).
+-- ids it may not (score NULL); how many matched (pool) and the oldest of them (epoch).
 WITH lane AS MATERIALIZED (
   SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
          c.channel, c.sensitivity, c.token_est, c.importance::float8 AS importance,
@@ -42,17 +42,17 @@ WITH lane AS MATERIALIZED (
   ORDER BY c.ts DESC, c.chunk_id DESC
   LIMIT %(cap)s
 ), counted AS (
-  SELECT count(*) AS pool FROM lane
+  SELECT count(*) AS pool, min(epoch) AS oldest FROM lane
 )
 (SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
-        importance, mask, {score} AS score, (SELECT pool FROM counted) AS pool
- FROM lane WHERE allowed
+        importance, mask, {score} AS score, counted.pool, counted.oldest
+ FROM lane, counted WHERE allowed
  ORDER BY score DESC, importance DESC, epoch DESC, token_est, chunk_id
  LIMIT %(limit)s)
 UNION ALL
 (SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
-        importance, mask, NULL, (SELECT pool FROM counted)
- FROM lane WHERE NOT allowed
+        importance, mask, NULL, counted.pool, counted.oldest
+ FROM lane, counted WHERE NOT allowed
  ORDER BY chunk_id
  LIMIT %(sample)s)
 
