@@ -3,7 +3,7 @@
 Same tenant, same data, same run. For each retrieval request of
 `bench.queries` (common terms, rare terms, questions) the query is analyzed
 once (untimed); then bounded retrieval (`gitmem.retrieval.retrieve`, as
-build_acb runs it) and the naive query (`gitmem.retrieval.naive_top`:
+build_acb runs it) and the naive query (`gitmem.baselines.naive_top`:
 ts_rank over every chunk of the tenant matching any term, top 200) are timed
 one right after the other, in this process, on one connection pool. A
 warm-up pass runs both first. Ratios naive / bounded are given per category
@@ -22,7 +22,7 @@ from bench.bounded import Prepared, prepare
 from bench.context import Context
 from bench.queries import RETRIEVAL, asks
 from bench.stats import Metric, percentile, timed, timing
-from gitmem import retrieval
+from gitmem import baselines
 
 PASSES = 1
 TARGET = "bounded ≥ 20x faster than naive (SPEC §9)"
@@ -96,7 +96,7 @@ def run(ctx: Context) -> dict[str, list[Pair]]:
     for category in RETRIEVAL:  # warm-up
         for pair in pairs[category]:
             pair.prepared.retrieve(db, policies)
-            pair.matches = len(retrieval.naive_top(db, pair.prepared.ask.tenant,
+            pair.matches = len(baselines.naive_top(db, pair.prepared.ask.tenant,
                                                    pair.prepared.terms))
     for _ in range(PASSES):
         for category in RETRIEVAL:
@@ -104,7 +104,7 @@ def run(ctx: Context) -> dict[str, list[Pair]]:
                 with timed() as bounded:
                     pair.prepared.retrieve(db, policies)
                 with timed() as naive:
-                    retrieval.naive_top(db, pair.prepared.ask.tenant, pair.prepared.terms)
+                    baselines.naive_top(db, pair.prepared.ask.tenant, pair.prepared.terms)
                 pair.bounded_ms.append(bounded.ms)
                 pair.naive_ms.append(naive.ms)
     return pairs

@@ -2,7 +2,7 @@
 
 For each retrieval request of `bench.queries` (questions, common terms, rare
 terms): `gitmem.retrieval.retrieve` (bounded pools, scored, its best
-`retrieved_chunks_max`) beside `gitmem.retrieval.exact_top` (the same score
+`retrieved_chunks_max`) beside `gitmem.baselines.exact_top` (the same score
 function over every matching chunk, top 200), with the same terms, weights,
 channel filter and clock. Recall = share of the exact top 200 found by the
 bounded retrieval; requests matching nothing are left out.
@@ -16,7 +16,7 @@ from bench.bounded import limits, prepare
 from bench.context import Context
 from bench.queries import RETRIEVAL, Ask, asks
 from bench.stats import Metric, percentile, timed
-from gitmem import retrieval
+from gitmem import baselines
 
 TOP = 200
 TARGET = "≥ 0.9 (SPEC §9)"
@@ -46,7 +46,7 @@ def run(ctx: Context) -> dict[str, list[Recall]]:
             prepared = prepare(db, policies, ask)
             result = prepared.retrieve(db, policies)
             with timed() as clock:
-                exact = retrieval.exact_top(db, ask.tenant, result.terms, bounds, prepared.now,
+                exact = baselines.exact_top(db, ask.tenant, result.terms, bounds, prepared.now,
                                             prepared.rule, top=TOP)
             if not exact:
                 continue

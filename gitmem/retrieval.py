@@ -308,7 +308,7 @@ def _score_sql(count: int) -> str:
 _MATCH = "c.tsv @@ %(query)s::tsquery"
 # How each scope matches. There is no index of all chunks: the short ones and the long
 # ones have one each (sql/indexes.sql), and "all" asks both (a BitmapOr).
-_SCOPES = {
+SCOPES = {
     "all": f"((c.token_est <= {SHORT_TOKENS} AND {_MATCH})"
            f" OR (c.token_est > {SHORT_TOKENS} AND {_MATCH}))",
     "short": f"{_MATCH} AND c.token_est <= {SHORT_TOKENS}",
@@ -324,7 +324,7 @@ def lane_statement(tenant: str, terms: Sequence[Term], query: str, scope: str, l
     """SQL and parameters of one lane statement (named query `retrieval_lane`);
     `span` (epochs, end excluded) keeps the rows of those days only."""
     text = named_queries()["retrieval_lane"].format(
-        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), match=_SCOPES[scope],
+        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), match=SCOPES[scope],
         span=_SPAN if span else "")
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
     if span:
@@ -340,7 +340,8 @@ def _conjunction(terms: Sequence[Term], group: Sequence[int]) -> str:
     return " & ".join(f"({terms[n].query})" for n in group)
 
 
-def _any(parts: Sequence[str]) -> str:
+def any_of(parts: Sequence[str]) -> str:
+    """A tsquery matching any of `parts`."""
     return " | ".join(f"({p})" for p in parts)
 
 
@@ -391,7 +392,7 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
     planned: list[tuple[str, str, str, float, tuple[int, ...],
                         tuple[float, float] | None]] = []
     for (scope, done, reach), members in sorted(grouped.items()):
-        query = _any([_conjunction(terms, lanes[n].terms) for n in members])
+        query = any_of([_conjunction(terms, lanes[n].terms) for n in members])
         short = scope == "short"
         sizes = [d.short if short else d.chunks for d in stats.days]
         rate = sum(lanes[n].rate for n in members)
@@ -461,7 +462,7 @@ def continuations(tenant: str, terms: Sequence[Term], todo: Sequence[Statement],
 def records_statement(tenant: str, terms: Sequence[Term], scoring: Scoring,
                       rule: ChannelRule, cap: int) -> Statement:
     """The best decisions, tasks and summaries matching any term, among the newest."""
-    query = _any([t.query for t in terms])
+    query = any_of([t.query for t in terms])
     sql, params = lane_statement(tenant, terms, query, "records", min(RECORDS_LIMIT, cap),
                                  scoring, rule, cap)
     return Statement("records", sql, params, 0.0, cap, (), query, "records")
@@ -591,30 +592,6 @@ class Found:
 
 def _ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 3)
-
-
-def exact_top(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, now: datetime,
-              rule: ChannelRule, top: int = 200) -> list[str]:
-    """Ids of the exact top-`top` by the same score over every match (for the benchmark)."""
-    query = prepare(db, tenant, terms)
-    if not query.terms:
-        return []
-    scoring = Scoring(tuple(query.weights), limits, query.stats.average_tokens, now)
-    sql, params = lane_statement(tenant, query.terms, _any([t.query for t in query.terms]),
-                                 "all", top, scoring, rule, 2 ** 62)
-    [rows] = db.run_many([(sql, params)])
-    return [row[0] for row in rows if row[9] is not None]
-
-
-def naive_top(db: Database, tenant: str, terms: Sequence[Term], top: int = 200) -> list[str]:
-    """The naive baseline: ts_rank over every match of any term (for the benchmark)."""
-    if not terms:
-        return []
-    mine = qualify(terms, tenant)
-    sql = named_queries()["naive_rank"].format(match=_SCOPES["all"])
-    [rows] = db.run_many([(sql, {"tenant": tenant, "limit": top,
-                                 "query": _any([t.query for t in mine])})])
-    return [row[0] for row in rows]
 
 
 def describe(terms: Sequence[Term], weights: Sequence[float]) -> list[dict[str, Any]]:

@@ -148,7 +148,7 @@ class Watcher:
         self._taken: dict[str, list[Appended]] = {}  # ... those the indexer works on now
         # Per events file: the writer's last append (where it ended, the file's stat
         # right after it) and, while every byte before that end is either indexed or
-        # one of the appends above, that end (`flush(affects)` trusts these files).
+        # one of the appends above, that end (`flush(scope)` trusts these files).
         self._last_write: dict[str, tuple[int, tuple[int, int, int] | None]] = {}
         self._accounted: dict[str, int] = {}
         self._reconcile = False

@@ -58,7 +58,7 @@ UNION ALL
 
 -- name: naive_rank
 -- What a simple implementation does: ts_rank over every match, top N
--- (gitmem/retrieval.py fills {match} as for a lane over all chunks: both indexes).
+-- (gitmem/baselines.py fills {match} as for a lane over all chunks: both indexes).
 SELECT c.chunk_id, ts_rank(c.tsv, %(query)s::tsquery) AS rank
 FROM chunks c
 WHERE c.tenant_id = %(tenant)s AND {match}

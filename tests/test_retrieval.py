@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gitmem import lexicon, retrieval
+from gitmem import baselines, lexicon, retrieval
 from gitmem.db import sql_text
 from gitmem.memory import Memory
 from gitmem.policies import ChannelRule
@@ -246,9 +246,9 @@ def test_the_naive_baseline_ranks_short_and_long_chunks_of_the_tenant(memory: Me
     memory.sync()
     terms = lexicon.analyze(memory.db, "zygomorphic")
     # both indexes (short and long chunks), this tenant only, by ts_rank
-    assert retrieval.naive_top(memory.db, "default", terms) == [short, long]
-    assert retrieval.naive_top(memory.db, "default", terms, top=1) == [short]
-    assert retrieval.naive_top(memory.db, "default", []) == []
+    assert baselines.naive_top(memory.db, "default", terms) == [short, long]
+    assert baselines.naive_top(memory.db, "default", terms, top=1) == [short]
+    assert baselines.naive_top(memory.db, "default", []) == []
 
 
 def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
@@ -265,7 +265,7 @@ def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
         terms = lexicon.analyze(memory.db, question)
         bounded = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
         assert bounded.pool_size <= 2000
-        exact = retrieval.exact_top(memory.db, "default", bounded.terms, limits(memory), NOW,
+        exact = baselines.exact_top(memory.db, "default", bounded.terms, limits(memory), NOW,
                                     EVERYONE, top=200)
         got = {c.chunk_id for c in bounded.candidates[:200]}
         recall = len(got & set(exact)) / len(exact)
@@ -368,7 +368,7 @@ def test_a_statement_cut_off_at_its_share_is_continued_while_the_pool_has_room(
     def recall() -> tuple[float, list[str]]:
         found = retrieval.retrieve(memory.db, "default", terms, small, now, EVERYONE)
         assert found.pool_size <= small.pool_max
-        exact = retrieval.exact_top(memory.db, "default", found.terms, small, now, EVERYONE,
+        exact = baselines.exact_top(memory.db, "default", found.terms, small, now, EVERYONE,
                                     top=small.retrieved_max)
         got = {c.chunk_id for c in found.candidates}
         return len(got & set(exact)) / len(exact), [str(lane["lane"]) for lane in found.lanes]
