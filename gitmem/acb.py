@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -415,15 +415,7 @@ class _Evidence:
         chosen = [c for c in result.candidates if c.source_type in ("event", "summary")]
         if not chosen:
             return
-        found: dict[str, Row] = {}
-        replies: dict[str, Row] = {}  # a question among the best: its answer follows
-        for row in build.db().fetchall("evidence_items", {
-                "tenant": build.request.tenant_id, "ids": [c.chunk_id for c in chosen],
-                "anchors": [c.chunk_id for c in chosen[:REPLY_ANCHORS]]}):
-            if row["anchor"] is None:
-                found[row["chunk_id"]] = row
-            else:
-                replies[row["anchor"]] = row
+        found, replies = evidence_rows(build.db(), build.request.tenant_id, chosen)
         for cand in chosen:
             hit = found.get(cand.chunk_id)
             if hit is None:
@@ -438,6 +430,28 @@ class _Evidence:
             item = _chunk_item(reply)
             item["reply_to"] = cand.chunk_id  # the turn after a match: often its answer
             build.packer.add(section, item, reply["hash"])
+
+
+def evidence_rows(db: Database, tenant: str, chosen: Sequence[retrieval.Candidate]
+                  ) -> tuple[dict[str, Row], dict[str, Row]]:
+    """The rows of the chosen candidates by id, and the replies to the best of them that
+    are questions, by the question's id. Read where the lanes found them (their ctids);
+    any that moved since (a file reindexed in between), by id."""
+    found: dict[str, Row] = {}
+    replies: dict[str, Row] = {}  # a question among the best: its answer follows
+    anchors = [c.chunk_id for c in chosen[:REPLY_ANCHORS]]
+    ids = [c.chunk_id for c in chosen]
+    tids: list[str] | None = [c.tid for c in chosen]
+    while ids:
+        for row in db.fetchall("evidence_items", {"tenant": tenant, "ids": ids, "tids": tids,
+                                                  "anchors": anchors}):
+            if row["anchor"] is None:
+                found[row["chunk_id"]] = row
+            else:
+                replies[row["anchor"]] = row
+        ids = [i for i in ids if i not in found] if tids is not None else []
+        tids = None
+    return found, replies
 
 
 def _session_rows(build: _Build, kind: str, limit: int) -> list[Row]:

@@ -64,6 +64,7 @@ class Candidate:
     importance: float
     mask: int             # bit n set: matches term n
     score: float = 0.0
+    tid: str = ""         # the row's ctid when it was scored (where to read it again)
 
     def sort_key(self) -> tuple[float, float, float, int, str]:
         """Descending score, then importance, recency, smaller size, id."""
@@ -587,7 +588,7 @@ class Found:
                     continue
                 self.best.setdefault(row[0], Candidate(
                     row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]),
-                    int(row[8]), float(row[9])))
+                    int(row[8]), float(row[9]), row[12]))
 
 
 def _ms(start: float) -> float:

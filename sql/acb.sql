@@ -29,9 +29,11 @@ WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 -- parameters, epochs). The matches of %(query)s — the tenant's
 -- own lexemes, so the GIN index reads this tenant's posting lists only — the newest
 -- %(cap)s of them at most; the best %(limit)s the channel may load, scored; a sample of the
--- ids it may not (score NULL); how many matched (pool) and the oldest of them (epoch).
+-- ids it may not (score NULL); how many matched (pool) and the oldest of them (epoch);
+-- each row's ctid (evidence_items reads the rows it keeps by it).
 WITH lane AS MATERIALIZED (
   SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+         c.ctid::text AS tid,
          c.channel, c.sensitivity, c.token_est, c.importance::float8 AS importance,
          {mask} AS mask,
          c.sensitivity <> ALL (%(suppress)s::text[])
@@ -45,13 +47,13 @@ WITH lane AS MATERIALIZED (
   SELECT count(*) AS pool, min(epoch) AS oldest FROM lane
 )
 (SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
-        importance, mask, {score} AS score, counted.pool, counted.oldest
+        importance, mask, {score} AS score, counted.pool, counted.oldest, tid
  FROM lane, counted WHERE allowed
  ORDER BY score DESC, importance DESC, epoch DESC, token_est, chunk_id
  LIMIT %(limit)s)
 UNION ALL
 (SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
-        importance, mask, NULL, counted.pool, counted.oldest
+        importance, mask, NULL, counted.pool, counted.oldest, tid
  FROM lane, counted WHERE NOT allowed
  ORDER BY chunk_id
  LIMIT %(sample)s)
@@ -70,6 +72,11 @@ LIMIT %(limit)s
 -- %(anchors)s (the best few) that are questions, the next event of the session within
 -- a day: the reply, where the answer often sits (`anchor` names the question). One
 -- round trip for both.
+-- The rows are read by %(tids)s, the ctids the lane statements returned: the heap
+-- pages those statements have just read, and no lookup in the chunk_id index (200
+-- descents into a cold index cost more than the rest of this query). A row that moved
+-- since (a file reindexed in between) fails the chunk_id check; the caller asks again
+-- with %(tids)s NULL, and they are looked up by id.
 -- A tool result's artifact id is looked up for tool results only (a LEFT JOIN
 -- would probe the events index for every chunk).
 WITH items AS MATERIALIZED (
@@ -80,7 +87,9 @@ WITH items AS MATERIALIZED (
            (SELECT e.content ->> 'artifact_id' FROM events e WHERE e.event_id = c.source_id)
          END AS artifact_id
   FROM chunks c
-  WHERE c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
+  WHERE c.ctid = ANY (coalesce(%(tids)s::tid[], ARRAY(
+          SELECT m.ctid FROM chunks m WHERE m.chunk_id = ANY (%(ids)s))))
+    AND c.chunk_id = ANY (%(ids)s) AND c.tenant_id = %(tenant)s
 )
 SELECT NULL::text AS anchor, items.* FROM items
 UNION ALL

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gitmem import baselines, lexicon, retrieval
+from gitmem import acb, baselines, lexicon, retrieval
 from gitmem.db import sql_text
 from gitmem.memory import Memory
 from gitmem.policies import ChannelRule
@@ -327,10 +327,36 @@ def test_quoted_phrases_match_within_the_tenant(memory: Memory) -> None:
     found = retrieval.retrieve(memory.db, "default", terms, limits(memory), NOW, EVERYONE)
     texts = {row["chunk_id"]: row["text"] for row in memory.db.fetchall(
         "evidence_items", {"tenant": "default", "ids": [c.chunk_id for c in found.candidates],
+                           "tids": [c.tid for c in found.candidates],
                            "anchors": []})}
     assert [texts[c.chunk_id] for c in found.candidates if c.mask & 1] == [
         "user: the blue cluster in Frankfurt"]
     assert all(tenant_tag("default") in t.query for t in lexicon.qualify(terms, "default"))
+
+
+def test_evidence_is_read_where_the_lanes_found_it_and_by_id_once_it_moved(
+        memory: Memory) -> None:
+    first = memory.record({"content": {"text": "the zeppelin hangar is in Friedrichshafen"}}).id
+    second = memory.record({"content": {"text": "is the zeppelin hangar heated?"},
+                            "session_id": "s1"}).id
+    reply = memory.record({"content": {"text": "yes, since the spring"},
+                           "session_id": "s1"}).id
+    memory.sync()
+    found = retrieval.retrieve(memory.db, "default", lexicon.analyze(memory.db, "zeppelin"),
+                               limits(memory), NOW, EVERYONE)
+    assert {c.chunk_id for c in found.candidates} == {first, second}
+    assert all(c.tid.startswith("(") for c in found.candidates)
+    with memory.db.connection() as conn:  # a new row version: the ctid it had is stale
+        conn.execute("UPDATE chunks SET importance = importance WHERE chunk_id = %s",
+                     (second,))
+    rows, replies = acb.evidence_rows(memory.db, "default", found.candidates)
+    assert set(rows) == {first, second}
+    assert rows[second]["text"] == "user: is the zeppelin hangar heated?"
+    assert replies[second]["chunk_id"] == reply
+    stale = memory.db.fetchall("evidence_items", {
+        "tenant": "default", "ids": [c.chunk_id for c in found.candidates],
+        "tids": [c.tid for c in found.candidates], "anchors": []})
+    assert [row["chunk_id"] for row in stale] == [first]  # the moved row fails the check
 
 
 def test_what_the_channel_may_not_load_is_named_not_scored(memory: Memory) -> None:
