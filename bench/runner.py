@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
                     "retrieval quality. Prints a table; writes JSON.",
         epilog="example: python bench/run.py --size tiny --out /tmp/bench.json")
     parser.add_argument("--size", choices=list(SHAPES), default="tiny",
-                        help="corpus size: tiny (~1k events, CI), 10k, 100k, 1m")
+                        help="corpus size: tiny (~1k events, CI), 10k, 100k, 1m; "
+                             "1m-one: 1m in one tenant")
     parser.add_argument("--dsn", default=None,
                         help="PostgreSQL DSN, or 'embedded' (default: $GITMEM_BENCH_DSN, "
                              f"else {pg.DEFAULT_DSN})")
