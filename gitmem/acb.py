@@ -440,17 +440,19 @@ def evidence_rows(db: Database, tenant: str, chosen: Sequence[retrieval.Candidat
     found: dict[str, Row] = {}
     replies: dict[str, Row] = {}  # a question among the best: its answer follows
     anchors = [c.chunk_id for c in chosen[:REPLY_ANCHORS]]
-    ids = [c.chunk_id for c in chosen]
-    tids: list[str] | None = [c.tid for c in chosen]
-    while ids:
+
+    def read(ids: list[str], tids: list[str] | None) -> None:
         for row in db.fetchall("evidence_items", {"tenant": tenant, "ids": ids, "tids": tids,
                                                   "anchors": anchors}):
             if row["anchor"] is None:
                 found[row["chunk_id"]] = row
             else:
                 replies[row["anchor"]] = row
-        ids = [i for i in ids if i not in found] if tids is not None else []
-        tids = None
+
+    read([c.chunk_id for c in chosen], [c.tid for c in chosen])
+    moved = [c.chunk_id for c in chosen if c.chunk_id not in found]
+    if moved:
+        read(moved, None)
     return found, replies
 
 
