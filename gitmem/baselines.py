@@ -25,9 +25,9 @@ def exact_top(db: Database, tenant: str, terms: Sequence[Term], limits: retrieva
     if not query.terms:
         return []
     scoring = retrieval.Scoring(tuple(query.weights), limits, query.stats.average_tokens, now)
-    sql, params = retrieval.lane_statement(
-        tenant, query.terms, retrieval.any_of([t.query for t in query.terms]), "all", top,
-        scoring, rule, 2 ** 62)
+    every = retrieval.Period(retrieval.any_of([t.query for t in query.terms]))
+    sql, params = retrieval.lane_statement(tenant, query.terms, [every], "all", top, scoring,
+                                           rule, 2 ** 62)
     [rows] = db.run_many([(sql, params)])
     return [row[0] for row in rows if row[9] is not None]
 
@@ -37,7 +37,8 @@ def naive_top(db: Database, tenant: str, terms: Sequence[Term], top: int = 200) 
     if not terms:
         return []
     mine = qualify(terms, tenant)
-    sql = named_queries()["naive_rank"].format(match=retrieval.SCOPES["all"])
+    match = retrieval.SCOPES["all"].format(query="query")
+    sql = named_queries()["naive_rank"].format(match=match)
     [rows] = db.run_many([(sql, {"tenant": tenant, "limit": top,
                                  "query": retrieval.any_of([t.query for t in mine])})])
     return [row[0] for row in rows]

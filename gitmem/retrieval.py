@@ -45,6 +45,7 @@ KEYLESS_EXTRA = 400.0   # a span whose terms match at most this many rows beyond
                         # is cut by time on the rows, not by time keys in the GIN lookup
 RECORDS_LIMIT = 50      # best decisions, tasks and summaries, whatever the lanes found
 RECORDS_CAP = 200       # ... among the newest of them matching any term
+RECORDS_PERIODS = (4, 16, 64)  # ... read newest first: these newest days, then the older
 SUPPRESSED_SAMPLE = 20  # ids each lane names of the matches the channel may not load
 BM25_K1, BM25_B = 1.2, 0.75
 DAY = 86400.0
@@ -306,9 +307,10 @@ def _score_sql(count: int) -> str:
             "%(gamma)s::float8 * importance)::numeric, 9)")
 
 
-_MATCH = "c.tsv @@ %(query)s::tsquery"
-# How each scope matches. There is no index of all chunks: the short ones and the long
-# ones have one each (sql/indexes.sql), and "all" asks both (a BitmapOr).
+# How each scope matches ({query}: the parameter holding the tsquery). There is no index of
+# all chunks: the short ones and the long ones have one each (sql/indexes.sql), and "all"
+# asks both (a BitmapOr).
+_MATCH = "c.tsv @@ %({query})s::tsquery"
 SCOPES = {
     "all": f"((c.token_est <= {SHORT_TOKENS} AND {_MATCH})"
            f" OR (c.token_est > {SHORT_TOKENS} AND {_MATCH}))",
@@ -316,22 +318,44 @@ SCOPES = {
     "long": f"{_MATCH} AND c.token_est > {SHORT_TOKENS}",
     "records": f"{_MATCH} AND c.source_type <> 'event'",
 }
-_SPAN = "AND c.ts >= to_timestamp(%(since)s) AND c.ts < to_timestamp(%(until)s)"
+_SPAN = "AND c.ts >= to_timestamp(%(since{n})s) AND c.ts < to_timestamp(%(until{n})s)"
 
 
-def lane_statement(tenant: str, terms: Sequence[Term], query: str, scope: str, limit: int,
-                   scoring: Scoring, rule: ChannelRule, cap: int,
-                   span: tuple[float, float] | None = None) -> tuple[str, dict[str, Any]]:
-    """SQL and parameters of one lane statement (named query `retrieval_lane`);
-    `span` (epochs, end excluded) keeps the rows of those days only."""
-    text = named_queries()["retrieval_lane"].format(
-        mask=_mask_sql(len(terms)), score=_score_sql(len(terms)), match=SCOPES[scope],
-        span=_SPAN if span else "")
+@dataclass(frozen=True)
+class Period:
+    """A stretch of time a lane statement reads: the matches of `query` (time keys in it
+    keep the stretch's rows) or, where `cut`, of `query` with rows cut by time."""
+
+    query: str
+    since: float = -math.inf      # epochs, until excluded
+    until: float = math.inf
+    cut: bool = False
+
+    def before(self, epoch: float) -> Period:
+        """This period's rows older than `epoch`, cut by time."""
+        return Period(self.query, self.since, min(self.until, epoch), True)
+
+
+def lane_statement(tenant: str, terms: Sequence[Term], periods: Sequence[Period], scope: str,
+                   limit: int, scoring: Scoring, rule: ChannelRule,
+                   cap: int) -> tuple[str, dict[str, Any]]:
+    """SQL and parameters of one lane statement (named query `retrieval_lane`): the
+    periods newest first, read until `cap` rows matched."""
+    queries = named_queries()
+    mask = _mask_sql(len(terms))
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
-    if span:
-        params.update(since=span[0], until=span[1])
+    parts: list[str] = []
+    for n, period in enumerate(periods):
+        parts.append(queries["retrieval_lane_period"].format(
+            mask=mask, match=SCOPES[scope].format(query=f"query{n}"),
+            span=_SPAN.format(n=n) if period.cut else ""))
+        params[f"query{n}"] = period.query
+        if period.cut:
+            params.update({f"since{n}": period.since, f"until{n}": period.until})
+    text = queries["retrieval_lane"].format(periods="\nUNION ALL\n".join(parts),
+                                            score=_score_sql(len(terms)))
     params.update(scoring.params())
-    params.update(tenant=tenant, query=query, limit=limit, cap=cap, sample=SUPPRESSED_SAMPLE,
+    params.update(tenant=tenant, limit=limit, cap=cap, sample=SUPPRESSED_SAMPLE,
                   suppress=sorted(rule.suppress_sensitivity),
                   channels=None if rule.event_channels is None else sorted(rule.event_channels))
     return text, params
@@ -356,9 +380,8 @@ class Statement:
     expected: float
     cap: int                      # rows it may match at most
     lanes: tuple[int, ...] = ()   # indexes of the lanes it fetches for
-    query: str = ""               # its tsquery, scope and span (for a continuation)
-    scope: str = "all"
-    span: tuple[float, float] | None = None
+    scope: str = "all"            # its scope and periods (for a continuation)
+    periods: tuple[Period, ...] = ()
 
 
 def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats: Stats,
@@ -390,8 +413,7 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
             grouped.setdefault((scope, done, reach), []).append(number)
     twins = {(lane.terms, lane.short): lane for lane in lanes}
     short_sizes = [d.short for d in stats.days]
-    planned: list[tuple[str, str, str, float, tuple[int, ...],
-                        tuple[float, float] | None]] = []
+    planned: list[tuple[str, str, float, tuple[int, ...], Period]] = []
     for (scope, done, reach), members in sorted(grouped.items()):
         query = any_of([_conjunction(terms, lanes[n].terms) for n in members])
         short = scope == "short"
@@ -402,37 +424,44 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
         twin_rate = (sum(twin.rate for n in members
                          if (twin := twins.get((lanes[n].terms, True))) is not None)
                      if scope == "long" else 0.0)
-        span: tuple[float, float] | None = None
         if reach > count:
             expected = (rate * (rows - sum(sizes[:done]))
                         - twin_rate * (stats.short_chunks - sum(short_sizes[:done])))
-            if done:  # older than what was fetched (a negated key only adds to the lookup)
-                span = (-math.inf, stats.days[done - 1].start)
             label = f"{scope}:{done}d-whole"
         else:
             expected = rate * sum(sizes[done:reach]) - twin_rate * sum(short_sizes[done:reach])
-            if rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA:
-                # few matches outside the span: a month key's posting list (as long as
-                # the tenant's month) costs more than filtering those rows by time
-                span = (stats.days[reach - 1].start,
-                        stats.days[done].start + DAY if done else math.inf)
-            else:
-                keys = " | ".join(quote(tag + k)
-                                  for k in cover(stats.days, reach, stats.units, skip=done))
-                query = f"({query}) & ({keys})"
             label = f"{scope}:{done}-{reach}d"
-        planned.append((label, query, scope, max(expected, 0.0), tuple(members), span))
-    total = sum(p[3] for p in planned) or 1.0
-    caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[3] / total)) for p in planned]
+        period = span_period(query, stats, tag, done, reach,
+                             rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA)
+        planned.append((label, scope, max(expected, 0.0), tuple(members), period))
+    total = sum(p[2] for p in planned) or 1.0
+    caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[2] / total)) for p in planned]
     asked = sum(caps)
     if asked > pool:  # never more rows than the pool holds, whatever was expected
         caps = [max(1, cap * pool // asked) for cap in caps]
     out: list[Statement] = []
-    for (label, query, scope, expected, fetched, span), cap in zip(planned, caps, strict=True):
-        sql, params = lane_statement(tenant, terms, query, scope,
-                                     scoring.limits.retrieved_max, scoring, rule, cap, span)
-        out.append(Statement(label, sql, params, expected, cap, fetched, query, scope, span))
+    for (label, scope, expected, fetched, period), cap in zip(planned, caps, strict=True):
+        sql, params = lane_statement(tenant, terms, [period], scope,
+                                     scoring.limits.retrieved_max, scoring, rule, cap)
+        out.append(Statement(label, sql, params, expected, cap, fetched, scope, (period,)))
     return out
+
+
+def span_period(query: str, stats: Stats, tag: str, done: int, reach: int,
+                few_beyond: bool) -> Period:
+    """The period from the done-th newest day back to the reach-th (the whole history
+    when reach is past the days). Time keys in the query keep its rows, or, where
+    `few_beyond` (few matches outside it: a month key's posting list, as long as the
+    tenant's month, costs more than filtering those rows by time), a cut by time."""
+    days = stats.days
+    until = days[done - 1].start if done else math.inf  # where the newer days begin
+    if reach > len(days):  # older than what was fetched (a negated key only adds to the lookup)
+        return Period(query, -math.inf, until, cut=bool(done))
+    since = days[reach - 1].start
+    if few_beyond:
+        return Period(query, since, until, cut=True)
+    keys = " | ".join(quote(tag + k) for k in cover(days, reach, stats.units, skip=done))
+    return Period(f"({query}) & ({keys})", since, until)
 
 
 def continuations(tenant: str, terms: Sequence[Term], todo: Sequence[Statement],
@@ -451,22 +480,29 @@ def continuations(tenant: str, terms: Sequence[Term], todo: Sequence[Statement],
     for statement, oldest in cut:
         # rows as old as the oldest kept may not all have been kept: ask for them again
         # (a row fetched twice counts twice in the pool, and is kept once)
-        span = (statement.span[0] if statement.span else -math.inf, oldest + 1e-6)
+        older = tuple(p.before(oldest + 1e-6) for p in statement.periods
+                      if p.since < oldest + 1e-6)
         cap = room // len(cut)
-        sql, params = lane_statement(tenant, terms, statement.query, statement.scope,
-                                     scoring.limits.retrieved_max, scoring, rule, cap, span)
+        sql, params = lane_statement(tenant, terms, older, statement.scope,
+                                     scoring.limits.retrieved_max, scoring, rule, cap)
         out.append(Statement(statement.label + "+", sql, params, statement.expected, cap,
-                             statement.lanes, statement.query, statement.scope, span))
+                             statement.lanes, statement.scope, older))
     return out
 
 
-def records_statement(tenant: str, terms: Sequence[Term], scoring: Scoring,
+def records_statement(tenant: str, terms: Sequence[Term], stats: Stats, scoring: Scoring,
                       rule: ChannelRule, cap: int) -> Statement:
-    """The best decisions, tasks and summaries matching any term, among the newest."""
+    """The best decisions, tasks and summaries matching any term, among the newest `cap`
+    of them: read a period at a time, newest first (common words fill the cap in the
+    newest days, and the older matches are never visited)."""
     query = any_of([t.query for t in terms])
-    sql, params = lane_statement(tenant, terms, query, "records", min(RECORDS_LIMIT, cap),
+    tag = tenant_tag(tenant)
+    bounds = [0, *(n for n in RECORDS_PERIODS if n < len(stats.days)), len(stats.days) + 1]
+    periods = [span_period(query, stats, tag, done, reach, False)
+               for done, reach in itertools.pairwise(bounds)]
+    sql, params = lane_statement(tenant, terms, periods, "records", min(RECORDS_LIMIT, cap),
                                  scoring, rule, cap)
-    return Statement("records", sql, params, 0.0, cap, (), query, "records")
+    return Statement("records", sql, params, 0.0, cap, (), "records", tuple(periods))
 
 
 # --------------------------------------------------------------------------- retrieval
@@ -510,7 +546,7 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
     budget = BUDGET_SHARE * limits.pool_max
     records = min(RECORDS_CAP, limits.pool_max // 4)
     todo = [*statements(tenant, mine, lanes, stats, scoring, rule, limits.pool_max - records),
-            records_statement(tenant, mine, scoring, rule, records)]
+            records_statement(tenant, mine, stats, scoring, rule, records)]
     timings["plan"] = round(_ms(start) - timings["terms"], 3)
     found = Found()
     found.add(todo, db.run_parallel([(s.sql, s.params) for s in todo],

@@ -23,25 +23,17 @@ SELECT lexeme FROM lexeme_df
 WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 
 -- name: retrieval_lane
--- One statement of bounded retrieval (gitmem/retrieval.py fills {mask} and {score} for
--- the query's number of terms, {match} for its scope: all chunks, the short or the
--- long ones, the records; {span} may cut the rows by time, between the since and until
--- parameters, epochs). The matches of %(query)s — the tenant's
--- own lexemes, so the GIN index reads this tenant's posting lists only — the newest
--- %(cap)s of them at most; the best %(limit)s the channel may load, scored; a sample of the
--- ids it may not (score NULL); how many matched (pool) and the oldest of them (epoch);
--- each row's ctid (evidence_items reads the rows it keeps by it).
+-- One statement of bounded retrieval. gitmem/retrieval.py fills in the mask and the score
+-- for the query's number of terms, and the periods: one or more retrieval_lane_period,
+-- the newest stretch of time first. The newest `cap` matches at most; the best `limit`
+-- the channel may load, scored; a sample of the ids it may not (score NULL); how many
+-- matched (pool) and the oldest of them (epoch); each row's ctid (evidence_items reads
+-- the rows it keeps by it).
+-- The periods are read one after another, and reading stops at the cap: matches that
+-- turn out dense (words that come together) fill it in the newest period, and the older
+-- ones are never looked up (a bitmap heap scan visits every match of its period).
 WITH lane AS MATERIALIZED (
-  SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
-         c.ctid::text AS tid,
-         c.channel, c.sensitivity, c.token_est, c.importance::float8 AS importance,
-         {mask} AS mask,
-         c.sensitivity <> ALL (%(suppress)s::text[])
-           AND (c.channel = '' OR %(channels)s::text[] IS NULL
-                OR c.channel = ANY (%(channels)s::text[])) AS allowed
-  FROM chunks c
-  WHERE {match} AND (c.tenant_id || '') = %(tenant)s {span}
-  ORDER BY c.ts DESC, c.chunk_id DESC
+  SELECT * FROM ({periods}) periods
   LIMIT %(cap)s
 ), counted AS (
   SELECT count(*) AS pool, min(epoch) AS oldest FROM lane
@@ -57,6 +49,24 @@ UNION ALL
  FROM lane, counted WHERE NOT allowed
  ORDER BY chunk_id
  LIMIT %(sample)s)
+
+-- name: retrieval_lane_period
+-- One period of a lane statement, its parameters numbered: the matches of its tsquery
+-- (the tenant's own lexemes, so the GIN index reads this tenant's posting lists only;
+-- time keys in it keep the period's rows) in the scope's rows (all chunks, the short or
+-- the long ones, the records), maybe cut by time instead (since/until, epochs); the
+-- newest `cap`.
+(SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+        c.ctid::text AS tid,
+        c.channel, c.sensitivity, c.token_est, c.importance::float8 AS importance,
+        {mask} AS mask,
+        c.sensitivity <> ALL (%(suppress)s::text[])
+          AND (c.channel = '' OR %(channels)s::text[] IS NULL
+               OR c.channel = ANY (%(channels)s::text[])) AS allowed
+ FROM chunks c
+ WHERE {match} AND (c.tenant_id || '') = %(tenant)s {span}
+ ORDER BY c.ts DESC, c.chunk_id DESC
+ LIMIT %(cap)s)
 
 -- name: naive_rank
 -- What a simple implementation does: ts_rank over every match, top N

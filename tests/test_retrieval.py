@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -160,14 +163,17 @@ def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
     # kafka over its newest 8 days: ~200 of its 1,500 matches, the rest beyond the span,
     # so the days' keys go into the GIN lookup (long chunks only: the short lane of
     # kafka holds its short ones, over the whole history)
-    recent = found["long:0-8d"]
-    assert "since" not in recent.params and "@d" in recent.params["query"]
+    [recent] = found["long:0-8d"].periods
+    assert not recent.cut and "@d" in recent.query and "since0" not in found["long:0-8d"].params
     # the pair over every day: nothing beyond the span, so no key is looked up and the
     # rows are cut by time instead
     both = found["long:0-60d"]
-    assert (both.params["since"], both.params["until"]) == (stats.days[59].start, math.inf)
-    assert "@" not in both.params["query"]
-    assert "since" not in found["short:0d-whole"].params  # a whole history needs no cut
+    assert both.periods == (retrieval.Period(both.periods[0].query, stats.days[59].start,
+                                             math.inf, cut=True),)
+    assert "@" not in both.periods[0].query
+    assert (both.params["since0"], both.params["until0"]) == (stats.days[59].start, math.inf)
+    whole = found["short:0d-whole"]  # a whole history needs no cut
+    assert not whole.periods[0].cut and "since0" not in whole.params
 
 
 def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_rest(
@@ -300,8 +306,10 @@ def test_a_span_cut_by_time_keeps_what_time_keys_keep(memory: Memory) -> None:
     tag = tenant_tag("default")
 
     def rows(query: str, span: tuple[float, float] | None) -> list[tuple[object, ...]]:
-        sql, params = retrieval.lane_statement("default", terms, query, "all", 200, scoring,
-                                               EVERYONE, 2000, span)
+        period = (retrieval.Period(query, *span, cut=True) if span
+                  else retrieval.Period(query))
+        sql, params = retrieval.lane_statement("default", terms, [period], "all", 200,
+                                               scoring, EVERYONE, 2000)
         return memory.db.run_many([(sql, params)])[0]
 
     def keys(reach: int, skip: int = 0) -> str:
@@ -404,3 +412,48 @@ def test_a_statement_cut_off_at_its_share_is_continued_while_the_pool_has_room(
     monkeypatch.setattr(retrieval, "CONTINUE_MIN", 10 ** 9)
     cut, lanes = recall()
     assert cut < 0.9 and not any(lane.endswith("+") for lane in lanes)
+
+
+def test_records_are_read_newest_period_first_and_older_periods_only_when_needed(
+        memory: Memory) -> None:
+    start = datetime(2026, 1, 1, 9, tzinfo=UTC)
+    source = memory.record({"content": {"text": "design review"}, "ts": start.isoformat()})
+    for n in range(70):  # a decision a day about the cache, and a rare one on day 3
+        memory.decide(f"cache policy {n}" + (" zookeeper" if n == 3 else ""), [source.id],
+                      ts=(start + timedelta(days=n)).isoformat())
+    memory.sync()
+    bounds = limits(memory)
+
+    def run(query: str, cap: int) -> tuple[retrieval.Statement, list[tuple[object, ...]],
+                                           list[int]]:
+        prepared = retrieval.prepare(memory.db, "default", lexicon.analyze(memory.db, query))
+        scoring = retrieval.Scoring(tuple(prepared.weights), bounds,
+                                    prepared.stats.average_tokens, NOW)
+        statement = retrieval.records_statement("default", prepared.terms, prepared.stats,
+                                                scoring, EVERYONE, cap)
+        with memory.db.connection() as conn:
+            [row] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement.sql,
+                                 statement.params).fetchall()
+        loops = [node["Actual Loops"] for node in _nodes(row["QUERY PLAN"][0]["Plan"])
+                 if node.get("Relation Name") == "chunks"]
+        return statement, memory.db.run_many([(statement.sql, statement.params)])[0], loops
+
+    # the newest 4 days, the 12 before, the 48 before those, then the rest: newest first
+    statement, rows, loops = run("cache", 3)
+    periods = statement.periods
+    assert [p.cut for p in periods] == [False, False, False, True]
+    assert all(a.since >= b.until for a, b in itertools.pairwise(periods))
+    # three decisions fill the cap in the newest period: the older ones are never read
+    assert loops == [1, 0, 0, 0]
+    assert sorted(float(r[3]) for r in rows) == [(start + timedelta(days=n)).timestamp()
+                                                 for n in (67, 68, 69)]
+    # a rare word's one match lies beyond every keyed period: all of them are read
+    _, rows, loops = run("zookeeper", 3)
+    assert loops == [1, 1, 1, 1]
+    assert [float(r[3]) for r in rows] == [(start + timedelta(days=3)).timestamp()]
+
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _nodes(child)
