@@ -14,6 +14,7 @@ acb_id (P7): every ordering ends in an id, and the clock is the request's.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -295,16 +296,18 @@ def _views(build: _Build, section: Section, section_name: str) -> None:
 
 
 def _tasks(build: _Build, section: Section) -> None:
-    rows = build.cache.open_tasks(build.request.tenant_id)  # doing, blocked, open; newest first
+    tasks = build.cache.open_tasks(build.request.tenant_id)  # doing, blocked, open
     session = build.request.session_id
-    ordered = ([r for r in rows if r["session_id"] == session]
-               + [r for r in rows if r["session_id"] != session])  # this session's first
-    for number, row in enumerate(ordered):
+    ordered = itertools.chain(tasks.by_session.get(session, ()),  # this session's first,
+                              (r for r in tasks.rows if r["session_id"] != session))  # newest
+    seen: set[str] = set()
+    for row in ordered:
         if build.packer.full(section):
-            for rest in ordered[number:]:
-                reason = "budget" if build.allows(rest["sensitivity"]) else "privacy"
-                build.packer.omit(reason, rest["task_id"])
+            for sensitivity, ids in tasks.ids.items():  # all the others are left out
+                reason = "budget" if build.allows(sensitivity) else "privacy"
+                build.packer.omit_all(reason, ids, tasks.members[sensitivity], seen)
             return
+        seen.add(row["task_id"])
         if not build.allows(row["sensitivity"]):
             build.packer.omit("privacy", row["task_id"])
             continue

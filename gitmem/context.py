@@ -25,6 +25,29 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class OpenTasks:
+    """A tenant's open tasks (open, doing, blocked), newest first, by session, and their
+    ids by sensitivity: a bundle lists those it leaves out without walking them all
+    (a tenant may hold thousands)."""
+
+    rows: list[Row]
+    by_session: dict[str, list[Row]]
+    ids: dict[str, tuple[str, ...]]           # sensitivity -> task ids, sorted
+    members: dict[str, frozenset[str]]        # the same, as sets
+
+    @classmethod
+    def of(cls, rows: list[Row]) -> OpenTasks:
+        """Index the rows of `tenant_open_tasks`."""
+        by_session: dict[str, list[Row]] = {}
+        ids: dict[str, list[str]] = {}
+        for row in rows:
+            by_session.setdefault(row["session_id"], []).append(row)
+            ids.setdefault(row["sensitivity"], []).append(row["task_id"])
+        return cls(rows, by_session, {k: tuple(sorted(v)) for k, v in ids.items()},
+                   {k: frozenset(v) for k, v in ids.items()})
+
+
+@dataclass(frozen=True)
 class ViewChunkRow:
     """One chunk of a view, with its view's options."""
 
@@ -136,7 +159,7 @@ class ContextCache:
         self._generation = 0
         self._views: tuple[ViewRow, ...] | None = None
         self._decisions: dict[str, TenantDecisions] = {}
-        self._tasks: dict[str, list[Row]] = {}
+        self._tasks: dict[str, OpenTasks] = {}
         self._pinned: dict[str, list[Row]] = {}
         self._sessions: OrderedDict[tuple[str, str, str, int], list[Row]] = OrderedDict()
         self._bundles: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -219,9 +242,15 @@ class ContextCache:
             lambda: resolve_decisions(self._db().fetchall("tenant_decisions", {"tenant": tenant})),
             lambda value: self._decisions.__setitem__(tenant, value))
 
-    def open_tasks(self, tenant: str) -> list[Row]:
-        """The tenant's tasks that are open, doing or blocked, newest first."""
-        return self._cached(self._tasks, tenant, "tenant_open_tasks", {"tenant": tenant})
+    def open_tasks(self, tenant: str) -> OpenTasks:
+        """The tenant's tasks that are open, doing or blocked."""
+        with self._lock:
+            found = self._tasks.get(tenant)
+            if found is not None:
+                return found
+        return self._fill(lambda: OpenTasks.of(self._db().fetchall("tenant_open_tasks",
+                                                                   {"tenant": tenant})),
+                          lambda value: self._tasks.__setitem__(tenant, value))
 
     def pinned(self, tenant: str, limit: int = 200) -> list[Row]:
         """Chunks tagged `pinned`, newest first."""

@@ -4,6 +4,10 @@ record of what was left out and why (the `omissions` of an ACB)."""
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
+from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +34,24 @@ def header_tokens(name: str) -> int:
     return tokens.count(header(name)) + 1
 
 
+@dataclass(frozen=True)
+class _Many:
+    """Ids left out together: the sorted `ids` but those in `but`."""
+
+    ids: Sequence[str]
+    members: AbstractSet[str]
+    but: frozenset[str]
+
+    def __contains__(self, item: str) -> bool:
+        return item in self.members and item not in self.but
+
+    def __len__(self) -> int:
+        return len(self.ids) - sum(1 for i in self.but if i in self.members)
+
+    def __iter__(self) -> Iterator[str]:
+        return (i for i in self.ids if i not in self.but)
+
+
 @dataclass
 class Section:
     """A section being packed."""
@@ -49,6 +71,7 @@ class Packer:
         self.sections: dict[str, Section] = {}
         self.seen: dict[str, str] = {}
         self.omitted: dict[str, dict[str, None]] = {}  # reason -> ids, as an ordered set
+        self.omitted_all: dict[str, list[_Many]] = {}  # reason -> ids left out together
         self.truncated: dict[str, list[str]] = {}
         # what was packed, by content hash: the acb_id is a digest of it
         self.ledger: list[tuple[str, str, str, float | None]] = []
@@ -62,6 +85,13 @@ class Packer:
     def omit(self, reason: str, item_id: str) -> None:
         """Record an id left out, by reason."""
         self.omitted.setdefault(reason, {})[item_id] = None
+
+    def omit_all(self, reason: str, ids: Sequence[str], members: AbstractSet[str],
+                 but: AbstractSet[str]) -> None:
+        """Record the ids left out, by reason: `ids` (sorted; `members` holds them too)
+        except those in `but`. Nothing is walked until the omissions are listed, and
+        then only as far as they show."""
+        self.omitted_all.setdefault(reason, []).append(_Many(ids, members, frozenset(but)))
 
     def full(self, section: Section) -> bool:
         """True when not even the smallest item would fit any more."""
@@ -93,11 +123,17 @@ class Packer:
     def omissions(self) -> list[dict[str, Any]]:
         """The omissions list: one entry per reason (and per truncated artifact)."""
         out: list[dict[str, Any]] = []
-        for reason in sorted(self.omitted):
-            ids = sorted(set(self.omitted[reason]))
-            entry: dict[str, Any] = {"reason": reason, "candidates": ids[:OMISSION_IDS_MAX]}
-            if len(ids) > OMISSION_IDS_MAX:
-                entry["count"] = len(ids)
+        for reason in sorted(self.omitted.keys() | self.omitted_all.keys()):
+            many = self.omitted_all.get(reason, [])
+            one = sorted(i for i in self.omitted.get(reason, {})
+                         if not any(i in m for m in many))
+            count = len(one) + sum(len(m) for m in many)
+            if not count:
+                continue
+            ids = list(itertools.islice(heapq.merge(one, *many), OMISSION_IDS_MAX))
+            entry: dict[str, Any] = {"reason": reason, "candidates": ids}
+            if count > OMISSION_IDS_MAX:
+                entry["count"] = count
             out.append(entry)
         for artifact in sorted(self.truncated):
             out.append({"reason": "truncated_tool_output",

@@ -286,6 +286,28 @@ def test_task_state_shows_open_tasks_only(memory: Memory) -> None:
     assert ids == [open_task]
 
 
+def test_tasks_left_out_are_listed_by_reason_whatever_their_number(memory: Memory) -> None:
+    mine = {memory.task(f"Own step {n}", session_id="s1").content["task_id"] for n in range(3)}
+    others = [memory.task(f"Backlog item {n} of the quarterly platform roadmap",
+                          session_id="s2", sensitivity="high" if n % 10 == 0 else "low"
+                          ).content["task_id"] for n in range(250)]
+    high = {t for n, t in enumerate(others) if n % 10 == 0}
+    acb = memory.build_acb({"session_id": "s1", "channel": "team", "now": NOW,
+                            "max_tokens": 3000})
+    shown = [i["id"] for i in section(acb, "task_state")]
+    assert set(shown[:3]) == mine and 3 < len(shown) < 100  # this session's first
+    assert not high & set(shown)
+    budget = sorted(set(others) - high - set(shown))
+    entries = {o["reason"]: o for o in acb["omissions"]}
+    assert entries["budget"]["candidates"] == budget[:200]
+    assert entries["budget"]["count"] == len(budget) > 200
+    assert [i for i in entries["privacy"]["candidates"] if i in high] == sorted(high)
+    assert "count" not in entries["privacy"]  # 25 tasks, and the preferences view
+    private = memory.build_acb({"session_id": "s1", "channel": "private", "now": NOW,
+                                "max_tokens": 3000})
+    assert not high & set(omitted(private, "privacy"))
+
+
 def test_policy_hashes_and_scoring_in_provenance(memory: Memory) -> None:
     acb = memory.build_acb({"now": NOW, "query_text": "anything"})
     prov = acb["provenance"]
