@@ -235,35 +235,25 @@ class ContextCache:
 
     def decisions(self, tenant: str) -> TenantDecisions:
         """The tenant's decisions, chains resolved."""
-        with self._lock:
-            if tenant in self._decisions:
-                return self._decisions[tenant]
-        return self._fill(
-            lambda: resolve_decisions(self._db().fetchall("tenant_decisions", {"tenant": tenant})),
-            lambda value: self._decisions.__setitem__(tenant, value))
+        return self._cached(self._decisions, tenant, lambda: resolve_decisions(
+            self._db().fetchall("tenant_decisions", {"tenant": tenant})))
 
     def open_tasks(self, tenant: str) -> OpenTasks:
         """The tenant's tasks that are open, doing or blocked."""
-        with self._lock:
-            found = self._tasks.get(tenant)
-            if found is not None:
-                return found
-        return self._fill(lambda: OpenTasks.of(self._db().fetchall("tenant_open_tasks",
-                                                                   {"tenant": tenant})),
-                          lambda value: self._tasks.__setitem__(tenant, value))
+        return self._cached(self._tasks, tenant, lambda: OpenTasks.of(
+            self._db().fetchall("tenant_open_tasks", {"tenant": tenant})))
 
     def pinned(self, tenant: str, limit: int = 200) -> list[Row]:
         """Chunks tagged `pinned`, newest first."""
-        return self._cached(self._pinned, tenant, "pinned_chunks",
-                            {"tenant": tenant, "limit": limit})
+        return self._cached(self._pinned, tenant, lambda: self._db().fetchall(
+            "pinned_chunks", {"tenant": tenant, "limit": limit}))
 
-    def _cached(self, table: dict[str, list[Row]], key: str, query: str,
-                params: dict[str, Any]) -> list[Row]:
+    def _cached(self, table: dict[str, T], key: str, load: Callable[[], T]) -> T:
+        """`table[key]`, loaded first when missing (see `_fill`)."""
         with self._lock:
             if key in table:
                 return table[key]
-        return self._fill(lambda: self._db().fetchall(query, params),
-                          lambda value: table.__setitem__(key, value))
+        return self._fill(load, lambda value: table.__setitem__(key, value))
 
     def session(self, kind: str, tenant: str, session: str, limit: int) -> list[Row]:
         """The session's latest events (`recent`) or tool results (`tools`), newest first."""
