@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from bench.queries import Ask
-from gitmem import lexicon, retrieval
+from gitmem import lexicon, planning, retrieval
 from gitmem.db import Database
 from gitmem.policies import ChannelRule, Policies
 from gitmem.records import parse_ts
 
 
-def limits(policies: Policies) -> retrieval.Limits:
+def limits(policies: Policies) -> planning.Limits:
     """Retrieval's bounds and weights, as build_acb reads them."""
     b = policies.budgets
-    return retrieval.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
+    return planning.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
                             b.gamma, b.recency_tau_days)
 
 

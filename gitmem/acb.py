@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitmem import consistency, lexicon, retrieval, tokens
+from gitmem import consistency, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row
 from gitmem.errors import ValidationError
@@ -365,7 +365,7 @@ class _Evidence:
         db = build.db()
         terms = lexicon.analyze(db, build.request.query_text)
         budgets = build.policies.budgets
-        limits = retrieval.Limits(budgets.candidate_pool_max, budgets.retrieved_chunks_max,
+        limits = planning.Limits(budgets.candidate_pool_max, budgets.retrieved_chunks_max,
                                   budgets.alpha, budgets.beta, budgets.gamma,
                                   budgets.recency_tau_days)
         self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,

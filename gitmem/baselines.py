@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from gitmem import retrieval
+from gitmem import planning, retrieval
 from gitmem.db import Database, named_queries
 from gitmem.lexicon import Term, qualify
 from gitmem.policies import ChannelRule
 
 
-def exact_top(db: Database, tenant: str, terms: Sequence[Term], limits: retrieval.Limits,
+def exact_top(db: Database, tenant: str, terms: Sequence[Term], limits: planning.Limits,
               now: datetime, rule: ChannelRule, top: int = 200) -> list[str]:
     """Ids of the exact top-`top` by retrieval's own score over every match."""
     query = retrieval.prepare(db, tenant, terms)

@@ -9,7 +9,7 @@
 2. *Statistics*, exact, from `lexeme_df` in one round trip: each term's
    document frequency (IDF needs no estimate; the ranking is the same on any
    index built from the same files), over all chunks and over the short ones,
-   and the sizes of the tenant's newest days (gitmem/retrieval.py plans with them).
+   and the sizes of the tenant's newest days (gitmem/planning.py plans with them).
 """
 
 from __future__ import annotations

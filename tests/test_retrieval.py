@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gitmem import acb, baselines, lexicon, retrieval
+from gitmem import acb, baselines, lexicon, planning, retrieval
 from gitmem.db import sql_text
 from gitmem.memory import Memory
 from gitmem.policies import ChannelRule
@@ -25,9 +25,9 @@ WORDS = ["deploy", "pipeline", "cluster", "database", "cache", "review", "incide
 EVERYONE = ChannelRule(frozenset(), frozenset(), None)   # no privacy filter in comparisons
 
 
-def limits(memory: Memory) -> retrieval.Limits:
+def limits(memory: Memory) -> planning.Limits:
     b = memory.policies.budgets
-    return retrieval.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
+    return planning.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
                             b.gamma, b.recency_tau_days)
 
 
@@ -95,7 +95,7 @@ def synthetic(dfs: list[int], chunks: int = 1_000_000, days: int = 60) -> lexico
                            frozenset(d.key for d in day_list))
 
 
-def expected_rows(stats: lexicon.Stats, lanes: list[retrieval.Lane]) -> float:
+def expected_rows(stats: lexicon.Stats, lanes: list[planning.Lane]) -> float:
     total = 0.0
     for lane in lanes:
         scope = stats.short_chunks if lane.short else stats.chunks
@@ -106,25 +106,25 @@ def expected_rows(stats: lexicon.Stats, lanes: list[retrieval.Lane]) -> float:
 
 def test_a_rare_term_is_fetched_whole_and_a_common_one_only_recently() -> None:
     stats = synthetic([40, 250_000])
-    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
-    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
-    lanes = retrieval.wanted(retrieval.plan(stats, weights, bounds, NOW), len(stats.days))
+    weights = [planning.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = planning.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    lanes = planning.wanted(planning.plan(stats, weights, bounds, NOW), len(stats.days))
     rare = [lane for lane in lanes if lane.terms == (0,)]
     common = [lane for lane in lanes if lane.terms == (1,)]
     assert rare and all(lane.whole for lane in rare)  # its lanes hold every match
     assert common and all(not lane.whole and 0 < lane.days <= 3 for lane in common)
     assert not [lane for lane in lanes if lane.terms == (0, 1)]  # inside the rare lane
-    assert expected_rows(stats, lanes) <= retrieval.BUDGET_SHARE * 2000 + 2 * 8_333
+    assert expected_rows(stats, lanes) <= planning.BUDGET_SHARE * 2000 + 2 * 8_333
 
 
 def test_the_plan_spends_its_budget_on_the_best_matches_first() -> None:
     stats = synthetic([20_000, 90_000, 120_000, 300_000])
-    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
-    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
-    lanes = retrieval.wanted(retrieval.plan(stats, weights, bounds, NOW), len(stats.days))
+    weights = [planning.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = planning.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    lanes = planning.wanted(planning.plan(stats, weights, bounds, NOW), len(stats.days))
     assert lanes and expected_rows(stats, lanes) <= 2000 * 1.05
 
-    def reach(lane: retrieval.Lane) -> int:
+    def reach(lane: planning.Lane) -> int:
         return len(stats.days) if lane.whole else lane.days
 
     # a lane whose matches score higher and are no more numerous reaches at least as far
@@ -134,8 +134,8 @@ def test_the_plan_spends_its_budget_on_the_best_matches_first() -> None:
                 assert reach(a) >= reach(b), (a, b)
     # the most common word alone is never worth a lane when the others are rarer
     assert not [lane for lane in lanes if lane.terms == (3,)]
-    small = retrieval.Limits(200, 200, 0.7, 0.2, 0.1, 14)
-    assert expected_rows(stats, retrieval.wanted(retrieval.plan(stats, weights, small, NOW),
+    small = planning.Limits(200, 200, 0.7, 0.2, 0.1, 14)
+    assert expected_rows(stats, planning.wanted(planning.plan(stats, weights, small, NOW),
                                                  len(stats.days))) < 250
 
 
@@ -143,18 +143,18 @@ def test_word_pairs_are_costed_as_if_they_came_together_half_the_time() -> None:
     # "roll back": as if independent, 2% and 2.1% of chunks would share 0.04%; such
     # words come together, and a pair counted as rare would be fetched whole
     stats = synthetic([20_000, 21_000])
-    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
-    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
-    pair = [lane for lane in retrieval.plan(stats, weights, bounds, NOW) if lane.terms == (0, 1)]
+    weights = [planning.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = planning.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    pair = [lane for lane in planning.plan(stats, weights, bounds, NOW) if lane.terms == (0, 1)]
     assert pair and all(lane.rate > 5 * 0.02 * 0.021 for lane in pair if not lane.short)
-    assert expected_rows(stats, pair) <= retrieval.BUDGET_SHARE * 2000 * 1.05
+    assert expected_rows(stats, pair) <= planning.BUDGET_SHARE * 2000 * 1.05
 
 
 def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
     stats = synthetic([1_500, 250_000])  # ~25 matches a day, and ~4,200 a day
-    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
-    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
-    lanes = retrieval.plan(stats, weights, bounds, NOW)
+    weights = [planning.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = planning.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    lanes = planning.plan(stats, weights, bounds, NOW)
     terms = [lexicon.Term("kafka", "'kafka'", ("kafka",)),
              lexicon.Term("deploy", "'deploy'", ("deploy",))]
     scoring = retrieval.Scoring(tuple(weights), bounds, stats.average_tokens, NOW)
@@ -179,29 +179,29 @@ def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
 def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_rest(
 ) -> None:
     stats = synthetic([1_500, 250_000])
-    weights = [retrieval.idf(df, stats.chunks) for df in stats.dfs]
-    bounds = retrieval.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+    weights = [planning.idf(df, stats.chunks) for df in stats.dfs]
+    bounds = planning.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
     terms = [lexicon.Term("kafka", "'kafka'", ("kafka",)),
              lexicon.Term("deploy", "'deploy'", ("deploy",))]
     scoring = retrieval.Scoring(tuple(weights), bounds, stats.average_tokens, NOW)
 
-    def labels(lanes: list[retrieval.Lane]) -> dict[str, retrieval.Statement]:
+    def labels(lanes: list[planning.Lane]) -> dict[str, retrieval.Statement]:
         return {s.label: s for s in retrieval.statements("default", terms, lanes, stats,
                                                          scoring, EVERYONE, 2000)}
 
     # kafka over all chunks 8 days back, its short chunks only 2: the short lane does
     # not hold days 3-8, so the statement reads every chunk (both indexes; the short
     # lane is not fetched at all, the other holds its rows)
-    found = labels([retrieval.Lane((0,), False, 0.01, 1.0, days=8),
-                    retrieval.Lane((0,), True, 0.02, 1.0, days=2)])
+    found = labels([planning.Lane((0,), False, 0.01, 1.0, days=8),
+                    planning.Lane((0,), True, 0.02, 1.0, days=2)])
     assert set(found) == {"all:0-8d"}
     assert "token_est <= 48 AND" in found["all:0-8d"].sql
     assert "token_est > 48 AND" in found["all:0-8d"].sql
     # the short lane 16 days back (as it usually reaches further: short chunks score
     # higher): the long chunks alone, expecting the rows of all chunks less the short
     # ones the short lane expects of those days
-    found = labels([retrieval.Lane((0,), False, 0.01, 1.0, days=8),
-                    retrieval.Lane((0,), True, 0.02, 1.0, days=16)])
+    found = labels([planning.Lane((0,), False, 0.01, 1.0, days=8),
+                    planning.Lane((0,), True, 0.02, 1.0, days=16)])
     assert set(found) == {"long:0-8d", "short:0-16d"}
     long = found["long:0-8d"]
     assert "token_est > 48" in long.sql and "token_est <= 48" not in long.sql
@@ -209,8 +209,8 @@ def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_r
     assert long.expected == pytest.approx(
         0.01 * sum(d.chunks for d in days) - 0.02 * sum(d.short for d in days))
     # a short lane of a subset of the terms holds them too (the pair's short matches)
-    found = labels([retrieval.Lane((0, 1), False, 0.001, 1.0, days=4),
-                    retrieval.Lane((0,), True, 0.02, 1.0, days=8)])
+    found = labels([planning.Lane((0, 1), False, 0.001, 1.0, days=4),
+                    planning.Lane((0,), True, 0.02, 1.0, days=8)])
     assert set(found) == {"long:0-4d", "short:0-8d"}
 
 
@@ -220,13 +220,13 @@ def test_cover_uses_months_weeks_and_days() -> None:
                           10, 5) for n in range(60)]
     units = frozenset([d.key for d in days] + ["@m202605", "@m202606", "@w202622",
                                                "@w202621", "@w202620", "@w202619"])
-    assert retrieval.cover(days, 1, units) == ["@d20260603"]
-    assert retrieval.cover(days, 3, units) == ["@m202606"]            # 1 to 3 June
+    assert planning.cover(days, 1, units) == ["@d20260603"]
+    assert planning.cover(days, 3, units) == ["@m202606"]            # 1 to 3 June
     # 20 May (a Wednesday) onwards: days to Sunday, two ISO weeks, then June
-    assert retrieval.cover(days, 15, units) == ["@d20260520", "@d20260521", "@d20260522",
+    assert planning.cover(days, 15, units) == ["@d20260520", "@d20260521", "@d20260522",
                                                 "@d20260523", "@d20260524", "@w202622",
                                                 "@m202606"]
-    assert retrieval.horizon(3, 60) == 4 and retrieval.horizon(60, 60) == 60
+    assert planning.horizon(3, 60) == 4 and planning.horizon(60, 60) == 60
 
 
 def test_the_short_bound_is_the_same_in_code_and_sql() -> None:
@@ -285,7 +285,7 @@ def test_recent_lanes_find_the_newest_matches_of_a_common_word(memory: Memory) -
                         for n in range(240)])  # 60 days, four a day
     memory.sync()
     now = start + timedelta(days=60)
-    tight = retrieval.Limits(20, 10, 0.7, 0.2, 0.1, 14)  # a budget of 12 expected rows
+    tight = planning.Limits(20, 10, 0.7, 0.2, 0.1, 14)  # a budget of 12 expected rows
     found = retrieval.retrieve(memory.db, "default", lexicon.analyze(memory.db, "deploy"),
                                tight, now, EVERYONE)
     assert len(found.candidates) == 10
@@ -313,14 +313,14 @@ def test_a_span_cut_by_time_keeps_what_time_keys_keep(memory: Memory) -> None:
         return memory.db.run_many([(sql, params)])[0]
 
     def keys(reach: int, skip: int = 0) -> str:
-        return " | ".join(f"'{tag}{k}'" for k in retrieval.cover(stats.days, reach,
+        return " | ".join(f"'{tag}{k}'" for k in planning.cover(stats.days, reach,
                                                                 stats.units, skip=skip))
 
     days, word = stats.days, terms[0].query
     for done, reach in ((0, 5), (5, 20), (20, 45)):  # newest days, then older stretches
         keyed = rows(f"({word}) & ({keys(reach, done)})", None)
         cut = rows(word, (days[reach - 1].start,
-                          days[done].start + retrieval.DAY if done else math.inf))
+                          days[done].start + planning.DAY if done else math.inf))
         assert keyed and cut == keyed, (done, reach)
     older = rows(f"({word}) & !({keys(10)})", None)  # what a whole lane adds after 10 days
     assert older and rows(word, (-math.inf, days[9].start)) == older
@@ -396,7 +396,7 @@ def test_a_statement_cut_off_at_its_share_is_continued_while_the_pool_has_room(
     memory.record_many(events)
     memory.sync()
     now = start + timedelta(days=63)
-    small = retrieval.Limits(240, 80, 0.7, 0.2, 0.1, 14)
+    small = planning.Limits(240, 80, 0.7, 0.2, 0.1, 14)
     terms = lexicon.analyze(memory.db, "Zephyr Quasar deploy")
 
     def recall() -> tuple[float, list[str]]:
