@@ -164,12 +164,12 @@ def lane_statement(tenant: str, terms: Sequence[Term], periods: Sequence[Period]
     parts: list[str] = []
     for n, period in enumerate(periods):
         parts.append(queries["retrieval_lane_period"].format(
-            mask=mask, match=SCOPES[scope].format(query=f"query{n}"),
+            match=SCOPES[scope].format(query=f"query{n}"),
             span=_SPAN.format(n=n) if period.cut else ""))
         params[f"query{n}"] = period.query
         if period.cut:
             params.update({f"since{n}": period.since, f"until{n}": period.until})
-    text = queries["retrieval_lane"].format(periods="\nUNION ALL\n".join(parts),
+    text = queries["retrieval_lane"].format(periods="\nUNION ALL\n".join(parts), mask=mask,
                                             score=_score_sql(len(terms)))
     params.update(scoring.params())
     params.update(tenant=tenant, limit=limit, cap=cap, sample=SUPPRESSED_SAMPLE,
