@@ -340,8 +340,11 @@ def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> Non
         if latest:
             relevant[latest] = max(relevant.get(latest, 0.0), score)
     ranked = sorted(relevant, key=lambda d: (-relevant[d], d))
-    rest = [row["decision_id"] for row in chain.active if row["decision_id"] not in relevant]
-    considered = (ranked + rest)[:build.policies.budgets.decisions_max]
+    # the newest active ones fill the rest, read only as far as needed (a tenant may
+    # have thousands)
+    rest = (row["decision_id"] for row in chain.active if row["decision_id"] not in relevant)
+    considered = list(itertools.islice(itertools.chain(ranked, rest),
+                                       build.policies.budgets.decisions_max))
     for decision_id in considered:
         row = chain.by_id[decision_id]
         if not build.allows(row["sensitivity"]):
