@@ -32,7 +32,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "8"
+SCHEMA_VERSION = "9"
 Row = dict[str, Any]
 
 
@@ -173,9 +173,12 @@ class Database:
                     # plans per query value (a common and a rare word need different plans);
                     # the index is read from memory, so random reads cost little more
                     # than sequential ones; no JIT compiling (it costs more than it saves
-                    # on queries of a few milliseconds)
+                    # on queries of a few milliseconds); no parallel workers (starting
+                    # them costs ~5 ms, and with no statistics for an expression index
+                    # the planner overrates a lookup enough to start them)
                     "options": f"-c search_path={schema} -c plan_cache_mode=force_custom_plan"
-                               " -c random_page_cost=1.1 -c jit=off"},
+                               " -c random_page_cost=1.1 -c jit=off"
+                               " -c max_parallel_workers_per_gather=0"},
             name=f"gitmem-{schema}")
         try:
             self._pool.open(wait=True, timeout=timeout)

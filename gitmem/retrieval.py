@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -134,6 +135,9 @@ SCOPES = {
     "short": f"{_MATCH} AND c.token_est <= {SHORT_TOKENS}",
     "long": f"{_MATCH} AND c.token_est > {SHORT_TOKENS}",
     "records": f"{_MATCH} AND c.source_type <> 'event'",
+    # the short chunks' lexemes stamped with their days (sql/schema.sql, gitmem_stamped)
+    "short-stamped": "gitmem_stamped(c.tsv, c.ts) @@ %({query})s::tsquery"
+                     f" AND c.token_est <= {SHORT_TOKENS}",
 }
 _SPAN = "AND c.ts >= to_timestamp(%(since{n})s) AND c.ts < to_timestamp(%(until{n})s)"
 
@@ -147,10 +151,11 @@ class Period:
     since: float = -math.inf      # epochs, until excluded
     until: float = math.inf
     cut: bool = False
+    stamped: bool = False         # `query` asks the short chunks' stamped lexemes
 
     def before(self, epoch: float) -> Period:
         """This period's rows older than `epoch`, cut by time."""
-        return Period(self.query, self.since, min(self.until, epoch), True)
+        return Period(self.query, self.since, min(self.until, epoch), True, self.stamped)
 
 
 def lane_statement(tenant: str, terms: Sequence[Term], periods: Sequence[Period], scope: str,
@@ -163,8 +168,9 @@ def lane_statement(tenant: str, terms: Sequence[Term], periods: Sequence[Period]
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
     parts: list[str] = []
     for n, period in enumerate(periods):
+        match = SCOPES["short-stamped" if period.stamped else scope]
         parts.append(queries["retrieval_lane_period"].format(
-            match=SCOPES[scope].format(query=f"query{n}"),
+            match=match.format(query=f"query{n}"),
             span=_SPAN.format(n=n) if period.cut else ""))
         params[f"query{n}"] = period.query
         if period.cut:
@@ -249,7 +255,8 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
             expected = rate * sum(sizes[done:reach]) - twin_rate * sum(short_sizes[done:reach])
             label = f"{scope}:{done}-{reach}d"
         period = span_period(query, stats, tag, done, reach,
-                             rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA)
+                             rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA,
+                             stamp=short and "<->" not in query)
         planned.append((label, scope, max(expected, 0.0), tuple(members), period))
     total = sum(p[2] for p in planned) or 1.0
     caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[2] / total)) for p in planned]
@@ -265,11 +272,14 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
 
 
 def span_period(query: str, stats: Stats, tag: str, done: int, reach: int,
-                few_beyond: bool) -> Period:
+                few_beyond: bool, stamp: bool = False) -> Period:
     """The period from the done-th newest day back to the reach-th (the whole history
     when reach is past the days). Time keys in the query keep its rows, or, where
     `few_beyond` (few matches outside it: a month key's posting list, as long as the
-    tenant's month, costs more than filtering those rows by time), a cut by time."""
+    tenant's month, costs more than filtering those rows by time), a cut by time.
+    With `stamp` (short chunks, no phrase), the query's lexemes stamped with each of
+    those days' units instead: small posting lists ORed, no intersection with a key's
+    list (sql/schema.sql, gitmem_stamped)."""
     days = stats.days
     until = days[done - 1].start if done else math.inf  # where the newer days begin
     if reach > len(days):  # older than what was fetched (a negated key only adds to the lookup)
@@ -277,8 +287,20 @@ def span_period(query: str, stats: Stats, tag: str, done: int, reach: int,
     since = days[reach - 1].start
     if few_beyond:
         return Period(query, since, until, cut=True)
-    keys = " | ".join(quote(tag + k) for k in cover(days, reach, stats.units, skip=done))
+    units = cover(days, reach, stats.units, skip=done)
+    if stamp:
+        return Period(any_of([stamped(query, unit) for unit in units]), since, until,
+                      stamped=True)
+    keys = " | ".join(quote(tag + k) for k in units)
     return Period(f"({query}) & ({keys})", since, until)
+
+
+_LEXEME = re.compile(r"'(?:[^'\\]|''|\\.)*'")  # a quoted lexeme of a tsquery (lexicon.quote)
+
+
+def stamped(query: str, unit: str) -> str:
+    """`query` with every lexeme stamped with a time unit ('...end' -> '...end@w202621')."""
+    return _LEXEME.sub(lambda m: m.group(0)[:-1] + unit + "'", query)
 
 
 def continuations(tenant: str, terms: Sequence[Term], todo: Sequence[Statement],

@@ -14,6 +14,10 @@ CREATE INDEX IF NOT EXISTS events_path ON events (path);
 -- in smaller steps (docs/PERFORMANCE.md, "GIN pending lists").
 CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
+-- The short chunks' lexemes stamped with their week, day and month (schema.sql,
+-- gitmem_stamped): retrieval's keyed periods over the short chunks read these.
+CREATE INDEX IF NOT EXISTS chunks_short_stamped ON chunks USING gin (gitmem_stamped(tsv, ts))
+  WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
 CREATE INDEX IF NOT EXISTS chunks_long_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE token_est > 48;
 CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)

@@ -462,3 +462,60 @@ def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", []):
         yield from _nodes(child)
+
+
+def test_short_periods_read_stamped_lexemes_and_find_what_time_keys_find(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    start = datetime(2026, 1, 20, 9, tzinfo=UTC)
+    rng = random.Random(11)
+    events = []
+    for n in range(40 * 6):  # 40 days, a short turn every 4 hours; some long ones
+        words = rng.choices(["zephyr", "quasar", "deploy", "review"], k=3)
+        text = " ".join(words) + (" " + " ".join(rng.choices(WORDS, k=60)) if n % 7 == 0 else "")
+        events.append({"content": {"text": text},
+                       "ts": (start + timedelta(hours=4 * n)).isoformat()})
+    memory.record_many(events)
+    memory.sync()
+    now = start + timedelta(days=40)
+    bounds = limits(memory)
+    tag = tenant_tag("default")
+
+    def prepared(text: str) -> tuple[retrieval.Query, retrieval.Scoring]:
+        query = retrieval.prepare(memory.db, "default", lexicon.analyze(memory.db, text))
+        return query, retrieval.Scoring(tuple(query.weights), bounds,
+                                        query.stats.average_tokens, now)
+
+    query, scoring = prepared("zephyr quasar")
+    both = retrieval.any_of([retrieval._conjunction(query.terms, (0, 1))])
+    keyed = retrieval.span_period(both, query.stats, tag, 1, 16, False)
+    stamped = retrieval.span_period(both, query.stats, tag, 1, 16, False, stamp=True)
+    assert stamped.stamped and not keyed.stamped and "@w" in stamped.query
+    # every quoted lexeme gets the unit, escaped quotes and backslashes included
+    assert retrieval.stamped(
+        "'t1end' & ( 't1it''s' | 't1a\\\\b' ) <-> 't1x'", "@d20260101") == (
+        "'t1end@d20260101' & ( 't1it''s@d20260101' | 't1a\\\\b@d20260101' )"
+        " <-> 't1x@d20260101'")
+
+    def rows(period: retrieval.Period) -> list[str]:
+        sql, params = retrieval.lane_statement("default", query.terms, [period], "short",
+                                               1000, scoring, EVERYONE, 1000)
+        with memory.db.connection() as conn:  # the planner must be able to use the index
+            conn.execute("SET enable_seqscan = off")
+            [plan] = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchall()
+            found = conn.execute(sql, params).fetchall()
+        names = {n.get("Index Name") for n in _nodes(plan["QUERY PLAN"][0]["Plan"])}
+        assert ("chunks_short_stamped" in names) == period.stamped
+        return sorted(row["chunk_id"] for row in found)
+
+    # the same chunks: both words, short, in the 2nd..16th newest days
+    assert rows(stamped) == rows(keyed) and len(rows(keyed)) > 10
+    # short lanes' keyed periods are stamped, unless a term is a phrase (no positions)
+    monkeypatch.setattr(retrieval, "KEYLESS_EXTRA", -1.0)  # time keys, not a cut by time
+    for text, expect in (("zephyr quasar", True), ('"zephyr quasar"', False)):
+        query, scoring = prepared(text)
+        lanes = [planning.Lane(tuple(range(len(query.terms))), True, 0.05, 1.0, days=8)]
+        [statement] = retrieval.statements("default", query.terms, lanes, query.stats,
+                                           scoring, EVERYONE, bounds.pool_max)
+        [period] = statement.periods
+        assert statement.scope == "short" and not period.cut and period.stamped == expect
+        assert ("<->" in period.query) != expect
