@@ -5,8 +5,9 @@ CREATE INDEX IF NOT EXISTS events_path ON events (path);
 -- where BM25's length normalization puts most of the best matches), the long ones, and
 -- the non-event records. No index holds every chunk: a search of all of them asks the
 -- short and the long index (a BitmapOr), and a chunk goes into one of the two, not into
--- a second index as well (retrieval's short lanes read the short chunks; a statement
--- whose short matches they already hold reads the long index alone).
+-- both (retrieval's short lanes read the short chunks; a statement whose short matches
+-- they already hold reads the long index alone). Short chunks also go into
+-- chunks_short_stamped, which serves the time-bounded lookups of short lanes.
 -- New rows wait in a GIN index's pending list, which every search reads whole and
 -- which the planner prices in: at the default 4 MB, a lane statement read ~350
 -- pending pages (2 ms) and the planner left the short index for the full one (5x
