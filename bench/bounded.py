@@ -19,9 +19,7 @@ from gitmem.records import parse_ts
 
 def limits(policies: Policies) -> planning.Limits:
     """Retrieval's bounds and weights, as build_acb reads them."""
-    b = policies.budgets
-    return planning.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
-                            b.gamma, b.recency_tau_days)
+    return planning.Limits.of(policies.budgets)
 
 
 @dataclass

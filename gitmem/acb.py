@@ -367,10 +367,7 @@ class _Evidence:
         started = time.perf_counter()
         db = build.db()
         terms = lexicon.analyze(db, build.request.query_text)
-        budgets = build.policies.budgets
-        limits = planning.Limits(budgets.candidate_pool_max, budgets.retrieved_chunks_max,
-                                  budgets.alpha, budgets.beta, budgets.gamma,
-                                  budgets.recency_tau_days)
+        limits = planning.Limits.of(build.policies.budgets)
         self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,
                                          build.rule)
         build.provenance.update({

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from gitmem.lexicon import Day, Stats
+from gitmem.policies import Budgets
 from gitmem.rows import SHORT_TOKENS
 
 BUDGET_SHARE = 0.75     # expected lane rows, as a share of candidate_pool_max
@@ -38,6 +39,12 @@ class Limits:
     beta: float
     gamma: float
     tau_days: float
+
+    @classmethod
+    def of(cls, budgets: Budgets) -> Limits:
+        """The limits budgets.yaml sets (as build_acb runs retrieval)."""
+        return cls(budgets.candidate_pool_max, budgets.retrieved_chunks_max, budgets.alpha,
+                   budgets.beta, budgets.gamma, budgets.recency_tau_days)
 
 
 def idf(df: float, total: int) -> float:

@@ -26,9 +26,7 @@ EVERYONE = ChannelRule(frozenset(), frozenset(), None)   # no privacy filter in 
 
 
 def limits(memory: Memory) -> planning.Limits:
-    b = memory.policies.budgets
-    return planning.Limits(b.candidate_pool_max, b.retrieved_chunks_max, b.alpha, b.beta,
-                            b.gamma, b.recency_tau_days)
+    return planning.Limits.of(memory.policies.budgets)
 
 
 def test_analyze_keeps_phrases_stems_and_plain_forms(memory: Memory) -> None:
