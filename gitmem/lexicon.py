@@ -83,6 +83,12 @@ def qualify(terms: Sequence[Term], tenant: str) -> list[Term]:
     return [_term(t.text, tuple(tag + x for x in t.lexemes), t.phrase) for t in terms]
 
 
+def stamped(terms: Sequence[Term], unit: str) -> list[Term]:
+    """The same terms stamped with a time unit ('@w202621'): the lexemes of the short
+    chunks' stamped index (sql/schema.sql, gitmem_stamped)."""
+    return [_term(t.text, tuple(x + unit for x in t.lexemes), t.phrase) for t in terms]
+
+
 # --------------------------------------------------------------------------- statistics
 
 @dataclass(frozen=True)

@@ -19,17 +19,17 @@ PostgreSQL's `websearch_to_tsquery`/`plainto_tsquery` AND every word, and
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gitmem.db import Database, named_queries
-from gitmem.lexicon import Stats, Term, qualify, quote, statistics
+from gitmem.lexicon import Stats, Term, qualify, quote, stamped, statistics
 from gitmem.planning import (
     BM25_B,
     BM25_K1,
@@ -256,7 +256,9 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
             label = f"{scope}:{done}-{reach}d"
         period = span_period(query, stats, tag, done, reach,
                              rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA,
-                             stamp=short and "<->" not in query)
+                             stamp=functools.partial(_stamped_query, terms,
+                                                     [lanes[n].terms for n in members])
+                             if short and "<->" not in query else None)
         planned.append((label, scope, max(expected, 0.0), tuple(members), period))
     total = sum(p[2] for p in planned) or 1.0
     caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[2] / total)) for p in planned]
@@ -272,14 +274,14 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
 
 
 def span_period(query: str, stats: Stats, tag: str, done: int, reach: int,
-                few_beyond: bool, stamp: bool = False) -> Period:
+                few_beyond: bool, stamp: Callable[[str], str] | None = None) -> Period:
     """The period from the done-th newest day back to the reach-th (the whole history
     when reach is past the days). Time keys in the query keep its rows, or, where
     `few_beyond` (few matches outside it: a month key's posting list, as long as the
     tenant's month, costs more than filtering those rows by time), a cut by time.
-    With `stamp` (short chunks, no phrase), the query's lexemes stamped with each of
-    those days' units instead: small posting lists ORed, no intersection with a key's
-    list (sql/schema.sql, gitmem_stamped)."""
+    With `stamp` (short chunks, no phrase: the query stamped with a time unit), the
+    query stamped with each of those days' units instead: small posting lists ORed,
+    no intersection with a key's list (sql/schema.sql, gitmem_stamped)."""
     days = stats.days
     until = days[done - 1].start if done else math.inf  # where the newer days begin
     if reach > len(days):  # older than what was fetched (a negated key only adds to the lookup)
@@ -288,19 +290,16 @@ def span_period(query: str, stats: Stats, tag: str, done: int, reach: int,
     if few_beyond:
         return Period(query, since, until, cut=True)
     units = cover(days, reach, stats.units, skip=done)
-    if stamp:
-        return Period(any_of([stamped(query, unit) for unit in units]), since, until,
-                      stamped=True)
+    if stamp is not None:
+        return Period(any_of([stamp(unit) for unit in units]), since, until, stamped=True)
     keys = " | ".join(quote(tag + k) for k in units)
     return Period(f"({query}) & ({keys})", since, until)
 
 
-_LEXEME = re.compile(r"'(?:[^'\\]|''|\\.)*'")  # a quoted lexeme of a tsquery (lexicon.quote)
-
-
-def stamped(query: str, unit: str) -> str:
-    """`query` with every lexeme stamped with a time unit ('...end' -> '...end@w202621')."""
-    return _LEXEME.sub(lambda m: m.group(0)[:-1] + unit + "'", query)
+def _stamped_query(terms: Sequence[Term], groups: Sequence[Sequence[int]], unit: str) -> str:
+    """Any of the term groups, each term's lexemes stamped with a time unit."""
+    mine = stamped(terms, unit)
+    return any_of([_conjunction(mine, group) for group in groups])
 
 
 def continuations(tenant: str, terms: Sequence[Term], todo: Sequence[Statement],

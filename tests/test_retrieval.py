@@ -486,13 +486,16 @@ def test_short_periods_read_stamped_lexemes_and_find_what_time_keys_find(
     query, scoring = prepared("zephyr quasar")
     both = retrieval.any_of([retrieval._conjunction(query.terms, (0, 1))])
     keyed = retrieval.span_period(both, query.stats, tag, 1, 16, False)
-    stamped = retrieval.span_period(both, query.stats, tag, 1, 16, False, stamp=True)
+    stamped = retrieval.span_period(both, query.stats, tag, 1, 16, False, stamp=lambda unit:
+                                    retrieval.any_of([retrieval._conjunction(
+                                        lexicon.stamped(query.terms, unit), (0, 1))]))
     assert stamped.stamped and not keyed.stamped and "@w" in stamped.query
-    # every quoted lexeme gets the unit, escaped quotes and backslashes included
-    assert retrieval.stamped(
-        "'t1end' & ( 't1it''s' | 't1a\\\\b' ) <-> 't1x'", "@d20260101") == (
-        "'t1end@d20260101' & ( 't1it''s@d20260101' | 't1a\\\\b@d20260101' )"
-        " <-> 't1x@d20260101'")
+    # every lexeme gets the unit, quoted as a literal: escaped quotes and backslashes too
+    [word, phrase] = lexicon.stamped(
+        [lexicon.Term("its", "", ("t1it's", "t1a\\b"), False),
+         lexicon.Term("end x", "", ("t1end", "t1x"), True)], "@d20260101")
+    assert word.query == "'t1it''s@d20260101' | 't1a\\\\b@d20260101'"
+    assert phrase.query == "'t1end@d20260101' <-> 't1x@d20260101'" and phrase.phrase
 
     def rows(period: retrieval.Period) -> list[str]:
         sql, params = retrieval.lane_statement("default", query.terms, [period], "short",
