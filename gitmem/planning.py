@@ -12,12 +12,13 @@ common word. Expected rows come from the exact day sizes and term frequencies
 
 from __future__ import annotations
 
+import calendar
 import heapq
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from gitmem.lexicon import Day, Stats
 from gitmem.policies import Budgets
@@ -219,3 +220,18 @@ def cover(days: Sequence[Day], reach: int, units: frozenset[str], skip: int = 0)
             keys.append(key)
         day = step
     return keys
+
+
+def unit_bounds(key: str) -> tuple[float, float]:
+    """The epochs a time key's unit starts and ends at ('@d20260601', '@w202622',
+    '@m202606'; the end excluded)."""
+    if key.startswith("@d"):
+        first = datetime.strptime(key[2:], "%Y%m%d").date()
+        after = first + timedelta(days=1)
+    elif key.startswith("@w"):
+        first = date.fromisocalendar(int(key[2:6]), int(key[6:8]), 1)
+        after = first + timedelta(days=7)
+    else:
+        first = datetime.strptime(key[2:] + "01", "%Y%m%d").date()
+        after = (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+    return (calendar.timegm(first.timetuple()), calendar.timegm(after.timetuple()))

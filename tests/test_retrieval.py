@@ -485,10 +485,10 @@ def test_short_periods_read_stamped_lexemes_and_find_what_time_keys_find(
 
     query, scoring = prepared("zephyr quasar")
     both = retrieval.any_of([retrieval._conjunction(query.terms, (0, 1))])
-    keyed = retrieval.span_period(both, query.stats, tag, 1, 16, False)
-    stamped = retrieval.span_period(both, query.stats, tag, 1, 16, False, stamp=lambda unit:
-                                    retrieval.any_of([retrieval._conjunction(
-                                        lexicon.stamped(query.terms, unit), (0, 1))]))
+    [keyed] = retrieval.span_periods(both, query.stats, tag, 1, 16, False)
+    [stamped] = retrieval.span_periods(both, query.stats, tag, 1, 16, False, stamp=lambda unit:
+                                       retrieval.any_of([retrieval._conjunction(
+                                           lexicon.stamped(query.terms, unit), (0, 1))]))
     assert stamped.stamped and not keyed.stamped and "@w" in stamped.query
     # every lexeme gets the unit, quoted as a literal: escaped quotes and backslashes too
     [word, phrase] = lexicon.stamped(
@@ -520,3 +520,68 @@ def test_short_periods_read_stamped_lexemes_and_find_what_time_keys_find(
         [period] = statement.periods
         assert statement.scope == "short" and not period.cut and period.stamped == expect
         assert ("<->" in period.query) != expect
+
+
+def test_dense_words_read_the_newest_stamped_units_first_and_stop_at_the_cap(
+        memory: Memory) -> None:
+    start = datetime(2026, 1, 5, 0, 30, tzinfo=UTC)  # a Monday
+    events = []
+    for n in range(56 * 12):  # 8 weeks, a short turn every 2 hours: the pair in each
+        extra = " ozone" if n % 96 == 5 else ""   # ... and a rarer word every 8 days
+        events.append({"content": {"text": f"billing roll back{extra}"},
+                       "ts": (start + timedelta(hours=2 * n)).isoformat()})
+    memory.record_many(events)
+    memory.sync()
+    now = start + timedelta(days=56)
+    bounds = limits(memory)
+    tag = tenant_tag("default")
+    query = retrieval.prepare(memory.db, "default", lexicon.analyze(memory.db, "roll back"))
+    scoring = retrieval.Scoring(tuple(query.weights), bounds, query.stats.average_tokens, now)
+    both = retrieval.any_of([retrieval._conjunction(query.terms, (0, 1))])
+
+    def stamp(unit: str) -> str:
+        return retrieval.any_of([retrieval._conjunction(lexicon.stamped(query.terms, unit),
+                                                        (0, 1))])
+
+    def run(periods: tuple[retrieval.Period, ...], cap: int) -> tuple[list[str], list[int]]:
+        sql, params = retrieval.lane_statement("default", query.terms, periods, "short",
+                                               1000, scoring, EVERYONE, cap)
+        with memory.db.connection() as conn:
+            [plan] = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchall()
+        # the periods' scans (not the one reading the kept rows by their ctids)
+        loops = [node["Actual Loops"] for node in _nodes(plan["QUERY PLAN"][0]["Plan"])
+                 if node.get("Relation Name") == "chunks"
+                 and "ctid" not in node.get("TID Cond", "") + node.get("Filter", "")]
+        rows = memory.db.run_many([(sql, params)])[0]
+        return sorted(str(row[0]) for row in rows), loops
+
+    count = len(query.stats.days)
+    # matches beyond the cap: the newest eighth, the newest half, then the older rows
+    # in one keyless lookup cut by time (few lie beyond the whole history's span)
+    split = retrieval.span_periods(both, query.stats, tag, 0, count, True, stamp,
+                                   most=10 ** 6, cap=100)
+    assert [(p.stamped, p.cut) for p in split] == [(True, False), (True, False), (False, True)]
+    assert all(a.since == b.until for a, b in itertools.pairwise(split))
+    assert split[-1].since == query.stats.days[-1].start
+    assert split[0].until >= query.stats.days[0].start + 86400
+    assert split[0].until - split[0].since < (split[0].until - split[-1].since) / 4
+    # the same newest 60 as one lookup of every match, and the older periods never run
+    [whole] = retrieval.span_periods(both, query.stats, tag, 0, count, True)
+    newest, loops = run(split, 60)
+    assert loops == [1, 0, 0]
+    assert newest == run((whole,), 60)[0] and len(newest) == 60
+    # a cap the newest eighth cannot fill reads on, with the same result
+    older, loops = run(split, 400)
+    assert loops[:2] == [1, 1] and older == run((whole,), 400)[0]
+    # words that cannot match more than the cap keep one period
+    assert len(retrieval.span_periods(both, query.stats, tag, 0, count, True, stamp,
+                                      most=100, cap=100)) == 1
+    # keyed spans split into stamped periods only, newest first, covering the span
+    keyed = retrieval.span_periods(both, query.stats, tag, 3, 40, False, stamp,
+                                   most=10 ** 6, cap=100)
+    assert len(keyed) == 3 and all(p.stamped and not p.cut for p in keyed)
+    assert keyed[0].until == query.stats.days[2].start
+    assert keyed[-1].since == query.stats.days[39].start
+    [together] = retrieval.span_periods(both, query.stats, tag, 3, 40, False, stamp)
+    assert run(keyed, 100)[0] == run((together,), 100)[0]
+    assert run(keyed, 100000)[0] == run((together,), 100000)[0]
