@@ -208,7 +208,7 @@ def cover(days: Sequence[Day], reach: int, units: frozenset[str], skip: int = 0)
     keys: list[str] = []
     day = first
     while day <= last:
-        month_end = (day.replace(day=28) + timedelta(days=4)).replace(day=1)
+        month_end = _next_month(day)
         if day.day == 1 and (skip == 0 or month_end - timedelta(days=1) <= last):
             key, step = f"@m{day:%Y%m}", month_end
         elif day.isoweekday() == 1 and (skip == 0 or day + timedelta(days=6) <= last):
@@ -225,13 +225,18 @@ def cover(days: Sequence[Day], reach: int, units: frozenset[str], skip: int = 0)
 def unit_bounds(key: str) -> tuple[float, float]:
     """The epochs a time key's unit starts and ends at ('@d20260601', '@w202622',
     '@m202606'; the end excluded)."""
-    if key.startswith("@d"):
-        first = datetime.strptime(key[2:], "%Y%m%d").date()
-        after = first + timedelta(days=1)
-    elif key.startswith("@w"):
+    if key.startswith("@w"):
         first = date.fromisocalendar(int(key[2:6]), int(key[6:8]), 1)
         after = first + timedelta(days=7)
+    elif key.startswith("@d"):  # calendar arithmetic: strptime costs more, per unit
+        first = date(int(key[2:6]), int(key[6:8]), int(key[8:10]))
+        after = first + timedelta(days=1)
     else:
-        first = datetime.strptime(key[2:] + "01", "%Y%m%d").date()
-        after = (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+        first = date(int(key[2:6]), int(key[6:8]), 1)
+        after = _next_month(first)
     return (calendar.timegm(first.timetuple()), calendar.timegm(after.timetuple()))
+
+
+def _next_month(day: date) -> date:
+    """The first day of the month after `day`'s."""
+    return (day.replace(day=28) + timedelta(days=4)).replace(day=1)

@@ -293,10 +293,11 @@ def span_periods(query: str, stats: Stats, tag: str, done: int, reach: int, few_
     With `stamp` (short chunks, no phrase: the query stamped with a time unit), the
     query stamped with each of those days' units instead: small posting lists ORed, no
     intersection with a key's list (sql/schema.sql, gitmem_stamped). Where the words
-    may match more than the statement's `cap` (`most`: a bound over the history), one
-    period per unit, even a span with few matches beyond it: the statement reads the
-    newest units until its cap is filled, and never looks up the older ones (a common
-    pair over 57 days: 8,290 matches visited for 1,099 kept)."""
+    may match more than the statement's `cap` (`most`: a bound over the history), the
+    units split into periods newest first (`newest_first`), even in a span with few
+    matches beyond it (whose oldest period is then one keyless lookup cut by time):
+    the statement stops at the period that fills its cap, and never looks up the
+    older ones (a common pair over 57 days: 8,290 matches visited for 1,099 kept)."""
     days = stats.days
     until = days[done - 1].start if done else math.inf  # where the newer days begin
     if reach > len(days):  # older than what was fetched (a negated key only adds to the lookup)
