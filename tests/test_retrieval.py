@@ -174,6 +174,39 @@ def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
     assert not whole.periods[0].cut and "since0" not in whole.params
 
 
+def test_nothing_is_looked_up_beyond_the_days_when_they_hold_every_chunk() -> None:
+    """A lane that reached every day and then goes whole reads what lies beyond the
+    days: nothing, for a tenant whose days (at most DAYS_MAX) hold all its chunks."""
+    terms = [lexicon.Term("kafka", "'kafka'", ("kafka",)),
+             lexicon.Term("zookeeper", "'zookeeper'", ("zookeeper",))]
+    bounds = planning.Limits(2000, 200, 0.7, 0.2, 0.1, 14)
+
+    def run(stats: lexicon.Stats) -> tuple[list[str], planning.Lane]:
+        lane = planning.Lane((0,), True, 0.001, 1.0, days=60, whole=True, done=(60, False))
+        fresh = planning.Lane((1,), True, 0.00001, 1.0, whole=True)
+        scoring = retrieval.Scoring((1.0, 1.0), bounds, stats.average_tokens, NOW)
+        found = retrieval.statements("default", terms, [lane, fresh], stats, scoring,
+                                     EVERYONE, 2000)
+        return [s.label for s in found], lane
+
+    labels, lane = run(synthetic([1_500, 10], chunks=600_000))  # 10,000 a day, 60 days
+    assert labels == ["short:0d-whole"] and lane.done == (60, True)
+    labels, lane = run(synthetic([1_500, 10]))  # 40 chunks older than the days listed
+    assert labels == ["short:0d-whole", "short:60d-whole"] and lane.done == (60, True)
+
+
+def test_statements_are_costed_by_their_lookups_as_well_as_their_rows() -> None:
+    """Two connections share the statements by cost: one that expects no row still
+    costs its GIN lookups, and one never keeps more rows than its cap."""
+    def cost(expected: float, cap: int, scope: str = "short") -> float:
+        return retrieval.Statement("x", "", {}, expected, cap, scope=scope).cost()
+
+    assert cost(0.0, 100) == retrieval.STATEMENT_ROWS
+    assert cost(50.0, 100) == 50 + retrieval.STATEMENT_ROWS
+    assert cost(5_000.0, 300) == 300 + retrieval.STATEMENT_ROWS
+    assert cost(0.0, 200, "records") == 200 + retrieval.STATEMENT_ROWS  # it fills its cap
+
+
 def test_a_lane_over_all_chunks_reads_the_long_ones_where_short_lanes_hold_the_rest(
 ) -> None:
     stats = synthetic([1_500, 250_000])
