@@ -62,13 +62,11 @@ def profile(ctx: Context, repeat: int) -> list[dict[str, Any]]:
                 walls[n].append(clock.ms)
     out = []
     for request, times, result in zip(prepared, walls, last, strict=True):
-        first = [d for d in result.lanes if not d["lane"].endswith("+")]
         out.append({"category": request.ask.category, "query": request.ask.query,
                     "ms": round(statistics.median(times), 3),
                     "timings_ms": result.timings_ms, "pool": result.pool_size,
                     "statements": result.lanes,
-                    "second_round": "refill" in result.timings_ms,
-                    "first_round_statements": len(first)})
+                    "second_round": "refill" in result.timings_ms})
     return out
 
 
