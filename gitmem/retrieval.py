@@ -143,10 +143,16 @@ SCOPES = {
     "short": f"{_MATCH} AND c.token_est <= {SHORT_TOKENS}",
     "long": f"{_MATCH} AND c.token_est > {SHORT_TOKENS}",
     "records": f"{_MATCH} AND c.source_type <> 'event'",
-    # the short chunks' lexemes stamped with their days (sql/schema.sql, gitmem_stamped)
-    "short-stamped": "gitmem_stamped(c.tsv, c.ts) @@ %({query})s::tsquery"
-                     f" AND c.token_est <= {SHORT_TOKENS}",
 }
+# the same scopes over the chunks' lexemes stamped with their days (sql/schema.sql,
+# gitmem_stamped): the short and the long chunks have a stamped index each
+_STAMPED = "gitmem_stamped(c.tsv, c.ts) @@ %({query})s::tsquery"
+SCOPES.update({
+    "all-stamped": f"((c.token_est <= {SHORT_TOKENS} AND {_STAMPED})"
+                   f" OR (c.token_est > {SHORT_TOKENS} AND {_STAMPED}))",
+    "short-stamped": f"{_STAMPED} AND c.token_est <= {SHORT_TOKENS}",
+    "long-stamped": f"{_STAMPED} AND c.token_est > {SHORT_TOKENS}",
+})
 _SPAN = "AND c.ts >= to_timestamp(%(since{n})s) AND c.ts < to_timestamp(%(until{n})s)"
 
 
@@ -159,7 +165,7 @@ class Period:
     since: float = -math.inf      # epochs, until excluded
     until: float = math.inf
     cut: bool = False
-    stamped: bool = False         # `query` asks the short chunks' stamped lexemes
+    stamped: bool = False         # `query` asks the chunks' stamped lexemes
 
     def before(self, epoch: float) -> Period:
         """This period's rows older than `epoch`, cut by time."""
@@ -176,7 +182,7 @@ def lane_statement(tenant: str, terms: Sequence[Term], periods: Sequence[Period]
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
     parts: list[str] = []
     for n, period in enumerate(periods):
-        match = SCOPES["short-stamped" if period.stamped else scope]
+        match = SCOPES[f"{scope}-stamped" if period.stamped else scope]
         parts.append(queries["retrieval_lane_period"].format(
             match=match.format(query=f"query{n}"),
             span=_SPAN.format(n=n) if period.cut else ""))
@@ -273,9 +279,11 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
             expected = rate * sum(sizes[done:reach]) - twin_rate * sum(short_sizes[done:reach])
             label = f"{scope}:{done}-{reach}d"
         stamp = (functools.partial(_stamped_query, terms, [lanes[n].terms for n in members])
-                 if short and "<->" not in query else None)
+                 if "<->" not in query else None)
         # the most rows its lanes' words can match (a lane's rarest word, over its history)
-        most = sum(min(stats.short_dfs[t] for t in lanes[n].terms) for n in members)
+        dfs = {"short": stats.short_dfs, "all": stats.dfs,
+               "long": [a - s for a, s in zip(stats.dfs, stats.short_dfs, strict=True)]}[scope]
+        most = sum(min(dfs[t] for t in lanes[n].terms) for n in members)
         make = functools.partial(span_periods, query, stats, tag, done, reach,
                                  rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA,
                                  stamp, most)
@@ -302,7 +310,7 @@ def span_periods(query: str, stats: Stats, tag: str, done: int, reach: int, few_
     or, where `few_beyond` (few matches outside it: a month key's posting list, as long
     as the tenant's month, costs more than filtering those rows by time), a cut by time.
 
-    With `stamp` (short chunks, no phrase: the query stamped with a time unit), the
+    With `stamp` (no phrase in the query: the query stamped with a time unit), the
     query stamped with each of those days' units instead: small posting lists ORed, no
     intersection with a key's list (sql/schema.sql, gitmem_stamped). Where the words
     may match more than the statement's `cap` (`most`: a bound over the history), the
