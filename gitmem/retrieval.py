@@ -143,16 +143,10 @@ SCOPES = {
     "short": f"{_MATCH} AND c.token_est <= {SHORT_TOKENS}",
     "long": f"{_MATCH} AND c.token_est > {SHORT_TOKENS}",
     "records": f"{_MATCH} AND c.source_type <> 'event'",
+    # the short chunks' lexemes stamped with their days (sql/schema.sql, gitmem_stamped)
+    "short-stamped": "gitmem_stamped(c.tsv, c.ts) @@ %({query})s::tsquery"
+                     f" AND c.token_est <= {SHORT_TOKENS}",
 }
-# the same scopes over the chunks' lexemes stamped with their days (sql/schema.sql,
-# gitmem_stamped): the short and the long chunks have a stamped index each
-_STAMPED = "gitmem_stamped(c.tsv, c.ts) @@ %({query})s::tsquery"
-SCOPES.update({
-    "all-stamped": f"((c.token_est <= {SHORT_TOKENS} AND {_STAMPED})"
-                   f" OR (c.token_est > {SHORT_TOKENS} AND {_STAMPED}))",
-    "short-stamped": f"{_STAMPED} AND c.token_est <= {SHORT_TOKENS}",
-    "long-stamped": f"{_STAMPED} AND c.token_est > {SHORT_TOKENS}",
-})
 _SPAN = "AND c.ts >= to_timestamp(%(since{n})s) AND c.ts < to_timestamp(%(until{n})s)"
 
 
@@ -165,7 +159,7 @@ class Period:
     since: float = -math.inf      # epochs, until excluded
     until: float = math.inf
     cut: bool = False
-    stamped: bool = False         # `query` asks the chunks' stamped lexemes
+    stamped: bool = False         # `query` asks the short chunks' stamped lexemes
 
     def before(self, epoch: float) -> Period:
         """This period's rows older than `epoch`, cut by time."""
@@ -182,7 +176,7 @@ def lane_statement(tenant: str, terms: Sequence[Term], periods: Sequence[Period]
     params: dict[str, Any] = {f"q{n}": t.query for n, t in enumerate(terms)}
     parts: list[str] = []
     for n, period in enumerate(periods):
-        match = SCOPES[f"{scope}-stamped" if period.stamped else scope]
+        match = SCOPES["short-stamped" if period.stamped else scope]
         parts.append(queries["retrieval_lane_period"].format(
             match=match.format(query=f"query{n}"),
             span=_SPAN.format(n=n) if period.cut else ""))
@@ -278,18 +272,12 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
         else:
             expected = rate * sum(sizes[done:reach]) - twin_rate * sum(short_sizes[done:reach])
             label = f"{scope}:{done}-{reach}d"
-        few_beyond = rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA
-        # stamped lexemes, but not for a phrase (no positions), nor over the long chunks
-        # where one keyless lookup cut by time serves (their matches, bounded only by
-        # their words' long lists, rarely fill the cap: the newest stamped periods before
-        # the cut added 0.3-0.7 ms a statement at 1M events, docs/PERFORMANCE.md)
         stamp = (functools.partial(_stamped_query, terms, [lanes[n].terms for n in members])
-                 if "<->" not in query and (short or not few_beyond) else None)
+                 if short and "<->" not in query else None)
         # the most rows its lanes' words can match (a lane's rarest word, over its history)
-        dfs = {"short": stats.short_dfs, "all": stats.dfs,
-               "long": [a - s for a, s in zip(stats.dfs, stats.short_dfs, strict=True)]}[scope]
-        most = sum(min(dfs[t] for t in lanes[n].terms) for n in members)
-        make = functools.partial(span_periods, query, stats, tag, done, reach, few_beyond,
+        most = sum(min(stats.short_dfs[t] for t in lanes[n].terms) for n in members)
+        make = functools.partial(span_periods, query, stats, tag, done, reach,
+                                 rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA,
                                  stamp, most)
         planned.append((label, scope, max(expected, 0.0), tuple(members), make))
     total = sum(p[2] for p in planned) or 1.0
@@ -314,7 +302,7 @@ def span_periods(query: str, stats: Stats, tag: str, done: int, reach: int, few_
     or, where `few_beyond` (few matches outside it: a month key's posting list, as long
     as the tenant's month, costs more than filtering those rows by time), a cut by time.
 
-    With `stamp` (no phrase in the query: the query stamped with a time unit), the
+    With `stamp` (short chunks, no phrase: the query stamped with a time unit), the
     query stamped with each of those days' units instead: small posting lists ORed, no
     intersection with a key's list (sql/schema.sql, gitmem_stamped). Where the words
     may match more than the statement's `cap` (`most`: a bound over the history), the

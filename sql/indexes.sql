@@ -6,8 +6,8 @@ CREATE INDEX IF NOT EXISTS events_path ON events (path);
 -- the non-event records. No index holds every chunk: a search of all of them asks the
 -- short and the long index (a BitmapOr), and a chunk goes into one of the two, not into
 -- both (retrieval's short lanes read the short chunks; a statement whose short matches
--- they already hold reads the long index alone). Each of the two has a stamped twin
--- (chunks_short_stamped, chunks_long_stamped), which serves time-bounded lookups.
+-- they already hold reads the long index alone). Short chunks also go into
+-- chunks_short_stamped, which serves the time-bounded lookups of short lanes.
 -- New rows wait in a GIN index's pending list, which every search reads whole and
 -- which the planner prices in: at the default 4 MB, a lane statement read ~350
 -- pending pages (2 ms) and the planner left the short index for the full one (5x
@@ -15,13 +15,11 @@ CREATE INDEX IF NOT EXISTS events_path ON events (path);
 -- in smaller steps (docs/PERFORMANCE.md, "GIN pending lists").
 CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
-CREATE INDEX IF NOT EXISTS chunks_long_tsv ON chunks USING gin (tsv)
-  WITH (gin_pending_list_limit = 256) WHERE token_est > 48;
--- The chunks' lexemes stamped with their week, day and month (schema.sql,
--- gitmem_stamped): retrieval's keyed periods read these.
+-- The short chunks' lexemes stamped with their week, day and month (schema.sql,
+-- gitmem_stamped): retrieval's keyed periods over the short chunks read these.
 CREATE INDEX IF NOT EXISTS chunks_short_stamped ON chunks USING gin (gitmem_stamped(tsv, ts))
   WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
-CREATE INDEX IF NOT EXISTS chunks_long_stamped ON chunks USING gin (gitmem_stamped(tsv, ts))
+CREATE INDEX IF NOT EXISTS chunks_long_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE token_est > 48;
 CREATE INDEX IF NOT EXISTS chunks_records_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE source_type <> 'event';

@@ -18,8 +18,8 @@ $$;
 
 -- A chunk's lexemes stamped with its week, day and month ('ab12cdefend@w202621'): "a word
 -- in these days" is then an OR of the word's small posting lists of those days
--- (indexes.sql, chunks_short_stamped and chunks_long_stamped) instead of the word's
--- whole list intersected with the days' keys. Only the stamped copies: plain lexemes have their own index. Time keys
+-- (indexes.sql, chunks_short_stamped) instead of the word's whole list intersected with
+-- the days' keys. Only the stamped copies: plain lexemes have their own index. Time keys
 -- themselves (they hold '@') are not stamped; the copies carry no positions, so phrases
 -- keep the keyed form (gitmem/retrieval.py). The units come from unnest(ARRAY[...]), not
 -- VALUES: 2.5x less CPU per chunk when the index is built (docs/PERFORMANCE.md).

@@ -89,11 +89,8 @@ def synthetic(dfs: list[int], chunks: int = 1_000_000, days: int = 60) -> lexico
     day_list = [lexicon.Day(f"@d{start - timedelta(days=n):%Y%m%d}",
                               (start - timedelta(days=n)).timestamp(), per_day, per_day // 2)
                 for n in range(days)]
-    starts = [start - timedelta(days=n) for n in range(days)]
-    units = {f"@{kind}{day:{form}}" for day in starts
-             for kind, form in (("d", "%Y%m%d"), ("w", "%G%V"), ("m", "%Y%m"))}
     return lexicon.Stats(dfs, [df // 3 for df in dfs], chunks, chunks // 2, 60.0, day_list,
-                         frozenset(units))
+                           frozenset(d.key for d in day_list))
 
 
 def expected_rows(stats: lexicon.Stats, lanes: list[planning.Lane]) -> float:
@@ -162,13 +159,12 @@ def test_time_keys_only_where_a_span_holds_few_of_the_matches() -> None:
     found = {s.label: s for s in
              retrieval.statements("default", terms, lanes, stats, scoring, EVERYONE, 2000)}
     # kafka over its newest 8 days: ~200 of its 1,500 matches, the rest beyond the span,
-    # so the GIN lookup reads the days' stamped lexemes (long chunks only: the short lane
-    # of kafka holds its short ones, over the whole history)
-    recent = found["long:0-8d"]
-    assert all(p.stamped and not p.cut and "@" in p.query for p in recent.periods)
-    assert not any(key.startswith("since") for key in recent.params)
+    # so the days' keys go into the GIN lookup (long chunks only: the short lane of
+    # kafka holds its short ones, over the whole history)
+    [recent] = found["long:0-8d"].periods
+    assert not recent.cut and "@d" in recent.query and "since0" not in found["long:0-8d"].params
     # the pair over every day: nothing beyond the span, so no key is looked up and the
-    # rows are cut by time instead, in one lookup (long chunks: no stamped periods first)
+    # rows are cut by time instead
     both = found["long:0-60d"]
     assert both.periods == (retrieval.Period(both.periods[0].query, stats.days[59].start,
                                              math.inf, cut=True),)
@@ -543,38 +539,29 @@ def test_short_periods_read_stamped_lexemes_and_find_what_time_keys_find(
     assert word.query == "'t1it''s@d20260101' | 't1a\\\\b@d20260101'"
     assert phrase.query == "'t1end@d20260101' <-> 't1x@d20260101'" and phrase.phrase
 
-    def rows(period: retrieval.Period, scope: str) -> list[str]:
-        sql, params = retrieval.lane_statement("default", query.terms, [period], scope,
+    def rows(period: retrieval.Period) -> list[str]:
+        sql, params = retrieval.lane_statement("default", query.terms, [period], "short",
                                                1000, scoring, EVERYONE, 1000)
         with memory.db.connection() as conn:  # the planner must be able to use the index
             conn.execute("SET enable_seqscan = off")
             [plan] = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchall()
             found = conn.execute(sql, params).fetchall()
         names = {n.get("Index Name") for n in _nodes(plan["QUERY PLAN"][0]["Plan"])}
-        stamped_indexes = {"short": {"chunks_short_stamped"}, "long": {"chunks_long_stamped"},
-                           "all": {"chunks_short_stamped", "chunks_long_stamped"}}[scope]
-        assert (names >= stamped_indexes) == period.stamped, (scope, names)
+        assert ("chunks_short_stamped" in names) == period.stamped
         return sorted(row["chunk_id"] for row in found)
 
-    # the same chunks: both words, in the 2nd..16th newest days, short, long or either
-    counts = {}
-    for scope in ("short", "long", "all"):
-        counts[scope] = len(rows(keyed, scope))
-        assert rows(stamped, scope) == rows(keyed, scope)
-    assert counts["short"] > 10 and counts["long"] > 3
-    assert counts["all"] == counts["short"] + counts["long"]
-    # keyed periods are stamped, short or not, unless a term is a phrase (no positions)
+    # the same chunks: both words, short, in the 2nd..16th newest days
+    assert rows(stamped) == rows(keyed) and len(rows(keyed)) > 10
+    # short lanes' keyed periods are stamped, unless a term is a phrase (no positions)
     monkeypatch.setattr(retrieval, "KEYLESS_EXTRA", -1.0)  # time keys, not a cut by time
     for text, expect in (("zephyr quasar", True), ('"zephyr quasar"', False)):
-        for short in (True, False):
-            query, scoring = prepared(text)
-            lanes = [planning.Lane(tuple(range(len(query.terms))), short, 0.05, 1.0, days=8)]
-            [statement] = retrieval.statements("default", query.terms, lanes, query.stats,
-                                               scoring, EVERYONE, bounds.pool_max)
-            [period] = statement.periods
-            assert statement.scope == ("short" if short else "all")
-            assert not period.cut and period.stamped == expect
-            assert ("<->" in period.query) != expect
+        query, scoring = prepared(text)
+        lanes = [planning.Lane(tuple(range(len(query.terms))), True, 0.05, 1.0, days=8)]
+        [statement] = retrieval.statements("default", query.terms, lanes, query.stats,
+                                           scoring, EVERYONE, bounds.pool_max)
+        [period] = statement.periods
+        assert statement.scope == "short" and not period.cut and period.stamped == expect
+        assert ("<->" in period.query) != expect
 
 
 def test_dense_words_read_the_newest_stamped_units_first_and_stop_at_the_cap(
