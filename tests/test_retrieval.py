@@ -89,8 +89,11 @@ def synthetic(dfs: list[int], chunks: int = 1_000_000, days: int = 60) -> lexico
     day_list = [lexicon.Day(f"@d{start - timedelta(days=n):%Y%m%d}",
                               (start - timedelta(days=n)).timestamp(), per_day, per_day // 2)
                 for n in range(days)]
+    starts = [start - timedelta(days=n) for n in range(days)]
+    units = {f"@{kind}{day:{form}}" for day in starts
+             for kind, form in (("d", "%Y%m%d"), ("w", "%G%V"), ("m", "%Y%m"))}
     return lexicon.Stats(dfs, [df // 3 for df in dfs], chunks, chunks // 2, 60.0, day_list,
-                           frozenset(d.key for d in day_list))
+                         frozenset(units))
 
 
 def expected_rows(stats: lexicon.Stats, lanes: list[planning.Lane]) -> float:
