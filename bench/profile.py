@@ -1,15 +1,16 @@
-"""Per-request profile of bounded retrieval, in-process, on a kept index.
+"""Per-request profile of bounded retrieval, in-process, on a kept index or its own.
 
-    python -m bench.profile --size 1m-one --dsn embedded --index-schema NAME [--repeat 3]
+    python -m bench.profile --size 1m-one --dsn embedded [--index-schema NAME] [--repeat 3]
 
 Runs `retrieval.retrieve` for every retrieval request of the benchmark (common
 and rare terms, questions), as `bench/bounded.py` prepares them, `--repeat`
 times in passes over all requests (the median per request is reported), after
 one warm-up pass. Prints p50/p95 and the sum of the medians per category, how
 many requests needed a second round and what it cost, and the slowest requests
-with their statements; `--out` writes every request's numbers as JSON. For A/B
-runs of two commits, run it from each checkout alternately on the same index
-(same schema version).
+with their statements; `--out` writes every request's numbers as JSON. Without
+`--index-schema` the index is built in a schema of the run and dropped at the
+end. For A/B runs of two commits, run it from each checkout alternately on the
+same kept index (same schema version).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", choices=list(SHAPES), default="tiny")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dsn", default=None, help="as bench/run.py's --dsn")
-    parser.add_argument("--index-schema", required=True, metavar="SCHEMA",
-                        help="the corpus's index (built there first when missing; kept)")
+    parser.add_argument("--index-schema", default=None, metavar="SCHEMA",
+                        help="the corpus's index (built there first when missing; kept); "
+                             "default: built in a schema of the run, dropped at the end")
     parser.add_argument("--repeat", type=int, default=3, help="measured passes (default 3)")
     parser.add_argument("--slowest", type=int, default=8, help="slowest requests to show")
     parser.add_argument("--out", type=Path, default=None, help="JSON of every request")
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = profile(ctx, args.repeat)
         finally:
             ctx.close()
+            schemas.drop_all()
     print(report(rows, args.slowest), end="")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
