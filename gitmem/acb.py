@@ -23,7 +23,7 @@ from typing import Any
 
 from gitmem import consistency, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
-from gitmem.db import Database, Row
+from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packer, Section, header
 from gitmem.policies import ChannelRule, Policies
@@ -442,9 +442,9 @@ def evidence_rows(db: Database, tenant: str, chosen: Sequence[retrieval.Candidat
     any that moved since (a file reindexed in between), by id."""
     found: dict[str, Row] = {}
     replies: dict[str, Row] = {}  # a question among the best: its answer follows
-    anchors = [c.chunk_id for c in chosen[:REPLY_ANCHORS]]
+    anchors = TextArray(c.chunk_id for c in chosen[:REPLY_ANCHORS])
 
-    def read(ids: list[str], tids: list[str] | None) -> None:
+    def read(ids: TextArray, tids: TextArray | None) -> None:
         for row in db.fetchall("evidence_items", {"tenant": tenant, "ids": ids, "tids": tids,
                                                   "anchors": anchors}):
             if row["anchor"] is None:
@@ -452,8 +452,8 @@ def evidence_rows(db: Database, tenant: str, chosen: Sequence[retrieval.Candidat
             else:
                 replies[row["anchor"]] = row
 
-    read([c.chunk_id for c in chosen], [c.tid for c in chosen])
-    moved = [c.chunk_id for c in chosen if c.chunk_id not in found]
+    read(TextArray(c.chunk_id for c in chosen), TextArray(c.tid for c in chosen))
+    moved = TextArray(c.chunk_id for c in chosen if c.chunk_id not in found)
     if moved:
         read(moved, None)
     return found, replies

@@ -16,7 +16,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -309,24 +309,36 @@ class Database:
         queries = named_queries()
         return self.run_many([(queries[name], params) for name, params in statements])
 
-    def run_many(self, statements: Sequence[tuple[str, dict[str, Any]]]
-                 ) -> list[list[tuple[Any, ...]]]:
-        """`fetch_many` for statements given as SQL text (built from a named query)."""
+    def run_many(self, statements: Sequence[tuple[str, dict[str, Any]]], *,
+                 planned_once: bool = False) -> list[list[tuple[Any, ...]]]:
+        """`fetch_many` for statements given as SQL text (built from a named query).
+
+        `planned_once`: statements whose plan does not depend on their parameters'
+        values (their text fixes it). Each is prepared on the connection and planned
+        once for any values (a generic plan), instead of parsed and planned again at
+        every call: of a lane statement's ~2.5 ms, parsing and planning took ~0.8
+        (docs/PERFORMANCE.md, "Planned once")."""
         if not statements:
             return []
         with self.connection() as conn, conn.pipeline():
-            cursors = [conn.cursor(row_factory=tuple_row) for _ in statements]
-            for cur, (text, params) in zip(cursors, statements, strict=True):
-                cur.execute(text, params)
-            return [cur.fetchall() for cur in cursors]
+            scope = conn.transaction() if planned_once else nullcontext()
+            with scope:
+                if planned_once:  # for this transaction only, even if a statement fails
+                    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                cursors = [conn.cursor(row_factory=tuple_row) for _ in statements]
+                for cur, (text, params) in zip(cursors, statements, strict=True):
+                    cur.execute(text, params, prepare=planned_once or None)
+                return [cur.fetchall() for cur in cursors]
 
     def run_parallel(self, statements: Sequence[tuple[str, dict[str, Any]]],
                      costs: Sequence[float]) -> list[list[tuple[Any, ...]]]:
-        """`run_many` on two connections at once, the statements shared out by their
-        expected cost: the server runs a connection's statements one after another,
-        and a second one keeps the other core busy. Rows of each statement, in order."""
+        """`run_many(planned_once=True)` on two connections at once, the statements
+        shared out by their expected cost: the server runs a connection's statements
+        one after another, and a second one keeps the other core busy. Rows of each
+        statement, in order."""
+        run = functools.partial(self.run_many, planned_once=True)
         if len(statements) < 2 or self.max_size < 2:
-            return self.run_many(statements)
+            return run(statements)
         parts: list[list[int]] = [[], []]
         load = [0.0, 0.0]
         for number in sorted(range(len(statements)), key=lambda n: -costs[n]):
@@ -334,15 +346,15 @@ class Database:
             parts[side].append(number)
             load[side] += costs[number] + 1.0
         if not parts[1]:
-            return self.run_many(statements)
+            return run(statements)
         with self._executor_lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=2,
                                                     thread_name_prefix="gitmem-lanes")
             executor = self._executor
-        other = executor.submit(self.run_many, [statements[n] for n in parts[1]])
+        other = executor.submit(run, [statements[n] for n in parts[1]])
         results: dict[int, list[tuple[Any, ...]]] = dict(
-            zip(parts[0], self.run_many([statements[n] for n in parts[0]]), strict=True))
+            zip(parts[0], run([statements[n] for n in parts[0]]), strict=True))
         results.update(zip(parts[1], other.result(), strict=True))
         return [results[n] for n in range(len(statements))]
 
@@ -400,6 +412,15 @@ class _TextArrayDumper(Dumper):
         return ("{" + ",".join("NULL" if item is None else
                                '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"'
                                for item in obj) + "}").encode()
+
+
+class TextArray(list[str]):
+    """A list of str sent as one text[] parameter by `_TextArrayDumper`: for lists of
+    hundreds of ids, psycopg's generic list dumper (a dumper chosen per element) took
+    ~0.4 ms of the caller's time per list of 200 (docs/PERFORMANCE.md, "Planned once")."""
+
+
+psycopg.adapters.register_dumper(TextArray, _TextArrayDumper)
 
 
 def _copy_types(conn: psycopg.Connection[Row], table: str, columns: Sequence[str]) -> list[str]:
