@@ -170,7 +170,8 @@ class Database:
         self._pool = ConnectionPool(
             dsn, min_size=1, max_size=max_size, open=False, timeout=timeout,
             kwargs={"autocommit": True, "row_factory": dict_row,
-                    # plans per query value (a common and a rare word need different plans);
+                    # plans per query value (a common and a rare word need different plans;
+                    # lane statements, whose text fixes their plan, opt out: run_many);
                     # the index is read from memory, so random reads cost little more
                     # than sequential ones; no JIT compiling (it costs more than it saves
                     # on queries of a few milliseconds); no parallel workers (starting
