@@ -317,7 +317,7 @@ class Database:
         `planned_once`: statements whose plan does not depend on their parameters'
         values (their text fixes it). Each is prepared on the connection and planned
         once for any values (a generic plan), instead of parsed and planned again at
-        every call: of a lane statement's ~2.5 ms, parsing and planning took ~0.8
+        every call: the lane statements of the 1M benchmark took 15% less time so
         (docs/PERFORMANCE.md, "Planned once")."""
         if not statements:
             return []
@@ -418,7 +418,8 @@ class _TextArrayDumper(Dumper):
 class TextArray(list[str]):
     """A list of str sent as one text[] parameter by `_TextArrayDumper`: for lists of
     hundreds of ids, psycopg's generic list dumper (a dumper chosen per element) took
-    ~0.4 ms of the caller's time per list of 200 (docs/PERFORMANCE.md, "Planned once")."""
+    0.4 to 0.6 ms more of the caller's time per list of 200 (docs/PERFORMANCE.md,
+    "Planned once")."""
 
 
 psycopg.adapters.register_dumper(TextArray, _TextArrayDumper)
