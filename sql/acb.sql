@@ -35,11 +35,13 @@ WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 -- The periods keep narrow rows (where, when, id) and only the kept ones are read whole:
 -- a period that matches thousands sorts them without carrying their tsvectors and
 -- computing their columns (for 8,290 matches and a cap of 1,099: 9 ms instead of 22).
+-- The epoch is date_part's float8: extract() computes a numeric first, which cost 4 percent of
+-- the lane statements' execution at 1M chunks.
 WITH picked AS MATERIALIZED (
   SELECT tid FROM ({periods}) periods
   LIMIT %(cap)s
 ), lane AS MATERIALIZED (
-  SELECT c.chunk_id, c.source_type, c.source_id, extract(epoch FROM c.ts)::float8 AS epoch,
+  SELECT c.chunk_id, c.source_type, c.source_id, date_part('epoch', c.ts) AS epoch,
          c.ctid::text AS tid, c.channel, c.sensitivity, c.token_est,
          c.importance::float8 AS importance, {mask} AS mask,
          c.sensitivity <> ALL (%(suppress)s::text[])
