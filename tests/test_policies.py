@@ -63,9 +63,10 @@ def _privacy(*patterns: str) -> str:
     "PIN 4242-4242 then nothing else",               # the verbose one
     "code 4242-4242",                                # the back-referencing one alone
     "nothing secret here at all",
+    "xsk-aaaaaaaaaaaaaaaaaaaaaaaa: the screen finds it, the pattern's boundary does not",
     "",
 ])
-def test_redaction_screens_with_one_scan_and_redacts_as_each_pattern_would(text: str) -> None:
+def test_redaction_screens_each_pattern_and_redacts_as_each_pattern_would(text: str) -> None:
     patterns = (r"(?i)\b(token)\b\s*[:=]\s*\S+", r"\bsk-[a-z]{20,}\b", r"(?x) \b PIN \b")
     p = parse_privacy(_privacy(*patterns))
     expected = text
@@ -74,6 +75,16 @@ def test_redaction_screens_with_one_scan_and_redacts_as_each_pattern_would(text:
     assert p.redact(text) == expected
     with_backref = parse_privacy(_privacy(*patterns, r"(\d{4})-\1"))
     assert with_backref.redact(text) == re.sub(r"(\d{4})-\1", "[REDACTED]", expected)
+    boundary_backref = parse_privacy(_privacy(r"\b4(\d)-4\1"))  # screened as 4(\d)-4\1
+    assert boundary_backref.redact(text + " 42-42 x42-42") == re.sub(
+        r"\b4(\d)-4\1", "[REDACTED]", text + " 42-42 x42-42")
+
+
+def test_a_screen_drops_only_a_leading_boundary_before_a_literal() -> None:
+    p = parse_privacy(_privacy(r"\bsk-[a-z]{3}\b", r"(?i)\btoken\b", r"\b\w+@corp\b"))
+    sources = [screen.pattern for screen in p._screens]
+    assert sources == [r"sk-[a-z]{3}\b", r"(?i)\btoken\b", r"\b\w+@corp\b"]
+    assert p.redact("sk-abc xsk-abc sk-abcd") == "[REDACTED] xsk-abc sk-abcd"
 
 
 def test_default_channels() -> None:
