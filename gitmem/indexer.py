@@ -225,7 +225,7 @@ def _stats_of(states: Mapping[str, Row]) -> dict[str, FileStat]:
 def _insert(db: Database, conn: psycopg.Connection[Row], rows: FileRows) -> int:
     for table, values in rows.tables.items():
         if values:
-            db.executemany(f"insert_{table}", values, conn)
+            db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
     return rows.count()
 
 

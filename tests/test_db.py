@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import psycopg
 import pytest
 
@@ -58,3 +60,45 @@ def test_text_arrays_reach_the_server_as_the_same_strings(dsn: str, schema: str)
         tids = conn.execute("SELECT %(t)s::tid[] AS t", {"t": TextArray(["(1,2)", "(30,4)"])}
                             ).fetchone()
         assert tids is not None and [str(t) for t in tids["t"]] == ["(1,2)", "(30,4)"]
+
+
+ARTIFACT = ("artifact_id", "event_id", "tenant_id", "bytes", "path")
+
+
+def _artifacts(conn: psycopg.Connection[dict[str, object]]) -> list[tuple[object, ...]]:
+    rows = conn.execute("SELECT artifact_id, event_id, bytes FROM artifacts "
+                        "ORDER BY artifact_id, event_id").fetchall()
+    return [tuple(row.values()) for row in rows]
+
+
+def test_insert_rows_skips_keys_held_or_repeated_as_on_conflict_do_nothing(
+        dsn: str, schema: str) -> None:
+    with Database(dsn, schema, max_size=1) as db:
+        db.ensure_schema()
+        with db.transaction() as conn:
+            copied = db.insert_rows(conn, "artifacts", ARTIFACT, [
+                ("art_a", "evt_1", "t", 10, "p"), ("art_a", "evt_2", "t", 20, "p")])
+            assert copied == 2
+        with db.transaction() as conn:
+            # the composite key (artifact_id, event_id) decides: one held, one repeated
+            copied = db.insert_rows(conn, "artifacts", ARTIFACT, [
+                ("art_a", "evt_1", "t", 99, "p"), ("art_b", "evt_1", "t", 30, "p"),
+                ("art_b", "evt_1", "t", 98, "p"), ("art_a", "evt_3", "t", 40, "p")])
+            assert copied == 2
+            assert _artifacts(conn) == [("art_a", "evt_1", 10), ("art_a", "evt_2", 20),
+                                        ("art_a", "evt_3", 40), ("art_b", "evt_1", 30)]
+
+
+def test_insert_rows_falls_back_to_one_by_one_when_another_session_inserts_a_key(
+        dsn: str, schema: str) -> None:
+    with Database(dsn, schema, max_size=2) as db:
+        db.ensure_schema()
+        with db.connection() as other, db.transaction() as conn:
+            other.execute("INSERT INTO artifacts VALUES ('art_x', 'evt_1', 't', 1, 'p')")
+            # not committed yet: the lookup cannot see it; the COPY waits on its key
+            done = threading.Timer(0.3, other.commit)
+            done.start()
+            db.insert_rows(conn, "artifacts", ARTIFACT, [
+                ("art_x", "evt_1", "t", 2, "p"), ("art_y", "evt_1", "t", 3, "p")])
+            done.join()
+            assert _artifacts(conn) == [("art_x", "evt_1", 1), ("art_y", "evt_1", 3)]
