@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from gitmem.errors import FormatError, ValidationError
 from gitmem.ids import ARTIFACT_ID, ULID_ID
 
@@ -53,6 +55,17 @@ def parse_ts(value: Any, field_name: str = "ts") -> datetime:
 def format_ts(value: datetime) -> str:
     """The canonical text of a timestamp: seconds precision unless it has microseconds."""
     return value.isoformat(timespec="microseconds" if value.microsecond else "seconds")
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON, UTF-8 kept (an event line, a content column): orjson's text, in a
+    tenth of the stdlib's time, where orjson can write the value; the stdlib's for what
+    it cannot (an integer past 64 bits, a lone surrogate). Either parses back to the
+    same value; only a float's spelling may differ (1e-7 for 1e-07)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def canonical_json(value: Any) -> str:
@@ -213,7 +226,7 @@ class Event:
 
     def to_line(self) -> str:
         """The JSONL line (with its newline) exactly as the store keeps it."""
-        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":")) + "\n"
+        return compact_json(self.to_dict()) + "\n"
 
 
 def validate_content(kind: str, content: Any) -> dict[str, Any]:

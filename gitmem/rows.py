@@ -9,7 +9,6 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,7 +18,7 @@ from gitmem import tokens
 from gitmem.documents import parse_decision, parse_handoff, parse_summary, parse_task, parse_view
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
-from gitmem.records import Event, event_text, iter_events
+from gitmem.records import Event, compact_json, event_text, iter_events
 
 EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
                  "actor_type", "actor_id", "kind", "sensitivity", "tags", "refs", "content",
@@ -53,9 +52,6 @@ SHORT_TOKENS = 48
 BASE_IMPORTANCE = {"message": 0.3, "tool_call": 0.1, "tool_result": 0.3, "artifact": 0.2,
                    "decision": 0.8, "summary": 0.6, "task": 0.5}
 
-# json.dumps(obj, ensure_ascii=False) builds a new encoder per call; one encoder
-# with the same settings writes the same text.
-_content_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 @dataclass
@@ -206,7 +202,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
     out.tables["events"].append((
         event.id, event.tenant_id, event.ts, event.session_id, event.agent_id, event.channel,
         event.actor.type, event.actor.id, event.kind, event.sensitivity, tags, refs,
-        _content_json(event.content), event.hash, path, line))
+        compact_json(event.content), event.hash, path, line))
     if "artifact_id" in event.content:
         out.tables["artifacts"].append((event.content["artifact_id"], event.id, event.tenant_id,
                                         int(event.content.get("bytes", 0)), path))

@@ -20,7 +20,14 @@ from gitmem.documents import (
     task_to_text,
 )
 from gitmem.errors import FormatError, ValidationError
-from gitmem.records import Event, content_hash, iter_lines, parse_event, parse_event_line
+from gitmem.records import (
+    Event,
+    compact_json,
+    content_hash,
+    iter_lines,
+    parse_event,
+    parse_event_line,
+)
 
 EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
 EVT2 = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
@@ -512,3 +519,16 @@ def test_crlf_and_byte_order_mark_files_parse() -> None:
     view = parse_view("\ufeff---\nsection: identity\n---\n# Hi\n", "views/x.md", "rules")
     assert view.section == "identity" and [c.line for c in view.chunks] == [4]
     assert not any("\ufeff" in c.text for c in view.chunks)
+
+
+@pytest.mark.parametrize("value", [
+    {"text": "plain", "n": 3, "f": [0.1, 1e-7, 1e16, -0.0], "none": None, "ok": True},
+    {"text": "é 漢 😀 \u2028 \x00 \x1f \"quoted\" back\\slash", "tags": ["a", "b"]},
+    {"big": 2 ** 70},                       # past orjson's 64 bits: the stdlib writes it
+    {"lone": "\ud800"},                     # a lone surrogate: the stdlib writes it too
+])
+def test_compact_json_parses_back_to_the_same_value(value: dict[str, object]) -> None:
+    text = compact_json(value)
+    assert json.loads(text) == value
+    assert "\n" not in text and ", " not in text.replace('", "', "")
+
