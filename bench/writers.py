@@ -1,0 +1,83 @@
+"""Sustained record_event throughput alone, for A/B runs of the write path.
+
+    python -m bench.writers [--clients 8] [--seconds 6] [--runs 2] [--dsn DSN]
+
+A daemon of its own on a scratch store (as `socket_record` starts one), a
+2-second warm-up, then `--runs` runs of `--clients` writer threads: per run the
+events per second, the daemon's CPU per event and the index's catch-up after
+the burst; `--profile FILE` also records the daemon with `py-spy record --gil`
+(raw stacks) during the first run. To compare two checkouts, run this from one
+and with `PYTHONPATH` set to the other alternately: the daemon is started
+through the `gitmem` script, so it imports the code `PYTHONPATH` names first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import pg
+from bench.corpus import new_repo
+from bench.daemons import BenchDaemon
+from bench.recording import live_events
+from bench.socket_record import POOL_EVENTS, concurrent
+
+WARM_UP_S = 2.0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.writers",
+                                     description="sustained record_event throughput")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dsn", default=None, help="as bench/run.py's --dsn")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="py-spy's raw stacks of the daemon during the first run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start a scratch daemon, load it, print one line per run."""
+    args = _parser().parse_args(argv)
+    dsn = pg.resolve_dsn(args.dsn)
+    schemas = pg.Schemas(dsn)
+    scratch = Path(tempfile.mkdtemp(prefix="gitmem-writers-"))
+    daemon = BenchDaemon(new_repo(scratch / "repo"), dsn, schemas.name("writers"))
+    try:
+        daemon.start()
+        pool = live_events(POOL_EVENTS, args.seed + 2000)
+        concurrent(daemon, pool, args.clients, WARM_UP_S)
+        for run in range(args.runs):
+            spy = None
+            if args.profile is not None and run == 0 and daemon.pid is not None:
+                spy = subprocess.Popen(
+                    ["py-spy", "record", "--gil", "--nonblocking", "-f", "raw", "-p",
+                     str(daemon.pid), "-d", str(max(1, int(args.seconds))), "-o",
+                     str(args.profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            metric = concurrent(daemon, pool, args.clients, args.seconds)
+            if spy is not None:
+                spy.wait()
+            cores = metric.extra["cpu_cores"]
+            print(f"{args.clients} clients, {metric.extra['seconds']} s: {metric.value:,.0f} "
+                  f"events/s, daemon {cores['daemon'] / metric.value * 1e6:.0f} us/event, "
+                  f"cores daemon {cores['daemon']} postgres {cores['postgres']} "
+                  f"clients {cores['clients']}, index catch-up "
+                  f"{metric.extra['index_catch_up_s']} s", flush=True)
+        writer = daemon.call("daemon_status").get("writer") or {}
+        if writer.get("batches"):
+            print(f"writer: {writer['events'] / writer['batches']:.1f} events per batch")
+    finally:
+        daemon.stop()
+        schemas.drop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
