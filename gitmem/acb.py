@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from gitmem import consistency, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
@@ -178,8 +180,7 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     request_view = asdict(request) | {"now": format_ts(now), "max_tokens": max_tokens}
     # a cached bundle's content was hashed when it was packed (re-encoding it per
     # call was 70% of a warm fast-path build)
-    digest = hashlib.sha256(canonical_json(
-        {"request": request_view, "bundle": packed.digest}).encode())
+    digest = _fingerprint({"request": request_view, "bundle": packed.digest})
     build.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
     rule = build.rule
     provenance = {
@@ -204,11 +205,23 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
         **build.provenance,
     }
     return {
-        "acb_id": "acb_" + digest.hexdigest()[:32],
+        "acb_id": "acb_" + digest[:32],
         "ts": format_ts(now), "budget_tokens": max_tokens,
         "token_used_est": packed.used,
         "sections": sections, "omissions": omissions, "provenance": provenance,
     }
+
+
+def _fingerprint(value: Any) -> str:
+    """sha256 hex of `value` as JSON with sorted keys (what `acb_id` is made of):
+    orjson's encoding, a tenth of the stdlib's time for a bundle's ledger and
+    omissions (0.7 ms of a retrieval build at 1M events); the stdlib's canonical
+    form for what orjson cannot write."""
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        data = canonical_json(value).encode()
+    return hashlib.sha256(data).hexdigest()
 
 
 def _pack(build: _Build) -> Packed:
@@ -237,9 +250,8 @@ def _pack(build: _Build) -> Packed:
     conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
                  for i in part.items if "conflicts" in i]
     omissions = build.packer.omissions()
-    digest = hashlib.sha256(canonical_json(
-        {"items": build.packer.ledger, "conflicts": conflicts, "omissions": omissions}
-    ).encode()).hexdigest()
+    digest = _fingerprint(
+        {"items": build.packer.ledger, "conflicts": conflicts, "omissions": omissions})
     return Packed(sections, omissions, build.packer.ledger, conflicts, build.packer.used,
                   digest)
 
@@ -319,11 +331,14 @@ def _tasks(build: _Build, section: Section) -> None:
 
 
 def _decision_item(row: Row, score: float | None) -> dict[str, Any]:
-    item: dict[str, Any] = {
-        "type": "decision", "id": row["decision_id"], "text": row["item_text"],
-        "refs": list(row["refs"]), "source": f"{row['path']}:1",
-        "token_est": row["token_est"], "ts": _iso(row["ts"]),
-        "rationale": list(row["rationale"]), "supersedes": list(row["supersedes"])}
+    template = row.get("_item")  # built once per cached row, copied per ACB
+    if template is None:
+        template = row["_item"] = {
+            "type": "decision", "id": row["decision_id"], "text": row["item_text"],
+            "refs": list(row["refs"]), "source": f"{row['path']}:1",
+            "token_est": row["token_est"], "ts": _iso(row["ts"]),
+            "rationale": list(row["rationale"]), "supersedes": list(row["supersedes"])}
+    item = dict(template)
     if score is not None:
         item["score"] = score
     return item
