@@ -78,10 +78,6 @@ class Candidate:
     score: float = 0.0
     tid: str = ""         # the row's ctid when it was scored (where to read it again)
 
-    def sort_key(self) -> tuple[float, float, float, int, str]:
-        """Descending score, then importance, recency, smaller size, id."""
-        return (-self.score, -self.importance, -self.epoch, self.token_est, self.chunk_id)
-
 
 @dataclass
 class Retrieval:
@@ -474,7 +470,7 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
                                         [s.cost() for s in more]))
         timings["refill"] = round(_ms(start) - timings["lanes"] - timings["plan"]
                                   - timings["terms"], 3)
-    ranked = sorted(found.best.values(), key=Candidate.sort_key)[:limits.retrieved_max]
+    ranked = found.ranked(limits.retrieved_max)
     return Retrieval(plain, weights, ranked, found.pool, sorted(found.suppressed),
                      found.described, timings)
 
@@ -496,7 +492,7 @@ CONTINUE_UNDER = 2.0
 class Found:
     """What the lane statements returned, merged."""
 
-    best: dict[str, Candidate] = field(default_factory=dict)
+    best: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # a lane row per chunk
     suppressed: set[str] = field(default_factory=set)
     described: list[dict[str, Any]] = field(default_factory=list)
     matched: list[int] = field(default_factory=list)
@@ -513,13 +509,21 @@ class Found:
             self.described.append({"lane": statement.label,
                                    "expected": round(statement.expected, 1),
                                    "matched": matched})
+            best = self.best
             for row in rows:
                 if row[9] is None:
                     self.suppressed.add(row[0])
-                    continue
-                self.best.setdefault(row[0], Candidate(
-                    row[0], row[1], row[2], row[3], row[4], row[5], row[6], float(row[7]),
-                    int(row[8]), float(row[9]), row[12]))
+                elif row[0] not in best:  # the same row, whichever lane found it first
+                    best[row[0]] = row
+
+    def ranked(self, limit: int) -> list[Candidate]:
+        """The best `limit` rows as candidates: descending score, then importance,
+        recency, smaller size, id (candidates are made for those only: a request
+        merges ~1,500 rows to keep 200)."""
+        rows = sorted(self.best.values(),
+                      key=lambda r: (-r[9], -r[7], -r[3], r[6], r[0]))[:limit]
+        return [Candidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], float(r[7]), int(r[8]),
+                          float(r[9]), r[12]) for r in rows]
 
 
 def _ms(start: float) -> float:
