@@ -72,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         writer = daemon.call("daemon_status").get("writer") or {}
         if writer.get("batches"):
             print(f"writer: {writer['events'] / writer['batches']:.1f} events per batch")
+    except BaseException:
+        log = daemon.store.parent / ".gitmem" / "daemon.log"
+        if log.exists():
+            kept = Path(tempfile.mkdtemp(prefix="gitmem-writers-failed-")) / "daemon.log"
+            shutil.copy(log, kept)
+            print(f"the daemon's log: {kept}", file=sys.stderr)
+        raise
     finally:
         daemon.stop()
         schemas.drop_all()
