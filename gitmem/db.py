@@ -395,6 +395,8 @@ class Database:
             if this not in held:
                 held.add(this)
                 fresh.append(row)
+        if not fresh:
+            return 0
         try:
             with conn.transaction():  # a savepoint: the file's transaction goes on
                 return self.copy_rows(conn, table, columns, fresh)
