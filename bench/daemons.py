@@ -9,6 +9,7 @@ store (its index built first); every daemon is stopped when the run ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -97,23 +98,40 @@ class BenchDaemon:
             raise RuntimeError("the daemon is not running")
         return psutil.Process(self.pid)
 
+    def processes(self) -> list[psutil.Process]:
+        """The daemon's process and its children (its indexer process)."""
+        main = self.process()
+        return [main, *main.children(recursive=True)]
+
     def cpu_s(self) -> float:
-        """CPU seconds (user + system) the daemon has used so far."""
-        times = self.process().cpu_times()
-        return float(times.user + times.system)
+        """CPU seconds (user + system) the daemon and its children have used so far."""
+        total = 0.0
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += float(times.user + times.system)
+        return total
 
     def rss_mb(self) -> float:
-        """Resident memory now, MB."""
-        return round(int(self.process().memory_info().rss) / (1 << 20), 1)
+        """Resident memory now of the daemon and its children, MB (pages the child
+        still shares with the daemon after the fork count twice)."""
+        total = 0
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                total += int(proc.memory_info().rss)
+        return round(total / (1 << 20), 1)
 
     def peak_rss_mb(self) -> float:
-        """The kernel's high-water mark of resident memory since start (VmHWM), MB."""
-        status = Path(f"/proc/{self.pid}/status")
-        if status.is_file():
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-        return self.rss_mb()
+        """The kernel's high-water marks of resident memory since start (VmHWM) of the
+        daemon and its children, summed, MB."""
+        total = 0.0
+        for proc in self.processes():
+            status = Path(f"/proc/{proc.pid}/status")
+            with contextlib.suppress(OSError):
+                for line in status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) / 1024
+        return round(total, 1) if total else self.rss_mb()
 
     def log_tail(self, lines: int = 20) -> str:
         """The end of the daemon's log."""

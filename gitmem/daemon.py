@@ -24,13 +24,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gitmem import client, gctune, gitops
 from gitmem.config import Config
+from gitmem.db import embedded_dsn
 from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
+from gitmem.indexproc import IndexerProcess
 from gitmem.memory import Memory
 from gitmem.records import Event
 from gitmem.server import Server, ServerOptions
@@ -53,6 +55,7 @@ class DaemonOptions:
     reconcile_interval: float = 300.0  # full reconcile, in case file events were lost
     db_pool_size: int = 8
     db_timeout: float = 5.0            # fail fast while PostgreSQL is away; the watcher retries
+    index_process: bool = True         # index in a forked child (gitmem/indexproc.py)
     server: ServerOptions = field(default_factory=ServerOptions)
 
     def to_args(self) -> list[str]:
@@ -61,7 +64,8 @@ class DaemonOptions:
                 "--commit-interval", str(self.commit_interval),
                 "--commit-max-events", str(self.commit_max_events),
                 "--reconcile-interval", str(self.reconcile_interval),
-                "--max-request-bytes", str(self.server.max_request_bytes)]
+                "--max-request-bytes", str(self.server.max_request_bytes),
+                "--index-process" if self.index_process else "--no-index-process"]
 
 
 def pid_path(config: Config) -> Path:
@@ -218,7 +222,13 @@ def run(config: Config, options: DaemonOptions) -> None:
     # `kill -USR1 PID` writes every thread's stack to stderr (the log): what a daemon
     # that does not stop, or does not answer, is doing.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    indexing = None
+    if options.index_process:
+        if config.dsn is None:  # the child joins this server; it never starts one
+            config = replace(config, dsn=embedded_dsn(config.state_dir))
+        indexing = IndexerProcess.fork(config)  # before any thread of this process
     memory = Memory(config, db_pool_size=options.db_pool_size, db_timeout=options.db_timeout)
+    memory.indexing = indexing
     committer: Autocommit | None = None
     if options.autocommit:
         try:
@@ -238,6 +248,8 @@ def run(config: Config, options: DaemonOptions) -> None:
                 "connections": server.connections, "accepted": server.accepted,
                 "writer": {"batches": server.writer.batches, "events": server.writer.events},
                 "watcher": watcher.state(), "gc": gctune.stats(),
+                "indexer": {"pid": indexing.pid if indexing else None,
+                            "alive": bool(indexing and indexing.alive)},
                 "autocommit": committer.state() if committer else {"enabled": False}}
 
     def sync(paths: list[str] | None) -> dict[str, Any]:
@@ -268,6 +280,8 @@ def run(config: Config, options: DaemonOptions) -> None:
         watcher.stop()
         if committer:
             committer.stop()
+        if indexing is not None:
+            indexing.close()
         memory.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

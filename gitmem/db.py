@@ -234,13 +234,16 @@ class Database:
     def schema_exists(self) -> bool:
         """Whether this store's schema holds an index of the current version."""
         with self.connection() as conn:
-            row = conn.execute(named_queries()["schema_version"],
-                               {"schema": self.schema}).fetchone()
-            if row is None or not row["has_meta"]:
-                return False
-            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
-                                   ).fetchone()
-            return version is not None and version["value"] == SCHEMA_VERSION
+            return self._current(conn)
+
+    def _current(self, conn: psycopg.Connection[Row]) -> bool:
+        row = conn.execute(named_queries()["schema_version"],
+                           {"schema": self.schema}).fetchone()
+        if row is None or not row["has_meta"]:
+            return False
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                               ).fetchone()
+        return version is not None and version["value"] == SCHEMA_VERSION
 
     def ensure_schema(self) -> bool:
         """Create the schema when missing or outdated; True if it was (re)created."""
@@ -248,6 +251,8 @@ class Database:
             return False
         with self.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
+            if self._current(conn):  # another process made it while this one waited
+                return False
             self._recreate(conn)
         return True
 

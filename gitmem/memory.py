@@ -15,6 +15,7 @@ from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
 from gitmem.documents import Handoff
+from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
 from gitmem.records import Event, format_ts
@@ -60,6 +61,8 @@ class Memory:
         # Told of each durable append (the daemon's watcher: it indexes those lines
         # from their events instead of decoding them again).
         self.on_append: Callable[[str, Appended], None] | None = None
+        # The daemon's indexer process: syncs run there (gitmem/indexproc.py).
+        self.indexing: IndexerProcess | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -158,8 +161,17 @@ class Memory:
     def sync(self, paths: Iterable[str] | None = None,
              appended: Mapping[str, Sequence[Appended]] | None = None) -> indexer.SyncReport:
         """Catch the index up with the files (and drop cached copies of what changed);
-        `appended`: lines this process just wrote, by file (`indexer.sync`)."""
-        report = indexer.sync(self.db, self.store, self.policies, paths, appended)
+        `appended`: lines this process just wrote, by file (`indexer.sync`). Under the
+        daemon the indexer process does it, from the files alone."""
+        report = None
+        paths = None if paths is None else list(paths)
+        if self.indexing is not None and self.indexing.alive:
+            try:
+                report = self.indexing.sync(paths)
+            except IndexerGone as exc:
+                logger.warning("%s; indexing in the daemon from now on", exc)
+        if report is None:
+            report = indexer.sync(self.db, self.store, self.policies, paths, appended)
         if report.changed:
             self.forget(report.changed)
         return report

@@ -22,6 +22,7 @@ from gitmem.config import Config
 from gitmem.daemon import running_pid
 from gitmem.errors import DaemonError, RpcError
 from tests.daemons import (
+    FAST_FLAGS,
     Daemon,
     Index,
     append,
@@ -447,3 +448,63 @@ def test_kill_9_during_a_50k_event_load_loses_and_doubles_nothing(store_config: 
     finally:
         daemon.stop()
     print(f"killed after {killed_at} answered events; {len(on_disk)} on disk")
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process `pid` ends (or is a zombie no one reaped yet) within `within` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_index_process_is_the_daemons_child_and_ends_with_it(
+        store_config: Config) -> None:
+    daemon = Daemon(store_config)
+    pid = daemon.start()
+    state = daemon.call("daemon_status")["indexer"]
+    assert state["alive"] and state["pid"] not in (None, pid)
+    status = Path(f"/proc/{state['pid']}/status").read_text()
+    assert f"PPid:\t{pid}\n" in status
+    record = daemon.cli("record", "indexed by the child")
+    acb = daemon.call("build_acb", {"query_text": "indexed by the child"})
+    assert record.stdout.strip() in json.dumps(acb)
+    daemon.stop()
+    assert _gone(state["pid"])
+
+
+def test_the_index_process_ends_when_the_daemon_is_killed(store_config: Config) -> None:
+    daemon = Daemon(store_config)
+    daemon.start()
+    child = daemon.call("daemon_status")["indexer"]["pid"]
+    daemon.kill9()  # waits for the pid file's lock, which the child shares
+    assert _gone(child)
+
+
+def test_a_killed_index_process_leaves_the_daemon_indexing_itself(
+        store_config: Config) -> None:
+    with running(store_config) as daemon:
+        child = daemon.call("daemon_status")["indexer"]["pid"]
+        os.kill(child, signal.SIGKILL)
+        assert _gone(child)
+        event_id, line = event_line("s", "appended after the child died", number=7)
+        append(store_config.store / "events/2026-03/2026-03-01.jsonl", line)
+        acb = daemon.call("build_acb", {"session_id": "s",
+                                        "query_text": "appended after the child died"})
+        assert event_id in json.dumps(acb)
+        assert daemon.call("daemon_status")["indexer"]["alive"] is False
+        assert "indexing in the daemon from now on" in daemon.log()
+
+
+def test_no_index_process_indexes_in_the_daemon(store_config: Config) -> None:
+    with running(store_config, *FAST_FLAGS, "--no-index-process") as daemon:
+        assert daemon.call("daemon_status")["indexer"] == {"pid": None, "alive": False}
+        record = daemon.cli("record", "indexed by the daemon itself")
+        acb = daemon.call("build_acb", {"query_text": "indexed by the daemon itself"})
+        assert record.stdout.strip() in json.dumps(acb)

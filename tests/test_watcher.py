@@ -292,8 +292,17 @@ def test_a_sync_request_reconciles_now(daemon: Daemon, index: Index) -> None:
 
 
 
-def test_socket_writes_among_hand_appends_index_like_a_reindex(daemon: Daemon, dsn: str) -> None:
-    """The writer hands its events to the indexer; what lands is what a reindex finds."""
+@pytest.mark.parametrize("where", ["--index-process", "--no-index-process"])
+def test_socket_writes_among_hand_appends_index_like_a_reindex(
+        store_config: Config, dsn: str, where: str) -> None:
+    """Socket writes among hand appends land as a reindex finds them: indexed from the
+    files by the indexer process, or in the daemon from the events the writer hands
+    over (`--no-index-process`)."""
+    with running(store_config, *FAST_FLAGS, where) as daemon:
+        _writes_among_hand_appends(daemon, dsn, from_writer=where == "--no-index-process")
+
+
+def _writes_among_hand_appends(daemon: Daemon, dsn: str, *, from_writer: bool) -> None:
     path = daemon.config.store / DAY
     failures: list[BaseException] = []
 
@@ -322,7 +331,7 @@ def test_socket_writes_among_hand_appends_index_like_a_reindex(daemon: Daemon, d
 
     append(path, event_line("hand", "the first line", number=399)[1])
     round_of_writers(1, 0)
-    assert daemon.call("daemon_status")["watcher"]["lines_from_writer"] > 0
+    assert (daemon.call("daemon_status")["watcher"]["lines_from_writer"] > 0) is from_writer
     round_of_writers(2, 10)
     with Memory(daemon.config) as live:
         assert live.status()["index"]["events"] == 171

@@ -29,6 +29,9 @@ def _daemon_options(func: F) -> F:
         click.option("--max-request-bytes", type=click.IntRange(min=1024),
                      default=16 * 1024 * 1024, show_default=True, metavar="N",
                      help="Largest JSON-RPC request line accepted."),
+        click.option("--index-process/--no-index-process", default=True, show_default=True,
+                     help="Index in a process of its own (the daemon's threads keep "
+                          "its core); --no-index-process indexes in the daemon."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -42,6 +45,7 @@ def _daemon_settings(flags: dict[str, Any]) -> Any:
     return DaemonOptions(autocommit=flags["autocommit"], commit_interval=flags["commit_interval"],
                          commit_max_events=flags["commit_max_events"],
                          reconcile_interval=flags["reconcile_interval"],
+                         index_process=flags["index_process"],
                          server=ServerOptions(max_request_bytes=flags["max_request_bytes"]))
 
 
