@@ -21,15 +21,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from gitmem import consistency, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packer, Section, header
 from gitmem.policies import ChannelRule, Policies
-from gitmem.records import CHANNELS, canonical_json, format_ts, parse_ts
+from gitmem.records import CHANNELS, compact_json, format_ts, parse_ts
 
 REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
@@ -213,15 +211,9 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
 
 
 def _fingerprint(value: Any) -> str:
-    """sha256 hex of `value` as JSON with sorted keys (what `acb_id` is made of):
-    orjson's encoding, a tenth of the stdlib's time for a bundle's ledger and
-    omissions (0.7 ms of a retrieval build at 1M events); the stdlib's canonical
-    form for what orjson cannot write."""
-    try:
-        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        data = canonical_json(value).encode()
-    return hashlib.sha256(data).hexdigest()
+    """sha256 hex of `value` as compact JSON with sorted keys (what `acb_id` is made
+    of; orjson's encoding saves 0.7 ms of a retrieval build at 1M events)."""
+    return hashlib.sha256(compact_json(value, sort_keys=True).encode()).hexdigest()
 
 
 def _pack(build: _Build) -> Packed:

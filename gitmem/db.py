@@ -406,8 +406,7 @@ class Database:
             with conn.transaction():  # a savepoint: the file's transaction goes on
                 return self.copy_rows(conn, table, columns, fresh)
         except psycopg.errors.UniqueViolation:
-            with conn.cursor() as cur:
-                cur.executemany(statement, list(rows))
+            self.executemany(f"insert_{table}", rows, conn)
             return len(fresh)
 
     @staticmethod

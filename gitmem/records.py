@@ -57,15 +57,18 @@ def format_ts(value: datetime) -> str:
     return value.isoformat(timespec="microseconds" if value.microsecond else "seconds")
 
 
-def compact_json(value: Any) -> str:
-    """Compact JSON, UTF-8 kept (an event line, a content column): orjson's text, in a
-    tenth of the stdlib's time, where orjson can write the value; the stdlib's for what
-    it cannot (an integer past 64 bits, a lone surrogate). Either parses back to the
-    same value; only a float's spelling may differ (1e-7 for 1e-07)."""
+def compact_json(value: Any, *, sort_keys: bool = False) -> str:
+    """Compact JSON, UTF-8 kept (an event line, a content column; with `sort_keys`,
+    what an ACB's id is hashed over): orjson's text, in a tenth of the stdlib's time,
+    where orjson can write the value; the stdlib's for what it cannot (an integer
+    past 64 bits, a lone surrogate). Either parses back to the same value; only a
+    float's spelling may differ (1e-7 for 1e-07)."""
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None
+                            ).decode()
     except TypeError:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"),
+                          sort_keys=sort_keys)
 
 
 def canonical_json(value: Any) -> str:

@@ -530,5 +530,7 @@ def test_crlf_and_byte_order_mark_files_parse() -> None:
 def test_compact_json_parses_back_to_the_same_value(value: dict[str, object]) -> None:
     text = compact_json(value)
     assert json.loads(text) == value
+    ordered = compact_json(value, sort_keys=True)
+    assert json.loads(ordered) == value and list(json.loads(ordered)) == sorted(value)
     assert "\n" not in text and ", " not in text.replace('", "', "")
 
