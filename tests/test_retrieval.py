@@ -38,6 +38,18 @@ def test_analyze_keeps_phrases_stems_and_plain_forms(memory: Memory) -> None:
     assert words["deploy"].query == "'deploy'"
 
 
+
+@pytest.mark.parametrize("text", [
+    "Where do the api database backups end up each night?",
+    "roll-back of v1.2.3 on host-42.example.com/path/x by bob@x.org: 'quoted' \"a phrase\"",
+    "42 -7 3.14 1e5 http://a.b/c?d=1 /usr/lib/x.so 3rd 12-abc abc-12 Ünïcödé naïve café",
+    "the a an of", ""])
+def test_query_tokens_are_what_ts_debug_returns(memory: Memory, text: str) -> None:
+    with memory.db.connection() as conn:
+        reference = conn.execute("SELECT alias, token, lexemes FROM ts_debug('english', %s) "
+                                 "WHERE alias <> 'blank'", [text]).fetchall()
+    assert memory.db.fetchall("query_tokens", {"text": text}) == reference
+
 def test_statistics_are_exact_per_tenant_and_follow_syncs(memory: Memory) -> None:
     for n in range(30):
         memory.record({"content": {"text": f"cluster note {n}" + (" kafka" if n < 3 else "")},
