@@ -315,11 +315,18 @@ def _tasks(build: _Build, section: Section) -> None:
         if not build.allows(row["sensitivity"]):
             build.packer.omit("privacy", row["task_id"])
             continue
-        item = {"type": "task", "id": row["task_id"], "text": row["item_text"],
-                "refs": list(dict.fromkeys([row["task_id"], *row["refs"]])),
-                "source": f"{row['path']}:1", "token_est": row["token_est"],
-                "status": row["status"]}
-        build.packer.add(section, item, row["hash"])
+        build.packer.add(section, _task_item(row), row["hash"])
+
+
+def _task_item(row: Row) -> dict[str, Any]:
+    template = row.get("_item")  # built once per cached row, copied per ACB
+    if template is None:
+        template = row["_item"] = {
+            "type": "task", "id": row["task_id"], "text": row["item_text"],
+            "refs": list(dict.fromkeys([row["task_id"], *row["refs"]])),
+            "source": f"{row['path']}:1", "token_est": row["token_est"],
+            "status": row["status"]}
+    return dict(template)
 
 
 def _decision_item(row: Row, score: float | None) -> dict[str, Any]:
