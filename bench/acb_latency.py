@@ -15,6 +15,7 @@ the client's parse.
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,27 @@ def by_tenant(samples: Samples) -> dict[str, dict[str, float]]:
             for tenant, found in ordered}
 
 
+def tail(samples: Samples) -> dict[str, Any]:
+    """The calls at or above the p95: how many had a second round of lanes, and the mean
+    of each phase over them (a phase a call did not have counts as 0), beside the
+    same means over all calls: what the p95 is made of."""
+    if not samples.calls:
+        return {}
+    line = percentile(samples.walls(), 95)
+    slow = [s for s in samples.calls if s.wall_ms >= line]
+
+    def means(calls: list[Sample]) -> dict[str, float]:
+        keys = sorted({k for s in calls for k in s.phases})
+        return {k: round(sum(s.phases.get(k, 0.0) for s in calls) / len(calls), 3)
+                for k in keys}
+    return {"calls": len(slow), "second_rounds": sum("retrieval_refill" in s.phases
+                                                     for s in slow),
+            "second_rounds_all": sum("retrieval_refill" in s.phases for s in samples.calls),
+            "tenants": dict(sorted(collections.Counter(s.ask.tenant for s in slow).items(),
+                                   key=lambda kv: -kv[1])),
+            "phases_mean_ms": means(slow), "phases_mean_all_ms": means(samples.calls)}
+
+
 def metric(samples: Samples, name: str, target: str) -> Metric:
     """One category's distribution with its median phases and slowest calls."""
     pools = [float(s.pool) for s in samples.calls]
@@ -140,7 +162,8 @@ def metric(samples: Samples, name: str, target: str) -> Metric:
                   pool_median=percentile(pools, 50), pool_max=max(pools, default=0.0),
                   text_chars_median=percentile([float(s.text_chars) for s in samples.calls],
                                                50),
-                  by_tenant=by_tenant(samples), slowest=_slowest(samples))
+                  by_tenant=by_tenant(samples), tail_p95=tail(samples),
+                  slowest=_slowest(samples))
 
 
 def measure(ctx: Context) -> list[Metric]:

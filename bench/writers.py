@@ -45,6 +45,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Start a scratch daemon, load it, print one line per run."""
     args = _parser().parse_args(argv)
+    spy_path = None
+    if args.profile is not None:
+        spy_path = shutil.which("py-spy") or shutil.which(
+            "py-spy", path=str(Path(sys.executable).parent))
+        if spy_path is None:
+            print("--profile needs py-spy (pip install py-spy): not found on PATH nor beside "
+                  f"{sys.executable}", file=sys.stderr)
+            return 2
     dsn = pg.resolve_dsn(args.dsn)
     schemas = pg.Schemas(dsn)
     scratch = Path(tempfile.mkdtemp(prefix="gitmem-writers-"))
@@ -55,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         concurrent(daemon, pool, args.clients, WARM_UP_S)
         for run in range(args.runs):
             spy = None
-            if args.profile is not None and run == 0 and daemon.pid is not None:
+            if spy_path is not None and run == 0 and daemon.pid is not None:
                 spy = subprocess.Popen(
-                    ["py-spy", "record", "--gil", "--nonblocking", "-f", "raw", "-p",
+                    [spy_path, "record", "--gil", "--nonblocking", "-f", "raw", "-p",
                      str(daemon.pid), "-d", str(max(1, int(args.seconds))), "-o",
                      str(args.profile)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             metric = concurrent(daemon, pool, args.clients, args.seconds)

@@ -323,7 +323,7 @@ class Database:
         values (their text fixes it). Each is prepared on the connection and planned
         once for any values (a generic plan), instead of parsed and planned again at
         every call: the lane statements of the 1M benchmark took 15% less time so
-        (docs/PERFORMANCE.md, "Planned once")."""
+        (docs/performance-log.md, "Planned once")."""
         if not statements:
             return []
         with self.connection() as conn, conn.pipeline():
@@ -385,7 +385,7 @@ class Database:
         row of `rows` has, is skipped), but with one COPY of the new ones: an INSERT
         per row costs the server an executor, the table's index openings and its index
         expressions' set-up every time (a sync of appended events spent 40% less time
-        so, docs/PERFORMANCE.md, section 4). Should another session index one of these
+        so, docs/performance-log.md, section 4). Should another session index one of these
         keys in between, the rows go in one by one after all. Returns rows copied."""
         statement = named_queries()[f"insert_{table}"]
         found = _CONFLICT_KEY.search(statement)
@@ -468,7 +468,7 @@ class _TextArrayDumper(Dumper):
 class TextArray(list[str]):
     """A list of str sent as one text[] parameter by `_TextArrayDumper`: for lists of
     hundreds of ids, psycopg's generic list dumper (a dumper chosen per element) took
-    0.4 to 0.6 ms more of the caller's time per list of 200 (docs/PERFORMANCE.md,
+    0.4 to 0.6 ms more of the caller's time per list of 200 (docs/performance-log.md,
     "Planned once")."""
 
 

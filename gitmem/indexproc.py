@@ -2,7 +2,7 @@
 
 The daemon is one Python process: its socket threads, the group-commit writer
 and the indexer share one GIL, and under 8 writing clients the indexer thread
-held a fifth of it (docs/PERFORMANCE.md, section 4). `IndexerProcess.fork`
+held a fifth of it (docs/performance-log.md, section 4). `IndexerProcess.fork`
 starts a child when the daemon starts, before any other thread exists (a fork
 copies the calling thread only; nothing is imported again, so the cold start
 stays as it was). The watcher's batches go to it through a pipe: the child

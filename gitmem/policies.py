@@ -105,7 +105,7 @@ class Privacy:
         that starts with a literal lets `re` skip to that literal with a substring
         search instead of trying the pattern at every position: on chat text,
         `sk-[A-Za-z0-9]{20,}` scans 13 times faster than `\bsk-[A-Za-z0-9]{20,}\b`
-        (docs/PERFORMANCE.md, section 4). Dropping a zero-width assertion can only
+        (docs/performance-log.md, section 4). Dropping a zero-width assertion can only
         add matches, so a text none of these finds has nothing to redact."""
         screens = []
         for pattern in self.patterns:

@@ -477,13 +477,13 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
 
 # A first round that found less than this share of what it expected refills. At 1M
 # events 0.5 sent 34 of 400 questions to a second round and 0.35 sends 8, for a
-# bounded-pool recall of 0.978 instead of 0.981 (docs/PERFORMANCE.md, section 1).
+# bounded-pool recall of 0.978 instead of 0.981 (docs/performance-log.md, section 1).
 REFILL_SHARE = 0.35
 # A statement cut off at its cap having found at least CONTINUE_UNDER times the rows it
 # was expected to (words that come together, a name) is continued with at least
 # CONTINUE_MIN rows. Continuing every cut-off statement while the first round filled at
 # most 0.55 of the pool raised the worst recall of the 1M benchmark further (0.685
-# instead of 0.51) but cost 1-3 ms of p95 over the socket (docs/PERFORMANCE.md).
+# instead of 0.51) but cost 1-3 ms of p95 over the socket (docs/performance-log.md).
 CONTINUE_MIN = 50
 CONTINUE_UNDER = 2.0
 

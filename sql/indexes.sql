@@ -12,7 +12,7 @@ CREATE INDEX IF NOT EXISTS events_path ON events (path);
 -- which the planner prices in: at the default 4 MB, a lane statement read ~350
 -- pending pages (2 ms) and the planner left the short index for the full one (5x
 -- the heap rows). 256 kB keeps a search's share small; inserts flush more often,
--- in smaller steps (docs/PERFORMANCE.md, "GIN pending lists").
+-- in smaller steps (docs/performance-log.md, "GIN pending lists").
 CREATE INDEX IF NOT EXISTS chunks_short_tsv ON chunks USING gin (tsv)
   WITH (gin_pending_list_limit = 256) WHERE token_est <= 48;
 -- The short chunks' lexemes stamped with their week, day and month (schema.sql,

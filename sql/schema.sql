@@ -22,7 +22,7 @@ $$;
 -- the days' keys. Only the stamped copies: plain lexemes have their own index. Time keys
 -- themselves (they hold '@') are not stamped; the copies carry no positions, so phrases
 -- keep the keyed form (gitmem/retrieval.py). The units come from unnest(ARRAY[...]), not
--- VALUES: 2.5x less CPU per chunk when the index is built (docs/PERFORMANCE.md).
+-- VALUES: 2.5x less CPU per chunk when the index is built (docs/performance-log.md).
 CREATE OR REPLACE FUNCTION gitmem_stamped(v tsvector, ts timestamptz) RETURNS tsvector
 IMMUTABLE PARALLEL SAFE LANGUAGE sql AS $$
   SELECT array_to_tsvector(ARRAY(
