@@ -69,9 +69,11 @@ def server_info(dsn: str) -> dict[str, str]:
     with connect(dsn) as conn:
         row = conn.execute("SELECT version() AS v").fetchone()
         info = {"version": str(row["v"]) if row else "?"}
-        for row in conn.execute("SELECT name, setting, unit FROM pg_settings "
+        # current_setting's text, with its unit ("2GB"): setting and unit side by side
+        # read "2621448kB" for 262144 pages of 8kB
+        for row in conn.execute("SELECT name, current_setting(name) AS value FROM pg_settings "
                                 "WHERE name = ANY(%s)", (list(names),)):
-            info[row["name"]] = f"{row['setting']}{row['unit'] or ''}"
+            info[row["name"]] = str(row["value"])
     return info
 
 
