@@ -86,23 +86,34 @@ def read_scope(request: AcbRequest) -> ReadScope:
                      bool(request.query_text.strip() or request.handoff_id))
 
 
-def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
-    template = row.get("_item")  # built once per cached row, copied per ACB
+def _item(row: Row, make: Callable[[Row], dict[str, Any]],
+          score: float | None = None) -> dict[str, Any]:
+    """The bundle item of `row`: made once per row (cached rows are reused by every
+    ACB) and copied per ACB, with its score when it has one."""
+    template = row.get("_item")
     if template is None:
-        template = {
-            "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
-            "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
-            "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
-            "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
-            "ts": _iso(row["ts"]),
-        }
-        if row.get("artifact_id"):
-            template["artifact_id"] = row["artifact_id"]
-        row["_item"] = template
+        template = row["_item"] = make(row)
     item = dict(template)
     if score is not None:
         item["score"] = score
     return item
+
+
+def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
+    return _item(row, _chunk_template, score)
+
+
+def _chunk_template(row: Row) -> dict[str, Any]:
+    template = {
+        "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
+        "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
+        "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
+        "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
+        "ts": _iso(row["ts"]),
+    }
+    if row.get("artifact_id"):
+        template["artifact_id"] = row["artifact_id"]
+    return template
 
 
 def _iso(value: datetime) -> str:
@@ -319,28 +330,18 @@ def _tasks(build: _Build, section: Section) -> None:
 
 
 def _task_item(row: Row) -> dict[str, Any]:
-    template = row.get("_item")  # built once per cached row, copied per ACB
-    if template is None:
-        template = row["_item"] = {
-            "type": "task", "id": row["task_id"], "text": row["item_text"],
-            "refs": list(dict.fromkeys([row["task_id"], *row["refs"]])),
-            "source": f"{row['path']}:1", "token_est": row["token_est"],
-            "status": row["status"]}
-    return dict(template)
+    return _item(row, lambda r: {
+        "type": "task", "id": r["task_id"], "text": r["item_text"],
+        "refs": list(dict.fromkeys([r["task_id"], *r["refs"]])),
+        "source": f"{r['path']}:1", "token_est": r["token_est"], "status": r["status"]})
 
 
 def _decision_item(row: Row, score: float | None) -> dict[str, Any]:
-    template = row.get("_item")  # built once per cached row, copied per ACB
-    if template is None:
-        template = row["_item"] = {
-            "type": "decision", "id": row["decision_id"], "text": row["item_text"],
-            "refs": list(row["refs"]), "source": f"{row['path']}:1",
-            "token_est": row["token_est"], "ts": _iso(row["ts"]),
-            "rationale": list(row["rationale"]), "supersedes": list(row["supersedes"])}
-    item = dict(template)
-    if score is not None:
-        item["score"] = score
-    return item
+    return _item(row, lambda r: {
+        "type": "decision", "id": r["decision_id"], "text": r["item_text"],
+        "refs": list(r["refs"]), "source": f"{r['path']}:1",
+        "token_est": r["token_est"], "ts": _iso(r["ts"]),
+        "rationale": list(r["rationale"]), "supersedes": list(r["supersedes"])}, score)
 
 
 def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> None:
