@@ -165,13 +165,14 @@ def new_repo(repo: Path, default_tenant: str = "default") -> Path:
 
 
 def commit_all(repo: Path, message: str) -> None:
-    """Commit everything in `repo`, as a project keeps its memory committed. The
-    automatic `git gc` a commit this size sets off runs before the commit returns:
-    detached, it packed the repository on both cores for minutes into the
-    measurements that followed."""
+    """Commit everything in `repo`, as a project keeps its memory committed, without
+    the automatic `git gc` a commit this size sets off: detached, it packed the
+    repository on both cores for minutes into the measurements that followed; in
+    the foreground it took 328 s of a 1M corpus's 11 minutes. Nothing here reads
+    the history, so the objects stay loose."""
     env = {**os.environ, **GIT_IDENTITY}
     subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "-c", "gc.autoDetach=false", "commit", "-q",
+    subprocess.run(["git", "-C", str(repo), "-c", "gc.auto=0", "commit", "-q",
                     "--no-verify", "-m", message], check=True, env=env)
 
 
