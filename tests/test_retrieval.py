@@ -324,6 +324,35 @@ def test_bounded_pools_recall_exact_ranking(memory: Memory) -> None:
         assert recall >= 0.9, (question, recall)
 
 
+
+def test_rows_are_scored_by_the_documented_formula(memory: Memory) -> None:
+    """score = alpha * BM25-normalized IDF share of the terms matched + beta *
+    exp(-age / tau) + gamma * importance, rounded to 9 decimals: the lane statements
+    compute it with their constants folded, and the result must not move."""
+    rng = random.Random(5)
+    start = datetime(2026, 1, 10, tzinfo=UTC)
+    memory.record_many([
+        {"content": {"text": " ".join(rng.choices(WORDS, k=rng.choice((3, 9, 30, 120))))},
+         "ts": (start + timedelta(hours=7 * n)).isoformat(),
+         "tags": ["important"] if n % 5 == 0 else []}
+        for n in range(400)])
+    memory.sync()
+    bounds = limits(memory)
+    terms = lexicon.analyze(memory.db, "cache rollback queue budget")
+    found = retrieval.retrieve(memory.db, "default", terms, bounds, NOW, EVERYONE)
+    average = retrieval.prepare(memory.db, "default", terms).stats.average_tokens
+    total = sum(found.idf)
+    assert len(found.candidates) == 200 and len({c.mask for c in found.candidates}) > 3
+    assert len({c.importance for c in found.candidates}) > 1
+    for c in found.candidates:
+        share = sum(w for n, w in enumerate(found.idf) if c.mask >> n & 1) / total
+        age = max(0.0, NOW.timestamp() - c.epoch) / (bounds.tau_days * planning.DAY)
+        expected = (bounds.alpha * planning.length_norm(c.token_est, average) * share
+                    + bounds.beta * math.exp(-min(700.0, age)) + bounds.gamma * c.importance)
+        assert c.score == pytest.approx(round(expected, 9), abs=2e-9), c
+    assert [c.score for c in found.candidates] == sorted(
+        (c.score for c in found.candidates), reverse=True)
+
 def test_recent_lanes_find_the_newest_matches_of_a_common_word(memory: Memory) -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     memory.record_many([{"content": {"text": f"deploy finished {n}"},
