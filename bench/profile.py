@@ -6,8 +6,9 @@ Runs `retrieval.retrieve` for every retrieval request of the benchmark (common
 and rare terms, questions), as `bench/bounded.py` prepares them, `--repeat`
 times in passes over all requests (the median per request is reported), after
 one warm-up pass. Prints p50/p95 and the sum of the medians per category, how
-many requests needed a second round and what it cost, and the slowest requests
-with their statements; `--out` writes every request's numbers as JSON. Without
+many requests needed a second round and what it cost, the slowest requests
+with their statements, and the CPU probe's time before and after (how fast the
+machine ran: bench/speed.py); `--out` writes every request's numbers as JSON. Without
 `--index-schema` the index is built in a schema of the run and dropped at the
 end. For A/B runs of two commits, run it from each checkout alternately on the
 same kept index (same schema version).
@@ -24,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import pg
+from bench import pg, speed
 from bench.bounded import prepare
 from bench.context import Context
 from bench.corpus import CACHE_DIR, ensure_corpus
@@ -106,11 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Context(args.size, args.seed, dsn, corpus, Path(scratch), schemas,
                       index_schema=args.index_schema)
         try:
+            before = speed.probe_ms()
             rows = profile(ctx, args.repeat)
+            after = speed.probe_ms()
         finally:
             ctx.close()
             schemas.drop_all()
     print(report(rows, args.slowest), end="")
+    print(f"CPU probe (bench/speed.py): {before:.1f} ms before, {after:.1f} ms after")
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

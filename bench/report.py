@@ -12,6 +12,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 
 from bench.stats import Metric
+from bench.summary import span
 
 
 def machine() -> dict[str, Any]:
@@ -50,22 +51,15 @@ def _fmt(value: float | str | None) -> str:
     return f"{int(value):,}"
 
 
-def _load(metric: Metric) -> str:
-    """The range of the 1-minute load average during the metric's measurement."""
-    load = metric.extra.get("load_avg_1m")
-    if isinstance(load, list) and load and all(isinstance(x, int | float) for x in load):
-        return f"{min(load):.1f}-{max(load):.1f}"
-    return ""
-
-
 def table(metrics: Sequence[Metric], notes: Sequence[str] = ()) -> str:
     """A fixed-width table of the metrics, then the notes (skipped, pending)."""
     header = ("group", "measurement", "value", "unit", "p50 ms", "p95 ms", "max ms", "n",
-              "load", "target")
+              "load", "probe ms", "target")
     rows = [header] + [(m.group, m.name, _fmt(m.value), m.unit, _fmt(m.p50), _fmt(m.p95),
-                        _fmt(m.max), _fmt(m.samples), _load(m), m.target) for m in metrics]
+                        _fmt(m.max), _fmt(m.samples), span(m.extra.get("load_avg_1m")),
+                        span(m.extra.get("cpu_probe_ms"), 0), m.target) for m in metrics]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    right = {2, 4, 5, 6, 7, 8}
+    right = {2, 4, 5, 6, 7, 8, 9}
 
     def line(row: Sequence[str]) -> str:
         return "  ".join(cell.rjust(w) if i in right else cell.ljust(w)

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import pg, summary
+from bench import pg, speed, summary
 from bench.context import Context, Skip
 from bench.corpus import CACHE_DIR, corpus_dir, ensure_corpus
 from bench.plan import SHAPES
@@ -85,9 +85,10 @@ def run_all(ctx: Context, only: set[str], quiet: tuple[float, float] = (0.0, 0.0
             ) -> dict[str, Any]:
     """Take the selected measurements; metrics, skips, pending ones and failures.
 
-    Each metric records the 1-minute load average at the start and the end of
-    its measurement (`extra.load_avg_1m`), and how long the run waited for the
-    machine to become quiet first (`--quiet-load`)."""
+    Each metric records the 1-minute load average and the CPU probe's time
+    (`bench/speed.py`) at the start and the end of its measurement
+    (`extra.load_avg_1m`, `extra.cpu_probe_ms`), and how long the run waited for
+    the machine to become quiet first (`--quiet-load`)."""
     metrics: list[Metric] = []
     skipped: list[dict[str, str]] = []
     pending: list[dict[str, str]] = []
@@ -104,8 +105,8 @@ def run_all(ctx: Context, only: set[str], quiet: tuple[float, float] = (0.0, 0.0
             skipped.append({"name": m.name, "reason": f"needs {', '.join(missing)}"})
             continue
         waited = wait_quiet(*quiet)
-        load = round(os.getloadavg()[0], 2)
-        _say(f"· {m.name}: {m.description} (load {load}"
+        load, probe = round(os.getloadavg()[0], 2), speed.probe_ms()
+        _say(f"· {m.name}: {m.description} (load {load}, CPU probe {probe:.0f} ms"
              + (f", after waiting {waited:.0f} s)" if waited else ")"))
         try:
             with timed() as clock:
@@ -119,8 +120,10 @@ def run_all(ctx: Context, only: set[str], quiet: tuple[float, float] = (0.0, 0.0
             _say(traceback.format_exc())
             continue
         _say(f"  done in {clock.s:.1f} s")
+        ended = [round(os.getloadavg()[0], 2), speed.probe_ms()]
         for metric in found:
-            metric.extra.setdefault("load_avg_1m", [load, round(os.getloadavg()[0], 2)])
+            metric.extra.setdefault("load_avg_1m", [load, ended[0]])
+            metric.extra.setdefault("cpu_probe_ms", [probe, ended[1]])
             if waited:
                 metric.extra.setdefault("waited_for_quiet_s", waited)
         metrics.extend(found)
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         _parser().error(f"unknown measurement(s): {', '.join(sorted(unknown))}")
     started = datetime.now(UTC)
-    load_start = os.getloadavg()[0]
+    load_start, probe_start = os.getloadavg()[0], speed.probe_ms()
     checkout = Path(__file__).resolve().parent.parent
     source = source_state(checkout)
     dsn = pg.resolve_dsn(args.dsn)
@@ -184,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
         "source": source,
         "load_avg_1m": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
+        "cpu_probe_ms": {"start": probe_start, "end": speed.probe_ms()},
         "corpus": {**info, "path": str(corpus.root)},
         "metrics": [m.to_dict() for m in metrics],
         "skipped": outcome["skipped"], "pending": outcome["pending"],

@@ -153,18 +153,26 @@ def _cell(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def span(value: Any, digits: int = 1) -> str:
+    """"low-high" of a metric's [start, end] readings (load, CPU probe); "" if absent."""
+    if isinstance(value, list) and value and all(isinstance(x, int | float) for x in value):
+        return f"{min(value):.{digits}f}-{max(value):.{digits}f}"
+    return ""
+
+
 def full_table(document: dict[str, Any]) -> str:
-    """Every metric of the run as a Markdown table (with the load during its measurement)."""
-    lines = ["| group | measurement | value | unit | p50 ms | p95 ms | max ms | n | load |",
-             "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    """Every metric of the run as a Markdown table (with the load and the CPU probe's
+    time at the start and the end of its measurement)."""
+    lines = ["| group | measurement | value | unit | p50 ms | p95 ms | max ms | n | load "
+             "| probe ms |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for m in document.get("metrics", []):
-        load = m.get("extra", {}).get("load_avg_1m")
-        span = (f"{min(load):.1f}-{max(load):.1f}" if isinstance(load, list) and load
-                else "")
+        extra = m.get("extra", {})
         lines.append("| " + " | ".join([
             m["group"], m["name"].replace("|", "/"), _cell(m.get("value")), m.get("unit", ""),
             _cell(m.get("p50")), _cell(m.get("p95")), _cell(m.get("max")),
-            _cell(m.get("samples")), span]) + " |")
+            _cell(m.get("samples")), span(extra.get("load_avg_1m")),
+            span(extra.get("cpu_probe_ms"), 0)]) + " |")
     return "\n".join(lines) + "\n"
 
 
