@@ -9,7 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gitmem import tokens
+from gitmem import packing, tokens
+from gitmem.memory import Memory
 
 PROBE = textwrap.dedent("""
     from gitmem import tokens
@@ -56,3 +57,34 @@ def test_counts_are_cl100k() -> None:
     assert tokens.count("<|endoftext|>") > 1  # special tokens count as plain text
     assert tokens.count_many(["a b", "c"] * 40) == [2, 1] * 40
     assert tokens.count_many(["hello world"]) == [2]
+
+
+def test_section_headings_are_counted_as_the_encoder_counts_them() -> None:
+    """Packing uses the headings' counts made ahead, so that a bundle never loads the
+    encoder; they must be what cl100k_base counts."""
+    assert set(packing.HEADER_TOKENS) == set(packing.SECTION_TITLES)
+    for name in packing.SECTION_TITLES:
+        assert packing.HEADER_TOKENS[name] == tokens.count(packing.header(name)), name
+
+
+def test_building_a_bundle_does_not_load_the_encoder(memory: Memory) -> None:
+    """A daemon's first build_acb would otherwise pay for loading the vocabulary (the
+    indexer, in a process of its own, is what counts tokens)."""
+    memory.record({"content": {"text": "we deploy on fridays"}, "session_id": "s1"})
+    memory.sync()
+    probe = textwrap.dedent(f"""
+        import tiktoken.registry
+        from gitmem.config import load_config
+        from gitmem.memory import Memory
+        config = load_config(store={str(memory.store)!r}, dsn={memory.config.dsn!r},
+                             schema={memory.config.schema!r})
+        with Memory(config) as memory:
+            memory.build_acb({{"session_id": "s1"}})
+            memory.build_acb({{"session_id": "s1", "query_text": "deploy fridays"}})
+            assert not tiktoken.registry.ENCODINGS, "the encoder was loaded"
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
