@@ -26,17 +26,22 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gitmem import client, gctune, gitops
+from gitmem import client, gctune
 from gitmem.config import Config
-from gitmem.db import embedded_dsn
 from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
-from gitmem.indexproc import IndexerProcess
-from gitmem.memory import Memory
-from gitmem.records import Event
-from gitmem.server import Server, ServerOptions
-from gitmem.watcher import Watcher
+from gitmem.server import ServerOptions
+
+if TYPE_CHECKING:
+    from gitmem.memory import Memory
+    from gitmem.records import Event
+    from gitmem.watcher import Watcher
+
+# What the daemon runs on (the index, the read and write paths, the watcher, git) is
+# imported by `run` and `Autocommit`, not here: `gitmem daemon start`, `stop` and
+# `status` need none of it, and a cold start waited 0.3-0.6 s for the starting
+# command to import it on the slowest machine seen.
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +152,8 @@ class Autocommit:
 
     def note_paths(self, paths: Iterable[str]) -> None:
         """The watcher indexed changed files (edits, hand appends, deletes)."""
+        from gitmem import gitops
+
         if any(p.split("/", 1)[0] in gitops.AUTOCOMMIT_DIRS for p in paths):
             self._note(0)
 
@@ -182,6 +189,8 @@ class Autocommit:
                 or time.monotonic() - self._dirty_since >= self.interval)
 
     def _commit(self) -> None:
+        from gitmem import gitops
+
         try:
             result = gitops.autocommit(self.store)
         except GitError as exc:
@@ -213,6 +222,13 @@ class Autocommit:
 
 def run(config: Config, options: DaemonOptions) -> None:
     """Serve the store in the foreground until SIGTERM or SIGINT."""
+    from gitmem import gitops
+    from gitmem.db import embedded_dsn
+    from gitmem.indexproc import IndexerProcess
+    from gitmem.memory import Memory
+    from gitmem.server import Server
+    from gitmem.watcher import Watcher
+
     lock_fd = _lock_pid_file(config)
     # Socket threads mostly wait; a short GIL switch interval keeps a busy indexer
     # batch from delaying their answers by the default 5 ms slices.

@@ -13,7 +13,7 @@ import base64
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitmem.errors import (
     DatabaseError,
@@ -23,7 +23,9 @@ from gitmem.errors import (
     StoreError,
     ValidationError,
 )
-from gitmem.memory import Memory
+
+if TYPE_CHECKING:
+    from gitmem.memory import Memory
 
 logger = logging.getLogger(__name__)
 

@@ -24,14 +24,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gitmem.client import socket_address
 from gitmem.errors import DaemonError, FormatError, PrivacyError
-from gitmem.memory import Memory
-from gitmem.records import Event
 from gitmem.rpc import (
     BUSY,
     INVALID_PARAMS,
@@ -45,6 +43,10 @@ from gitmem.rpc import (
     parse_request,
     response,
 )
+
+if TYPE_CHECKING:
+    from gitmem.memory import Memory
+    from gitmem.records import Event
 
 logger = logging.getLogger(__name__)
 

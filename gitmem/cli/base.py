@@ -13,13 +13,15 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from gitmem.config import Config, load_config
 from gitmem.errors import GitmemError
-from gitmem.memory import Memory
+
+if TYPE_CHECKING:
+    from gitmem.memory import Memory
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,6 +36,10 @@ class Context:
 
     @contextmanager
     def memory(self) -> Iterator[Memory]:
+        """The store, worked on in this process (imported here: a call the daemon
+        answers never needs the read and write paths)."""
+        from gitmem.memory import Memory
+
         with Memory(self.config(), db_pool_size=2) as memory:
             yield memory
 

@@ -11,7 +11,6 @@ import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
 from gitmem.errors import FormatError
-from gitmem.store import init_store
 
 
 @main.command()
@@ -25,6 +24,7 @@ def init(directory: Path, tenant: str) -> None:
       gitmem init ~/projects/agent    # git-inits the directory if needed
     """
     from gitmem.hooks import install
+    from gitmem.store import init_store
 
     with reported():
         report = init_store(directory, tenant)
