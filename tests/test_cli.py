@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -275,3 +277,21 @@ def test_a_wrong_dsn_fails_fast_with_the_reason(cli: Cli, bad_dsn: str, reason: 
     assert "hunter2" not in result.output
     assert "Traceback" not in result.output
     assert time.perf_counter() - started < 10  # not the pool's 30 s of retries
+
+
+def test_the_cli_and_the_daemon_lifecycle_import_no_database_or_read_path() -> None:
+    """A command a running daemon answers, and `gitmem daemon start`, need click, the
+    config and the client: importing psycopg, the index or the read and write paths
+    cost each such call 0.3-0.5 s. The public API still loads on first use."""
+    heavy = ("psycopg", "tiktoken", "watchdog", "git", "yaml", "gitmem.memory", "gitmem.db",
+             "gitmem.acb", "gitmem.records")
+    probe = (f"import sys, gitmem.cli, gitmem.daemon\n"
+             f"loaded = [m for m in {heavy!r} if m in sys.modules]\n"
+             f"assert not loaded, loaded\n"
+             f"from gitmem import Memory, load_config\n"
+             f"assert 'gitmem.memory' in sys.modules and Memory.__name__ == 'Memory'\n"
+             f"print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "ok\n"
