@@ -159,6 +159,10 @@ class ContextCache:
         self._generation = 0
         self._views: tuple[ViewRow, ...] | None = None
         self._decisions: dict[str, TenantDecisions] = {}
+        # each cached tenant's decision rows as read, and the decision files changed
+        # since: a change re-reads those files only (`decisions`)
+        self._decision_rows: dict[str, list[Row]] = {}
+        self._decisions_changed: dict[str, set[str]] = {}
         self._tasks: dict[str, OpenTasks] = {}
         self._pinned: dict[str, list[Row]] = {}
         self._sessions: OrderedDict[tuple[str, str, str, int], list[Row]] = OrderedDict()
@@ -168,14 +172,22 @@ class ContextCache:
 
     def invalidate(self, paths: Iterable[str] | None = None) -> None:
         """Drop what the changed store-relative `paths` affect (None: everything)."""
-        kinds = None if paths is None else {classify(p) for p in paths}
+        changed = None if paths is None else {p: classify(p) for p in paths}
+        kinds = None if changed is None else set(changed.values())
         with self._lock:
             self._generation += 1
             self._bundles.clear()  # any change may touch a packed bundle
             if kinds is None or "view" in kinds or "policy" in kinds:
                 self._views = None
-            if kinds is None or "decision" in kinds:
+            if changed is None or kinds is None:
                 self._decisions.clear()
+                self._decision_rows.clear()
+                self._decisions_changed.clear()
+            elif "decision" in kinds:
+                self._decisions.clear()
+                files = {p for p, kind in changed.items() if kind == "decision"}
+                for tenant in self._decision_rows:
+                    self._decisions_changed.setdefault(tenant, set()).update(files)
             if kinds is None or "task" in kinds:
                 self._tasks.clear()
             if kinds is None or "events" in kinds:
@@ -234,9 +246,33 @@ class ContextCache:
         return tuple(views)
 
     def decisions(self, tenant: str) -> TenantDecisions:
-        """The tenant's decisions, chains resolved."""
-        return self._cached(self._decisions, tenant, lambda: resolve_decisions(
-            self._db().fetchall("tenant_decisions", {"tenant": tenant})))
+        """The tenant's decisions, chains resolved.
+
+        Read whole once; after that a changed decision file re-reads only the changed
+        files' rows into the kept ones, and the chains are resolved again: a tenant
+        of 3,338 decisions cost 62-107 ms to read whole, on every decision written."""
+        with self._lock:
+            found = self._decisions.get(tenant)
+            if found is not None:
+                return found
+            generation = self._generation
+            kept = self._decision_rows.get(tenant)
+            changed = sorted(self._decisions_changed.get(tenant, ()))
+        db = self._db()
+        if kept is None:
+            rows = db.fetchall("tenant_decisions", {"tenant": tenant})
+        else:
+            fresh = db.fetchall("tenant_decisions_at", {"tenant": tenant, "paths": changed})
+            gone = set(changed)
+            rows = [row for row in kept if row["path"] not in gone] + fresh
+            rows.sort(key=lambda r: (r["ts"], r["decision_id"]), reverse=True)  # as read
+        resolved = resolve_decisions(rows)
+        with self._lock:
+            if generation == self._generation:  # else a newer change: patch again later
+                self._decision_rows[tenant] = rows
+                self._decisions[tenant] = resolved
+                self._decisions_changed.pop(tenant, None)
+        return resolved
 
     def open_tasks(self, tenant: str) -> OpenTasks:
         """The tenant's tasks that are open, doing or blocked."""

@@ -202,6 +202,15 @@ FROM decisions d JOIN chunks c ON c.chunk_id = d.decision_id
 WHERE d.tenant_id = %(tenant)s
 ORDER BY d.ts DESC, d.decision_id DESC
 
+-- name: tenant_decisions_at
+-- The rows tenant_decisions holds for some decision files (those changed since the cache
+-- read the tenant's decisions whole).
+SELECT d.decision_id, d.ts, d.status, d.scope, d.title, d.text, d.rationale, d.supersedes,
+       d.refs, d.sensitivity, d.tags, d.path, d.confidence, c.token_est, c.hash,
+       c.importance, c.text AS item_text
+FROM decisions d JOIN chunks c ON c.chunk_id = d.decision_id
+WHERE d.tenant_id = %(tenant)s AND d.path = ANY (%(paths)s)
+
 -- name: tenant_open_tasks
 SELECT t.task_id, t.ts, t.status, t.title, t.owner, t.refs, t.session_id, t.sensitivity,
        t.tags, t.path, c.token_est, c.hash, c.importance, c.text AS item_text

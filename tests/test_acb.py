@@ -12,6 +12,7 @@ import pytest
 from gitmem import tokens
 from gitmem.acb import render_text
 from gitmem.config import Config
+from gitmem.context import ContextCache, TenantDecisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
 from tests.conftest import Cli, git
@@ -116,6 +117,44 @@ def test_decision_superseded_by_status_edit_is_inactive(memory: Memory) -> None:
     path.write_text(path.read_text().replace("status: active", "status: superseded"))
     acb = memory.build_acb({"now": NOW, "query_text": "log format"})
     assert dec not in [i["id"] for i in section(acb, "relevant_decisions")]
+
+
+def test_the_decisions_cache_reads_changed_files_only_and_matches_a_fresh_read(
+        memory: Memory) -> None:
+    """After the first read, a written, edited or deleted decision file is re-read alone
+    into the kept rows, and the chains come out as a whole read gives them."""
+    evt = say(memory, "Which queue do the workers use?")
+    first = memory.decide("Use RabbitMQ for the workers", [evt]).content["decision_id"]
+    second = memory.decide("Use NATS for the workers", [evt],
+                           supersedes=[first]).content["decision_id"]
+    other = memory.decide("Workers retry three times", [evt]).content["decision_id"]
+    memory.sync()
+    cache = memory.cache
+
+    def same_as_a_fresh_read() -> TenantDecisions:
+        got = cache.decisions("default")
+        fresh = ContextCache(lambda: memory.db).decisions("default")
+        assert list(got.by_id) == list(fresh.by_id)
+        assert [r["decision_id"] for r in got.active] == [r["decision_id"] for r in fresh.active]
+        assert got.superseded_by == fresh.superseded_by
+        assert got.superseded_at == fresh.superseded_at
+        return got
+
+    kept = same_as_a_fresh_read().by_id[other]
+    third = memory.decide("Use Kafka for the workers", [evt],
+                          supersedes=[second]).content["decision_id"]
+    memory.sync()
+    chain = same_as_a_fresh_read()
+    assert chain.by_id[other] is kept  # not read again
+    assert chain.latest(first) == third and chain.superseded_by[second] == third
+    path = memory.store / "decisions" / f"{third}.md"  # retired by hand: no successor
+    path.write_text(path.read_text().replace("status: active", "status: superseded"))
+    memory.sync()
+    chain = same_as_a_fresh_read()
+    assert not chain.latest(first) and chain.by_id[other] is kept
+    (memory.store / "decisions" / f"{other}.md").unlink()
+    memory.sync()
+    assert other not in same_as_a_fresh_read().by_id
 
 
 def test_decisions_are_ranked_by_relevance(memory: Memory) -> None:
