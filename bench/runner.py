@@ -120,10 +120,10 @@ def run_all(ctx: Context, only: set[str], quiet: tuple[float, float] = (0.0, 0.0
             _say(traceback.format_exc())
             continue
         _say(f"  done in {clock.s:.1f} s")
-        ended = [round(os.getloadavg()[0], 2), speed.probe_ms()]
+        load_end, probe_end = round(os.getloadavg()[0], 2), speed.probe_ms()
         for metric in found:
-            metric.extra.setdefault("load_avg_1m", [load, ended[0]])
-            metric.extra.setdefault("cpu_probe_ms", [probe, ended[1]])
+            metric.extra.setdefault("load_avg_1m", [load, load_end])
+            metric.extra.setdefault("cpu_probe_ms", [probe, probe_end])
             if waited:
                 metric.extra.setdefault("waited_for_quiet_s", waited)
         metrics.extend(found)

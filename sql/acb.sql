@@ -195,21 +195,14 @@ FROM views v JOIN view_chunks c ON c.path = v.path
 ORDER BY v.path, c.ord
 
 -- name: tenant_decisions
+-- A tenant's decisions, or only those of %(paths)s (the decision files changed since the
+-- cache read them all) when it is not NULL.
 SELECT d.decision_id, d.ts, d.status, d.scope, d.title, d.text, d.rationale, d.supersedes,
        d.refs, d.sensitivity, d.tags, d.path, d.confidence, c.token_est, c.hash,
        c.importance, c.text AS item_text
 FROM decisions d JOIN chunks c ON c.chunk_id = d.decision_id
-WHERE d.tenant_id = %(tenant)s
+WHERE d.tenant_id = %(tenant)s AND (%(paths)s::text[] IS NULL OR d.path = ANY (%(paths)s))
 ORDER BY d.ts DESC, d.decision_id DESC
-
--- name: tenant_decisions_at
--- The rows tenant_decisions holds for some decision files (those changed since the cache
--- read the tenant's decisions whole).
-SELECT d.decision_id, d.ts, d.status, d.scope, d.title, d.text, d.rationale, d.supersedes,
-       d.refs, d.sensitivity, d.tags, d.path, d.confidence, c.token_est, c.hash,
-       c.importance, c.text AS item_text
-FROM decisions d JOIN chunks c ON c.chunk_id = d.decision_id
-WHERE d.tenant_id = %(tenant)s AND d.path = ANY (%(paths)s)
 
 -- name: tenant_open_tasks
 SELECT t.task_id, t.ts, t.status, t.title, t.owner, t.refs, t.session_id, t.sensitivity,
