@@ -177,14 +177,18 @@ class Memory:
         return report
 
     def forget(self, changed: Sequence[Mapping[str, Any]]) -> None:
-        """Drop cached copies of what a sync changed; when only new lines of some
-        sessions came in, only those sessions' copies (other sessions stay warm)."""
-        if all("sessions" in item for item in changed):
-            self.cache.forget_sessions({tuple(pair) for item in changed
+        """Drop cached copies of what a sync changed: for new lines of some sessions,
+        only those sessions' copies (other sessions stay warm, even when a task or
+        decision file came in the same batch); for any other change, what its
+        path affects."""
+        lines = [item for item in changed if "sessions" in item]
+        if lines:
+            self.cache.forget_sessions({tuple(pair) for item in lines
                                         for pair in item["sessions"]},
-                                       pinned=any(item["pinned"] for item in changed))
-        else:
-            self.invalidate(item["path"] for item in changed)
+                                       pinned=any(item["pinned"] for item in lines))
+        others = [item["path"] for item in changed if "sessions" not in item]
+        if others:
+            self.invalidate(others)
 
     def reindex(self, progress: indexer.Progress | None = None) -> indexer.SyncReport:
         """Drop and rebuild the index from the files."""

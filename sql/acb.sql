@@ -196,7 +196,8 @@ ORDER BY v.path, c.ord
 
 -- name: tenant_decisions
 -- A tenant's decisions, or only those of %(paths)s (the decision files changed since the
--- cache read them all) when it is not NULL.
+-- cache read them all) when it is not NULL. gitmem/context.py sorts merged rows the same
+-- way (_arrange_decisions).
 SELECT d.decision_id, d.ts, d.status, d.scope, d.title, d.text, d.rationale, d.supersedes,
        d.refs, d.sensitivity, d.tags, d.path, d.confidence, c.token_est, c.hash,
        c.importance, c.text AS item_text
@@ -205,10 +206,14 @@ WHERE d.tenant_id = %(tenant)s AND (%(paths)s::text[] IS NULL OR d.path = ANY (%
 ORDER BY d.ts DESC, d.decision_id DESC
 
 -- name: tenant_open_tasks
+-- A tenant's open tasks, or only those of %(paths)s (the task files changed since the
+-- cache read them all) when it is not NULL. gitmem/context.py sorts merged rows the same
+-- way (_arrange_tasks).
 SELECT t.task_id, t.ts, t.status, t.title, t.owner, t.refs, t.session_id, t.sensitivity,
        t.tags, t.path, c.token_est, c.hash, c.importance, c.text AS item_text
 FROM tasks t JOIN chunks c ON c.chunk_id = t.task_id
 WHERE t.tenant_id = %(tenant)s AND t.status IN ('open', 'doing', 'blocked')
+  AND (%(paths)s::text[] IS NULL OR t.path = ANY (%(paths)s))
 ORDER BY array_position(ARRAY['doing', 'blocked', 'open'], t.status), t.ts DESC, t.task_id DESC
 
 -- name: handoff

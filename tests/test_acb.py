@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from gitmem import tokens
 from gitmem.acb import render_text
 from gitmem.config import Config
-from gitmem.context import ContextCache, TenantDecisions
+from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
 from tests.conftest import Cli, git
@@ -155,6 +156,121 @@ def test_the_decisions_cache_reads_changed_files_only_and_matches_a_fresh_read(
     (memory.store / "decisions" / f"{other}.md").unlink()
     memory.sync()
     assert other not in same_as_a_fresh_read().by_id
+
+
+def test_chains_end_at_their_newest_active_successor_and_loops_at_none() -> None:
+    day = datetime(2026, 2, 1, tzinfo=UTC)
+    rows = [{"decision_id": f"dec_{d}", "ts": day.replace(day=n), "status": status,
+             "supersedes": [f"dec_{x}" for x in sup]}
+            for d, n, sup, status in [
+                ("a", 1, "", "active"), ("b", 2, "a", "active"), ("c", 3, "b", "active"),
+                ("d", 1, "", "active"), ("e", 2, "d", "active"), ("f", 3, "d", "active"),
+                ("g", 1, "hj", "active"), ("h", 2, "g", "active"), ("j", 1, "", "active"),
+                ("k", 1, "", "active"), ("l", 2, "k", "superseded"), ("m", 4, "x", "active")]]
+    rows.sort(key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
+    chains = resolve_decisions(rows)
+    assert [r["decision_id"] for r in chains.active] == ["dec_m", "dec_f", "dec_c", "dec_e"]
+    assert chains.superseded_by == {
+        "dec_a": "dec_c", "dec_b": "dec_c",   # followed to the end
+        "dec_d": "dec_f",                     # two successors: the newer one
+        "dec_g": "", "dec_h": "", "dec_j": "",  # a loop, and what leads into it
+        "dec_k": "", "dec_l": ""}             # ends in a decision retired by hand
+    assert chains.superseded_at["dec_k"] == day.replace(day=2) and "dec_l" not in (
+        chains.superseded_at)
+    assert chains.latest("dec_a") == "dec_c" and chains.latest("dec_x") is None
+
+
+def test_the_tasks_cache_reads_changed_files_only_and_matches_a_fresh_read(
+        memory: Memory) -> None:
+    """After the first read, a created, closed, reopened or deleted task file is re-read
+    alone into the kept rows, in the order a whole read gives."""
+    first = memory.task("Write the runbook", ts="2026-02-01T10:00:00+00:00").content["task_id"]
+    second = memory.task("Rotate the keys", status="doing",
+                         ts="2026-02-02T10:00:00+00:00").content["task_id"]
+    third = memory.task("Move the staging cluster", status="blocked",
+                        ts="2026-02-03T10:00:00+00:00").content["task_id"]
+    memory.sync()
+    cache = memory.cache
+
+    def same_as_a_fresh_read() -> list[str]:
+        got = cache.open_tasks("default")
+        fresh = ContextCache(lambda: memory.db).open_tasks("default")
+        assert [r["task_id"] for r in got.rows] == [r["task_id"] for r in fresh.rows]
+        assert got.ids == fresh.ids
+        assert {k: [r["task_id"] for r in v] for k, v in got.by_session.items()} == {
+            k: [r["task_id"] for r in v] for k, v in fresh.by_session.items()}
+        return [r["task_id"] for r in got.rows]
+
+    assert same_as_a_fresh_read() == [second, third, first]  # doing, blocked, open
+    kept = next(r for r in cache.open_tasks("default").rows if r["task_id"] == first)
+    fourth = memory.task("Write the postmortem", status="doing",
+                         ts="2026-02-04T10:00:00+00:00").content["task_id"]
+    memory.task("Rotate the keys", task_id=second, status="done",
+                ts="2026-02-05T10:00:00+00:00")
+    memory.sync()
+    assert same_as_a_fresh_read() == [fourth, third, first]
+    assert next(r for r in cache.open_tasks("default").rows
+                if r["task_id"] == first) is kept  # not read again
+    memory.task("Rotate the keys", task_id=second, status="open",
+                ts="2026-02-06T10:00:00+00:00")
+    (memory.store / "tasks" / f"{third}.md").unlink()
+    memory.sync()
+    assert same_as_a_fresh_read() == [fourth, second, first]
+
+
+def test_a_tenants_cached_decisions_and_tasks_survive_another_tenants_writes(
+        memory: Memory) -> None:
+    """A decision or task of one tenant changed: another tenant's chains and task lists
+    stay as they were (looked at again, not made again); a file moved between tenants
+    leaves one and joins the other."""
+    evt = say(memory, "Which queue do the workers use?")
+    mine = memory.decide("Use NATS for the workers", [evt]).content["decision_id"]
+    task = memory.task("Write the runbook").content["task_id"]
+    other = say(memory, "Which cloud?", tenant_id="acme")
+    memory.decide("Use one region", [other], tenant_id="acme")
+    memory.task("Move the staging cluster", tenant_id="acme")
+    memory.sync()
+    cache = memory.cache
+    chains, tasks = cache.decisions("default"), cache.open_tasks("default")
+    assert cache.decisions("acme").by_id and cache.open_tasks("acme").rows
+    memory.decide("Use two regions", [other], tenant_id="acme")
+    memory.task("Rotate the keys", tenant_id="acme")
+    memory.sync()
+    assert cache.decisions("default") is chains and cache.open_tasks("default") is tasks
+    assert len(cache.decisions("acme").active) == 2 and len(cache.open_tasks("acme").rows) == 2
+    for kind, name in (("decisions", mine), ("tasks", task)):
+        path = memory.store / kind / f"{name}.md"
+        path.write_text(path.read_text().replace("tenant_id: default", "tenant_id: acme"))
+    memory.sync()
+    assert mine not in cache.decisions("default").by_id and mine in cache.decisions("acme").by_id
+    assert not cache.open_tasks("default").rows
+    assert task in [r["task_id"] for r in cache.open_tasks("acme").rows]
+
+
+def test_a_fill_is_kept_unless_its_own_session_changed_meanwhile(memory: Memory) -> None:
+    """New events of another session while a bundle or a window is filled: it is kept;
+    of its own session (or a pinned one of its tenant, for a bundle): it is not."""
+    cache = ContextCache(lambda: memory.db)
+    key = ("default", "s1", "agent", "private", 0)
+
+    def build(*forget: tuple[str, str], pinned: bool = False) -> Any:
+        def make() -> object:
+            cache.forget_sessions(set(forget), pinned=pinned)
+            return object()
+        return make
+
+    kept = cache.bundle(key, build(("default", "s2"), ("acme", "s1")))
+    assert cache.bundle(key, build()) is kept
+    cache.invalidate(["tasks/tsk_x.md"])
+    first = cache.bundle(key, build(("default", "s1")))
+    assert cache.bundle(key, build()) is not first
+    cache.invalidate(["tasks/tsk_x.md"])
+    first = cache.bundle(key, build(("default", "s2"), pinned=True))
+    assert cache.bundle(key, build()) is not first
+    window = cache.session("recent", "default", "s1", 10)
+    assert cache.session("recent", "default", "s1", 10) is window
+    cache.forget_sessions({("default", "s1")}, pinned=False)
+    assert cache.session("recent", "default", "s1", 10) is not window
 
 
 def test_decisions_are_ranked_by_relevance(memory: Memory) -> None:
