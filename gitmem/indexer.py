@@ -258,7 +258,7 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
 def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str) -> None:
     """Remove a file's rows, uncounting its chunks' lexemes first."""
     db.execute("lexemes_remove_path", {"path": path}, conn)
-    db.execute("lexemes_prune", None, conn)
+    db.execute("lexemes_prune_path", {"path": path}, conn)
     db.execute("delete_file_rows", {"path": path}, conn)
 
 

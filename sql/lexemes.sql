@@ -51,8 +51,19 @@ ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"
 ON CONFLICT (tenant_id, lexeme) DO UPDATE
 SET df = lexeme_df.df + EXCLUDED.df, short_df = lexeme_df.short_df + EXCLUDED.short_df
 
--- name: lexemes_prune
-DELETE FROM lexeme_df WHERE df <= 0
+-- name: lexemes_prune_path
+-- Drop the counts lexemes_remove_path took to zero: those of file %(path)s's chunks and
+-- their tenants' totals, looked up one by one (before the rows are deleted). Only that
+-- statement lowers counts, so no other can have reached zero; a scan of the whole table
+-- (340,247 rows at 1M events) cost 21-32 ms on every decision or task written.
+DELETE FROM lexeme_df d
+USING (
+  SELECT c.tenant_id, u.lexeme FROM chunks c, unnest(c.tsv) AS u WHERE c.path = %(path)s
+  UNION
+  SELECT c.tenant_id, t.lexeme FROM chunks c, (VALUES (''), ('#')) AS t (lexeme)
+  WHERE c.path = %(path)s
+) gone
+WHERE d.tenant_id = gone.tenant_id AND d.lexeme = gone.lexeme AND d.df <= 0
 
 -- name: lexemes_count_all
 -- After a bulk load: every tenant's document frequencies, counted by a query that

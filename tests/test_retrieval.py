@@ -83,11 +83,19 @@ def test_incremental_frequencies_equal_a_rebuild(memory: Memory) -> None:
                              "ts": f"2026-02-0{day}T10:00:00+00:00", "tenant_id": tenant}
                             for tenant in ("acme", "globex") for _ in range(20)])
         memory.sync()
+    evt = memory.record({"content": {"text": "one lonely tenant"}, "tenant_id": "initech",
+                         "ts": "2026-02-09T10:00:00+00:00"}).id
+    decision = memory.decide("Keep the quarterly platform roadmap", [evt], tenant_id="initech",
+                             ts="2026-02-09T11:00:00+00:00").content["decision_id"]
+    memory.sync()
     path = memory.store / "events" / "2026-02" / "2026-02-03.jsonl"
     path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:5]))  # rewrite
+    (memory.store / "events" / "2026-02" / "2026-02-09.jsonl").unlink()
+    (memory.store / "decisions" / f"{decision}.md").unlink()  # initech has no chunk left
     memory.sync()
     with memory.db.connection() as conn:
         incremental = conn.execute("SELECT * FROM lexeme_df ORDER BY 1, 2").fetchall()
+    assert not [row for row in incremental if row["tenant_id"] == "initech"]
     memory.reindex()
     with memory.db.connection() as conn:
         rebuilt = conn.execute("SELECT * FROM lexeme_df ORDER BY 1, 2").fetchall()
