@@ -5,7 +5,9 @@ request once (its fast-path calls, the first of each session, are reported
 apart: caches cold), then `PASSES` measured passes, category after category.
 Last, each fast-path request once more right after a `record_event` of a
 probe session (`bench.probes`): a write drops cached windows and must be
-indexed before the next read answers.
+indexed before the next read answers; and once more right after an update of
+the probe tenant's task: a task file is waited for by every read, and must
+leave the other tenants' cached tasks as they were.
 Each call is timed at the client (send → parsed answer); the server's own
 breakdown comes from `provenance.timings_ms` (per section, retrieval's
 terms/pools/score) and `index_state.catch_up_ms` (the watcher flush before
@@ -94,20 +96,24 @@ def run(ctx: Context) -> dict[str, Samples]:
                 out[category].daemon_cpu_s += daemon.cpu_s() - cpu
     out["fast_first"] = first
     out["fast_after_write"] = after_writes(ctx, daemon, sets["fast"])
+    out["fast_after_task"] = after_writes(ctx, daemon, sets["fast"], task=True)
     daemon.stats["rss_after_acb_mb"] = daemon.rss_mb()
     return out
 
 
-def after_writes(ctx: Context, daemon: BenchDaemon, fast: list[Ask]) -> Samples:
+def after_writes(ctx: Context, daemon: BenchDaemon, fast: list[Ask], *,
+                 task: bool = False) -> Samples:
     """Each fast-path request right after a record_event (of another session, on
     another connection): what an agent loop of write-then-read sees, the caches
-    dropped by the write and the new line indexed before the answer."""
-    out = Samples("fast_after_write")
+    dropped by the write and the new line indexed before the answer. With `task`,
+    the write updates the probe tenant's task (its file too)."""
+    out = Samples("fast_after_task" if task else "fast_after_write")
+    make = probes.task_fields if task else probes.fields
     with probes.probing(ctx, daemon) as probe, daemon.client() as writer, \
             daemon.client() as reader:
         cpu = daemon.cpu_s()
         for ask in fast:
-            writer.call("record_event", probes.fields(*probe.stamp()))
+            writer.call("record_event", make(*probe.stamp()))
             out.calls.append(call(reader, ask))
         out.daemon_cpu_s = daemon.cpu_s() - cpu  # the writes' share included
     return out
@@ -173,6 +179,7 @@ def measure(ctx: Context) -> list[Metric]:
     names = {"fast": "fast path (no query), warm caches",
              "fast_first": "fast path, first call per session (cold caches)",
              "fast_after_write": "fast path right after a record_event (another session)",
+             "fast_after_task": "fast path right after a task update (another tenant)",
              "common": "retrieval: common terms", "rare": "retrieval: rare terms",
              "question": "retrieval: natural-language questions"}
     metrics = [metric(found[c], names[c], TARGETS.get(c, RETRIEVAL_TARGET))
@@ -183,4 +190,5 @@ def measure(ctx: Context) -> list[Metric]:
     metrics.append(metric(retrieval, "retrieval: all three sets", RETRIEVAL_TARGET))
     metrics.append(metric(found["fast_first"], names["fast_first"], ""))
     metrics.append(metric(found["fast_after_write"], names["fast_after_write"], ""))
+    metrics.append(metric(found["fast_after_task"], names["fast_after_task"], ""))
     return metrics

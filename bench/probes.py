@@ -3,9 +3,10 @@
 Probe events belong to a tenant and session of their own (`TENANT`, `SESSION`)
 and are stamped within the corpus's last day, so they land in its last day
 file. `probing` remembers that file's size and truncates it back at the end
-(the cached corpus stays as generated), waits until the daemon has re-indexed
-it, and checks that no probe row is left in the index. Lines a crashed
-earlier run left behind are cut first.
+(the cached corpus stays as generated), deletes the probe task's file (one
+task, `TASK_ID`, updated by `task_fields`), waits until the daemon has
+re-indexed both, and checks that no probe row is left in the index. What a
+crashed earlier run left behind is removed first.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gitmem.records import content_hash, format_ts, parse_event, parse_ts
 TENANT = "bench-visibility"
 SESSION = "s_bench_visibility"
 AGENT = "bench-agent"
+TASK_ID = "tsk_" + "0" * 12 + "BENCHPR0BETASK"  # a valid id no write path mints (year 1970)
 _MARK = f'"tenant_id":"{TENANT}"'.encode()
 
 
@@ -50,6 +52,18 @@ def strip_leftovers(path: Path) -> int:
     start = data.rfind(b"\n", 0, at) + 1
     os.truncate(path, start)
     return start
+
+
+def task_path(store: Path) -> Path:
+    """The probe task's file."""
+    return store / "tasks" / f"{TASK_ID}.md"
+
+
+def task_fields(number: int, ts: datetime) -> dict[str, Any]:
+    """An update of the probe task (its file rewritten), as a client sends it."""
+    status = ("open", "doing")[number % 2]
+    return {**fields(number, ts), "kind": "task_update",
+            "content": {"task_id": TASK_ID, "title": f"probe task {number}", "status": status}}
 
 
 def fields(number: int, ts: datetime) -> dict[str, Any]:
@@ -92,10 +106,12 @@ class Probe:
 
 
 def _leftover_rows(ctx: Context) -> int:
-    schema = ctx.index_config().schema
+    schema = sql.Identifier(ctx.index_config().schema)
     with pg.connect(ctx.dsn) as conn:
-        row = conn.execute(sql.SQL("SELECT count(*) AS n FROM {}.events WHERE tenant_id = %s")
-                           .format(sql.Identifier(schema)), (TENANT,)).fetchone()
+        row = conn.execute(sql.SQL(
+            "SELECT (SELECT count(*) FROM {}.events WHERE tenant_id = %s)"
+            " + (SELECT count(*) FROM {}.tasks WHERE tenant_id = %s) AS n").format(
+                schema, schema), (TENANT, TENANT)).fetchone()
     return int(row["n"]) if row else 0
 
 
@@ -104,6 +120,7 @@ def probing(ctx: Context, daemon: BenchDaemon) -> Iterator[Probe]:
     """Probe events may be written inside; the day file is restored on the way out."""
     path = last_day_file(ctx.corpus.store)
     size = strip_leftovers(path)
+    task_path(ctx.corpus.store).unlink(missing_ok=True)
     day = datetime.fromisoformat(path.stem + "T00:00:00+00:00")
     now = format_ts(max(parse_ts(ctx.corpus.info["now"]), day + timedelta(days=1)))
     probe = Probe(path, size, day, now)
@@ -111,6 +128,7 @@ def probing(ctx: Context, daemon: BenchDaemon) -> Iterator[Probe]:
         yield probe
     finally:
         os.truncate(path, size)
+        task_path(ctx.corpus.store).unlink(missing_ok=True)
         with timed() as clock:
             daemon.call("status")  # waits until the watcher has re-indexed the file
         probe.stats.update(file=str(path.relative_to(ctx.corpus.store)), file_bytes=size,

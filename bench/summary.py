@@ -63,6 +63,8 @@ CHECKS: tuple[Check, ...] = (
           "fast path (no query), warm caches", "p95", 3.0, "ms"),
     Check("… right after a record_event of another session",
           "fast path right after a record_event (another session)", "p95", 3.0, "ms"),
+    Check("… right after a task update of another tenant (its file waited for)",
+          "fast path right after a task update (another tenant)", "p95", 3.0, "ms"),
     Check("… of another session, while 8 clients write",
           "build_acb fast path (another session) beside 8 writing clients", "p95", 3.0, "ms"),
     Check("build_acb with retrieval over the socket: p95 ≤ 25 ms",
