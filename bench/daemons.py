@@ -143,7 +143,9 @@ class BenchDaemon:
 
 def postgres_cpu_s() -> float:
     """CPU seconds used so far by every process named `postgres` on the machine (the
-    server's backends; other users' servers included)."""
+    server's backends; other users' servers included), and by those that have ended:
+    the postmaster's reaped children. Without them a backend that ended during a
+    measurement took its time with it, and the difference could come out negative."""
     total = 0.0
     for proc in psutil.process_iter(["name"]):
         if proc.info["name"] == "postgres":
@@ -151,7 +153,8 @@ def postgres_cpu_s() -> float:
                 times = proc.cpu_times()
             except psutil.Error:
                 continue
-            total += float(times.user + times.system)
+            total += float(times.user + times.system + times.children_user
+                           + times.children_system)
     return total
 
 
