@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from gitmem import consistency, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
@@ -154,6 +156,16 @@ class Packed:
     conflicts: list[tuple[str, Any]]
     used: int
     digest: str  # of ledger, conflicts and omissions: acb_id's content, hashed once per bundle
+    encoded: tuple[bytes, bytes] | None = None  # sections, omissions as JSON (`fragments`)
+
+    def fragments(self) -> tuple[orjson.Fragment, orjson.Fragment]:
+        """The sections and omissions as JSON ready to be embedded in an answer, encoded
+        once per cached bundle: a northwind fast-path answer (220 KB) cost 0.21 ms to
+        encode and 0.1 ms to copy on every call."""
+        if self.encoded is None:
+            self.encoded = (orjson.dumps(self.sections, default=str),
+                            orjson.dumps(self.omissions, default=str))
+        return orjson.Fragment(self.encoded[0]), orjson.Fragment(self.encoded[1])
 
     def copy(self) -> Packed:
         """A copy whose sections and items a caller may change freely."""
@@ -164,11 +176,14 @@ class Packed:
 
 def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
               db: Callable[[], Database],
-              index_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              index_state: Mapping[str, Any] | None = None, *,
+              encoded: bool = False) -> dict[str, Any]:
     """Assemble the ACB for `request` (see the module docstring for the rules).
 
     Without a query or handoff (the fast path) nothing depends on the clock, so
     the packed sections are kept in the cache until the next change to the files.
+    `encoded`: a cached bundle's sections and omissions come as `orjson.Fragment`s,
+    JSON encoded once (for an answer about to be encoded, not for reading).
     """
     started = time.perf_counter()
     budgets = policies.budgets
@@ -182,10 +197,15 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     key = (request.tenant_id, request.session_id, request.agent_id, request.channel,
            max_tokens)
     packed = cache.bundle(key, lambda: _pack(build)) if fast else _pack(build)
+    sections: Any = packed.sections
+    omissions: Any = packed.omissions
     if fast:
-        packed = packed.copy()
         build.timings["cached"] = 1
-    sections, omissions = packed.sections, packed.omissions
+        if encoded:
+            sections, omissions = packed.fragments()
+        else:
+            packed = packed.copy()
+            sections, omissions = packed.sections, packed.omissions
     request_view = asdict(request) | {"now": format_ts(now), "max_tokens": max_tokens}
     # a cached bundle's content was hashed when it was packed (re-encoding it per
     # call was 70% of a warm fast-path build)

@@ -205,8 +205,12 @@ class Memory:
 
     # ------------------------------------------------------------------ reads
 
-    def build_acb(self, request: Mapping[str, Any] | acb.AcbRequest) -> dict[str, Any]:
-        """The Active Context Bundle for `request` (fields of SPEC §10), caught up first."""
+    def build_acb(self, request: Mapping[str, Any] | acb.AcbRequest, *,
+                  encoded: bool = False) -> dict[str, Any]:
+        """The Active Context Bundle for `request` (fields of SPEC §10), caught up first.
+
+        `encoded`: on the fast path, `sections` and `omissions` come as JSON already
+        encoded (`orjson.Fragment`), for the daemon's answer."""
         started = time.perf_counter()
         if not isinstance(request, acb.AcbRequest):
             request = acb.AcbRequest.from_mapping(request, self.policies.manifest.default_tenant)
@@ -222,7 +226,7 @@ class Memory:
         if deferred:  # being indexed, but nothing in them could change this answer
             state["not_awaited_files"] = deferred
         return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
-                             state)
+                             state, encoded=encoded)
 
     def query_decisions(self, tenant_id: str | None = None, *, active_only: bool = True,
                         query_text: str = "") -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ import pytest
 from gitmem.client import Client
 from gitmem.config import Config
 from gitmem.errors import RpcError
+from gitmem.memory import Memory
 from tests.daemons import Daemon, Index, cleanup_dir, items, new_repo, running, short_dir
 
 
@@ -173,6 +174,24 @@ def test_build_acb_right_after_record_event_on_one_connection(served: Daemon) ->
         answers = {a["id"]: a for a in (client.read_response(), client.read_response())}
     assert {"acb_id", "sections", "omissions", "provenance"} <= answers[2]["result"].keys()
     assert any("pipelined kiwi" in i["text"] for i in items(answers[2]["result"], "recent_window"))
+
+
+def test_a_cached_fast_path_answer_is_the_bundle_built_in_process(served: Daemon) -> None:
+    """The daemon sends a cached bundle's sections and omissions as JSON encoded once;
+    they read back as the bundle a build in this process gives, call after call."""
+    served.call("record_event", {"session_id": "enc", "channel": "public",
+                                 "content": {"text": "encoded once"}})
+    served.call("record_event", {"session_id": "enc", "channel": "public", "sensitivity": "high",
+                                 "content": {"text": "left out, by id"}})
+    request = {"session_id": "enc", "channel": "public", "now": "2030-01-01T00:00:00+00:00"}
+    answers = [served.call("build_acb", request) for _ in range(3)]
+    with Memory(served.config) as memory:
+        local = memory.build_acb(request)
+    assert local["omissions"] and any(
+        "encoded once" in i["text"] for i in items(local, "recent_window"))
+    for answer in answers:
+        for key in ("acb_id", "sections", "omissions", "token_used_est"):
+            assert answer[key] == local[key], key
 
 
 def test_artifacts_and_handoffs(served: Daemon) -> None:
