@@ -11,7 +11,9 @@ Catch-up on read: `flush()` makes every file change made before it was called
 visible to the index. It creates and deletes a barrier file in the store;
 inotify reports events in order, so once the handler has seen the barrier,
 every earlier change is queued, and flush waits until the indexer has
-processed the queue up to there.
+processed the queue up to there. A read when nothing in the store changed since
+the last barrier was seen needs none: an inotify instance of the daemon's own
+(gitmem/changes.py) tells, without the three thread hand-offs inside watchdog.
 
 A read need not wait for what cannot change its answer: `flush(scope)`
 returns as soon as everything still queued is lines the daemon's own writer
@@ -47,6 +49,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from gitmem.changes import ChangeCounter
 from gitmem.context import ReadScope
 from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
@@ -164,12 +167,19 @@ class Watcher:
         self._barrier_lock = threading.Lock()
         self._barrier_issued = 0
         self._barrier_seen = 0
+        # the store's changes as the counter saw them, and how many of those a barrier
+        # seen since covers (the first read always makes one: `_settled`)
+        self._changes: ChangeCounter | None = None
+        self._changes_lock = threading.Lock()
+        self._changes_seen = 1
+        self._changes_covered = 0
         self._logged: dict[str, set[str]] = {}
         self._policy_seen: dict[str, tuple[int, int, int] | None] = {}
         self.stats: dict[str, Any] = {
             "batches": 0, "files_synced": 0, "lines_from_writer": 0, "reconciles": 0,
             "last_batch_ms": None, "last_reconcile": None, "last_error": None, "db_ok": None,
-            "db_error": None, "db_down_since": None, "problems": []}
+            "db_error": None, "db_down_since": None, "problems": [], "barriers": 0,
+            "reads_without_barrier": 0}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,6 +194,8 @@ class Watcher:
             observer.schedule(handler, str(self.store), recursive=True, event_filter=_EVENTS)
             observer.start()
             self.mode = "inotify" if type(observer).__name__ == "InotifyObserver" else "native"
+            if self.mode == "inotify":
+                self._changes = self._change_counter()
         except OSError as exc:  # e.g. inotify watch limit reached
             logger.warning("native file events unavailable (%s); polling %s every second",
                            exc, self.store)
@@ -193,6 +205,13 @@ class Watcher:
             self.mode = "polling"
         self._observer = observer
         self._thread.start()
+
+    def _change_counter(self) -> ChangeCounter | None:
+        try:
+            return ChangeCounter(self.store, f"{BARRIER_PREFIX}{os.getpid()}-")
+        except OSError as exc:  # e.g. the watch limit: every read makes a barrier
+            logger.info("reads make a barrier each (no change counter: %s)", exc)
+            return None
 
     def stop(self) -> None:
         """Stop watching; the batch in progress completes."""
@@ -206,6 +225,10 @@ class Watcher:
             self._thread.join(timeout=30)
         for name in _WATCHDOG_LOGGERS:
             logging.getLogger(name).removeHandler(self._alarm)
+        with self._changes_lock:
+            if self._changes is not None:
+                self._changes.close()
+                self._changes = None
         self.mode = "stopped"
 
     # ------------------------------------------------------------------ queueing
@@ -300,7 +323,7 @@ class Watcher:
         if self.stats["db_ok"] is False:
             raise DatabaseError(f"the index is unavailable ({self.stats['db_error']}); events "
                                 "are still written to the files and indexed when it returns")
-        if self.mode != "inotify" or not self._barrier(min(1.0, timeout)):
+        if self.mode != "inotify" or not self._settled(min(1.0, timeout)):
             self.request_reconcile("catch-up on read without ordered file events")
         with self._cond:
             target = self._enqueued
@@ -358,9 +381,29 @@ class Watcher:
                 deferred.append(rel)
         return deferred
 
+    def _settled(self, timeout: float) -> bool:
+        """Every change made before now is queued: the change counter has seen none
+        since changes a seen barrier covers, or a new barrier is seen (False when it
+        is not, within `timeout`)."""
+        with self._changes_lock:
+            counter = self._changes
+            if counter is not None and counter.changed():
+                self._changes_seen += 1
+            wanted = self._changes_seen
+            if counter is not None and self._changes_covered >= wanted:
+                self.stats["reads_without_barrier"] += 1
+                return True
+        # made after the counter was read: it covers every change the counter saw
+        if not self._barrier(timeout):
+            return False
+        with self._changes_lock:
+            self._changes_covered = max(self._changes_covered, wanted)
+        return True
+
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds
             self._barrier_issued += 1
+            self.stats["barriers"] += 1
             number = self._barrier_issued
             path = self.store / f"{BARRIER_PREFIX}{os.getpid()}-{number}"
             try:

@@ -13,12 +13,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from gitmem import acb
+from gitmem.changes import ChangeCounter
 from gitmem.config import Config
 from gitmem.errors import DatabaseError
 from gitmem.indexer import index_digest
@@ -423,5 +425,67 @@ def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
             assert caught["provenance"]["index_state"]["caught_up_files"][0] == DAY
             assert "not_awaited_files" not in caught["provenance"]["index_state"]
             assert "session b writes while a reads" in texts(caught, "recent_window")
+        finally:
+            watcher.stop()
+
+
+def test_the_change_counter_sees_every_change_and_ignores_barriers(tmp_path: Path) -> None:
+    """Files written, renamed and deleted, attributes, a new directory and a file in it:
+    each is a change, once; the barrier files and a quiet store are not."""
+    store = tmp_path / "memory"
+    (store / "events").mkdir(parents=True)
+    counter = ChangeCounter(store, ".gitmem-barrier-1-")
+    try:
+        assert not counter.changed()
+        (store / ".gitmem-barrier-1-7").touch()
+        (store / ".gitmem-barrier-1-7").unlink()
+        assert not counter.changed()
+        steps = [lambda: (store / "events" / "a.jsonl").write_text("{}\n"),
+                 lambda: os.chmod(store / "events" / "a.jsonl", 0o600),
+                 lambda: (store / "events" / "a.jsonl").rename(store / "events" / "b.jsonl"),
+                 lambda: (store / "events" / "2027-01").mkdir(),
+                 lambda: (store / "events" / "2027-01" / "c.jsonl").write_text("{}\n"),
+                 lambda: (store / "events" / "2027-01" / "c.jsonl").unlink(),
+                 lambda: (store / "events" / "b.jsonl").unlink()]
+        for step in steps:
+            step()
+            assert counter.changed()
+            assert not counter.changed()
+    finally:
+        counter.close()
+
+
+def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
+        store_config: Config) -> None:
+    """After one barrier, reads of an unchanged store make none; a hand edit anywhere,
+    a new month directory and a file in it, each makes the next read wait for it."""
+    with Memory(store_config) as memory:
+        watcher = Watcher(memory)
+        memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
+        watcher.start()
+        try:
+            memory.sync()
+            watcher.flush()
+            barriers = watcher.stats["barriers"]
+            for _ in range(5):
+                watcher.flush()
+            assert watcher.stats["barriers"] == barriers
+            assert watcher.stats["reads_without_barrier"] >= 5
+            month = store_config.store / "events" / "2026-04"
+            month.mkdir()
+            append(month / "2026-04-02.jsonl", event_line(
+                "new-month", "in a new month", ts="2026-04-02T10:00:00+00:00", number=1)[1])
+            acb = memory.build_acb({"session_id": "new-month",
+                                    "now": "2026-04-03T00:00:00+00:00"})
+            assert "in a new month" in texts(acb, "recent_window")
+            assert watcher.stats["barriers"] == barriers + 1
+            watcher.flush()
+            assert watcher.stats["barriers"] == barriers + 1
+            append(month / "2026-04-02.jsonl", event_line(
+                "new-month", "later, by hand", ts="2026-04-02T11:00:00+00:00", number=2)[1])
+            acb = memory.build_acb({"session_id": "new-month",
+                                    "now": "2026-04-03T00:00:00+00:00"})
+            assert "later, by hand" in texts(acb, "recent_window")
+            assert watcher.stats["barriers"] == barriers + 2
         finally:
             watcher.stop()
