@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from gitmem import tokens
@@ -635,3 +636,24 @@ def test_new_lines_refresh_their_own_session_and_pinned_ones_every_session(
                  ts="2026-03-01T11:30:00+00:00")
     assert pinned in [i["id"] for i in section(memory.build_acb(
         {"session_id": "b", "now": NOW}), "retrieved_evidence")]
+
+
+def test_a_bundle_sent_as_json_reads_back_the_same_and_stays_usable(memory: Memory) -> None:
+    """A cached fast-path bundle encoded for an answer (its items then kept as JSON
+    only) gives the same sections and omissions as plain lists, before and after, and
+    a caller may change what it got without changing the next answer."""
+    say(memory, "The canary runs in Frankfurt", session_id="s1")
+    say(memory, "Not for the public channel", session_id="s1", sensitivity="high")
+    request = {"session_id": "s1", "channel": "public", "now": NOW}
+
+    def content(acb: dict[str, Any]) -> dict[str, Any]:  # as a client reads the answer
+        return {k: v for k, v in json.loads(orjson.dumps(acb)).items() if k != "provenance"}
+
+    plain = memory.build_acb(request)
+    assert plain["omissions"] and plain["sections"][0]["items"]
+    assert content(memory.build_acb(request, encoded=True)) == content(plain)
+    again = memory.build_acb(request)
+    assert again["sections"] == plain["sections"] and again["omissions"] == plain["omissions"]
+    again["sections"][0]["items"].clear()
+    assert memory.build_acb(request)["sections"] == plain["sections"]
+    assert content(memory.build_acb(request, encoded=True)) == content(plain)
