@@ -7,7 +7,14 @@ import threading
 import psycopg
 import pytest
 
-from gitmem.db import Database, TextArray, embedded_settings, named_queries, redact_dsn
+from gitmem.db import (
+    FEW_ROWS,
+    Database,
+    TextArray,
+    embedded_settings,
+    named_queries,
+    redact_dsn,
+)
 
 
 def test_embedded_settings_scale_with_memory_and_read_as_postgresql_shows_them() -> None:
@@ -67,30 +74,41 @@ ARTIFACT = ("artifact_id", "event_id", "tenant_id", "bytes", "path")
 
 def _artifacts(conn: psycopg.Connection[dict[str, object]]) -> list[tuple[object, ...]]:
     rows = conn.execute("SELECT artifact_id, event_id, bytes FROM artifacts "
+                        "WHERE artifact_id NOT LIKE 'art_filler%' "
                         "ORDER BY artifact_id, event_id").fetchall()
     return [tuple(row.values()) for row in rows]
 
 
+def _filler(count: int, batch: str) -> list[tuple[object, ...]]:
+    """Rows of keys of their own: with them a batch is too large for pipelined INSERTs
+    (FEW_ROWS) and goes in by COPY."""
+    return [(f"art_filler_{batch}_{n}", "evt_f", "t", n, "p") for n in range(count)]
+
+
+@pytest.mark.parametrize("filler", [0, FEW_ROWS + 1], ids=["inserts", "copy"])
 def test_insert_rows_skips_keys_held_or_repeated_as_on_conflict_do_nothing(
-        dsn: str, schema: str) -> None:
+        dsn: str, schema: str, filler: int) -> None:
     with Database(dsn, schema, max_size=1) as db:
         db.ensure_schema()
         with db.transaction() as conn:
             copied = db.insert_rows(conn, "artifacts", ARTIFACT, [
-                ("art_a", "evt_1", "t", 10, "p"), ("art_a", "evt_2", "t", 20, "p")])
-            assert copied == 2
+                ("art_a", "evt_1", "t", 10, "p"), ("art_a", "evt_2", "t", 20, "p"),
+                *_filler(filler, "a")])
+            assert copied == 2 + filler
         with db.transaction() as conn:
             # the composite key (artifact_id, event_id) decides: one held, one repeated
             copied = db.insert_rows(conn, "artifacts", ARTIFACT, [
                 ("art_a", "evt_1", "t", 99, "p"), ("art_b", "evt_1", "t", 30, "p"),
-                ("art_b", "evt_1", "t", 98, "p"), ("art_a", "evt_3", "t", 40, "p")])
-            assert copied == 2
+                ("art_b", "evt_1", "t", 98, "p"), ("art_a", "evt_3", "t", 40, "p"),
+                *_filler(filler, "b")])
+            assert copied == 2 + filler
             assert _artifacts(conn) == [("art_a", "evt_1", 10), ("art_a", "evt_2", 20),
                                         ("art_a", "evt_3", 40), ("art_b", "evt_1", 30)]
 
 
+@pytest.mark.parametrize("filler", [0, FEW_ROWS + 1], ids=["inserts", "copy"])
 def test_insert_rows_falls_back_to_one_by_one_when_another_session_inserts_a_key(
-        dsn: str, schema: str) -> None:
+        dsn: str, schema: str, filler: int) -> None:
     with Database(dsn, schema, max_size=2) as db:
         db.ensure_schema()
         with db.connection() as other, db.transaction() as conn:
@@ -99,6 +117,7 @@ def test_insert_rows_falls_back_to_one_by_one_when_another_session_inserts_a_key
             done = threading.Timer(0.3, other.commit)
             done.start()
             db.insert_rows(conn, "artifacts", ARTIFACT, [
-                ("art_x", "evt_1", "t", 2, "p"), ("art_y", "evt_1", "t", 3, "p")])
+                ("art_x", "evt_1", "t", 2, "p"), ("art_y", "evt_1", "t", 3, "p"),
+                *_filler(filler, "x")])
             done.join()
             assert _artifacts(conn) == [("art_x", "evt_1", 1), ("art_y", "evt_1", 3)]
