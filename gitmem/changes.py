@@ -8,7 +8,9 @@ fast-path ACB that itself takes 0.25 ms. inotify queues a change's event in the
 system call that makes it, on every instance watching the directory at once; so
 when this instance has nothing to read, nothing changed since it was last read,
 and a barrier after that read covers every change before it (see
-`Watcher._settled`). Events of the barrier files themselves are ignored.
+`Watcher._settled`). Events of the barrier files themselves are ignored, and the
+files named by the others are told, so that the daemon's own appends need no
+barrier either.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ _READ = 64 * 1024
 
 
 class ChangeCounter:
-    """Reads this store's file events only to tell that there were some."""
+    """Reads this store's file events only to tell which files changed."""
 
     def __init__(self, store: Path, ignore_prefix: str) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -42,10 +44,12 @@ class ChangeCounter:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd = fd
         self.store = store
+        self._root = os.fsencode(store)
         self.ignore = os.fsencode(ignore_prefix)
         self.broken = False
+        self._dirs: dict[int, bytes] = {}  # watch -> its directory, relative to the store
         try:
-            self._watch_tree(os.fsencode(store))
+            self._watch_tree()
         except OSError:
             self.close()
             raise
@@ -56,8 +60,9 @@ class ChangeCounter:
             os.close(self.fd)
             self.fd = -1
 
-    def _watch_tree(self, top: bytes) -> None:
-        for path, _, _ in os.walk(top):
+    def _watch_tree(self) -> None:
+        """Watch every directory of the store (one watched already keeps its watch)."""
+        for path, _, _ in os.walk(self._root):
             wd = self._add(self.fd, path, MASK | IN_ONLYDIR)
             if wd < 0:
                 code = ctypes.get_errno()
@@ -65,39 +70,49 @@ class ChangeCounter:
                     continue
                 raise OSError(code, f"inotify_add_watch {os.fsdecode(path)}: "
                                     f"{os.strerror(code)}")
+            self._dirs[wd] = os.path.relpath(path, self._root)
 
-    def changed(self) -> bool:
-        """Whether any file or directory of the store changed since the last call. A lost
-        event, or a directory that could not be watched, makes every later call True."""
-        found = self.broken
+    def changes(self) -> set[str] | None:
+        """The store-relative paths of the files changed since the last call (empty:
+        nothing changed); None when it cannot tell which (a directory made, moved or
+        removed; events lost; a directory that could not be watched, and from then on
+        every time)."""
+        found: set[str] | None = None if self.broken else set()
         while True:
             try:
                 data = os.read(self.fd, _READ)
             except BlockingIOError:
                 return found
-            found = self._read(data) or found
+            named = self._read(data)
+            found = None if named is None or found is None else found | named
             if len(data) < _READ - 4096:  # less than a full read: nothing more waits
                 return found
 
-    def _read(self, data: bytes) -> bool:
-        found = rewatch = False
+    def _read(self, data: bytes) -> set[str] | None:
+        named: set[str] = set()
+        unknown = False
         at = 0
         while at + _HEADER.size <= len(data):
-            _, mask, _, size = _HEADER.unpack_from(data, at)
+            wd, mask, _, size = _HEADER.unpack_from(data, at)
             name = data[at + _HEADER.size:at + _HEADER.size + size].rstrip(b"\0")
             at += _HEADER.size + size
             if mask & IN_IGNORED:  # the watch of a directory that is gone
+                self._dirs.pop(wd, None)
                 continue
             if name.startswith(self.ignore):
                 continue
-            found = True
-            # a directory made, moved or removed, or events lost: watch the tree again
-            # (a watched directory keeps its watch; a new one gets one)
-            rewatch = rewatch or bool(mask & (IN_ISDIR | IN_MOVE_SELF | IN_DELETE_SELF
-                                               | IN_Q_OVERFLOW))
-        if rewatch:
-            try:
-                self._watch_tree(os.fsencode(self.store))
-            except OSError:
-                self.broken = True
-        return found
+            folder = self._dirs.get(wd)
+            if (mask & (IN_ISDIR | IN_MOVE_SELF | IN_DELETE_SELF | IN_Q_OVERFLOW)
+                    or folder is None or not name):
+                unknown = True
+                continue
+            named.add(os.fsdecode(os.path.normpath(os.path.join(folder, name)))
+                      .replace(os.sep, "/"))
+        if not unknown:
+            return named
+        # a directory made, moved or removed, or events lost: watch the tree again
+        try:
+            self._watch_tree()
+        except OSError:
+            self.broken = True
+        return None

@@ -14,6 +14,8 @@ every earlier change is queued, and flush waits until the indexer has
 processed the queue up to there. A read when nothing in the store changed since
 the last barrier was seen needs none: an inotify instance of the daemon's own
 (gitmem/changes.py) tells, without the three thread hand-offs inside watchdog.
+Nor does a read after the daemon's own appends (each file's stat still the
+writer's right after it): they were queued before the write was answered.
 
 A read need not wait for what cannot change its answer: `flush(scope)`
 returns as soon as everything still queued is lines the daemon's own writer
@@ -383,12 +385,14 @@ class Watcher:
 
     def _settled(self, timeout: float) -> bool:
         """Every change made before now is queued: the change counter has seen none
-        since changes a seen barrier covers, or a new barrier is seen (False when it
-        is not, within `timeout`)."""
+        since changes a seen barrier covers (the daemon's own appends aside), or a new
+        barrier is seen (False when it is not, within `timeout`)."""
         with self._changes_lock:
             counter = self._changes
-            if counter is not None and counter.changed():
-                self._changes_seen += 1
+            if counter is not None:
+                changed = counter.changes()
+                if changed is None or not self._own_appends(changed):
+                    self._changes_seen += 1
             wanted = self._changes_seen
             if counter is not None and self._changes_covered >= wanted:
                 self.stats["reads_without_barrier"] += 1
@@ -398,6 +402,24 @@ class Watcher:
             return False
         with self._changes_lock:
             self._changes_covered = max(self._changes_covered, wanted)
+        return True
+
+    def _own_appends(self, paths: set[str]) -> bool:
+        """Whether every one of these files is an events file whose stat is still the
+        one the daemon's writer took right after its last append to it: lines handed
+        to the indexer already (queued before the write was answered), so no barrier
+        is needed for them; `_unaffected` decides what a read waits for, as always."""
+        with self._cond:
+            known = {rel: self._last_write.get(rel) for rel in paths}
+        for rel, last in known.items():
+            if last is None or last[1] is None:
+                return False
+            try:
+                st = os.stat(self.store / rel)
+            except OSError:
+                return False
+            if (st.st_size, st.st_mtime_ns, st.st_ino) != last[1]:
+                return False
         return True
 
     def _barrier(self, timeout: float) -> bool:

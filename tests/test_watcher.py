@@ -429,36 +429,43 @@ def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
             watcher.stop()
 
 
-def test_the_change_counter_sees_every_change_and_ignores_barriers(tmp_path: Path) -> None:
-    """Files written, renamed and deleted, attributes, a new directory and a file in it:
-    each is a change, once; the barrier files and a quiet store are not."""
+def test_the_change_counter_names_every_changed_file_and_ignores_barriers(
+        tmp_path: Path) -> None:
+    """Files written, chmod-ed, renamed and deleted are named, once; a directory made
+    (and the tree watched again) is a change it cannot name; files in the new
+    directory are named; the barrier files and a quiet store are not changes."""
     store = tmp_path / "memory"
     (store / "events").mkdir(parents=True)
     counter = ChangeCounter(store, ".gitmem-barrier-1-")
+    events = store / "events"
     try:
-        assert not counter.changed()
+        assert counter.changes() == set()
         (store / ".gitmem-barrier-1-7").touch()
         (store / ".gitmem-barrier-1-7").unlink()
-        assert not counter.changed()
-        steps = [lambda: (store / "events" / "a.jsonl").write_text("{}\n"),
-                 lambda: os.chmod(store / "events" / "a.jsonl", 0o600),
-                 lambda: (store / "events" / "a.jsonl").rename(store / "events" / "b.jsonl"),
-                 lambda: (store / "events" / "2027-01").mkdir(),
-                 lambda: (store / "events" / "2027-01" / "c.jsonl").write_text("{}\n"),
-                 lambda: (store / "events" / "2027-01" / "c.jsonl").unlink(),
-                 lambda: (store / "events" / "b.jsonl").unlink()]
-        for step in steps:
+        assert counter.changes() == set()
+        steps: list[tuple[Any, set[str] | None]] = [
+            (lambda: (events / "a.jsonl").write_text("{}\n"), {"events/a.jsonl"}),
+            (lambda: os.chmod(events / "a.jsonl", 0o600), {"events/a.jsonl"}),
+            (lambda: (events / "a.jsonl").rename(events / "b.jsonl"),
+             {"events/a.jsonl", "events/b.jsonl"}),
+            (lambda: (events / "2027-01").mkdir(), None),
+            (lambda: (events / "2027-01" / "c.jsonl").write_text("{}\n"),
+             {"events/2027-01/c.jsonl"}),
+            (lambda: (events / "2027-01" / "c.jsonl").unlink(), {"events/2027-01/c.jsonl"}),
+            (lambda: (store / "d.md").write_text("x"), {"d.md"})]
+        for step, named in steps:
             step()
-            assert counter.changed()
-            assert not counter.changed()
+            assert counter.changes() == named
+            assert counter.changes() == set()
     finally:
         counter.close()
 
 
 def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
         store_config: Config) -> None:
-    """After one barrier, reads of an unchanged store make none; a hand edit anywhere,
-    a new month directory and a file in it, each makes the next read wait for it."""
+    """After one barrier, reads of an unchanged store make none, nor do reads after the
+    writer's own appends; a new month directory with a file, a hand append to it, a
+    hand append right after the writer's, each makes the next read wait for it."""
     with Memory(store_config) as memory:
         watcher = Watcher(memory)
         memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
@@ -487,5 +494,19 @@ def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
                                     "now": "2026-04-03T00:00:00+00:00"})
             assert "later, by hand" in texts(acb, "recent_window")
             assert watcher.stats["barriers"] == barriers + 2
+            for n in range(3):  # the daemon's own appends: queued before they are answered
+                memory.record({"session_id": "own", "content": {"text": f"own write {n}"},
+                               "ts": "2026-04-02T12:00:00+00:00"})
+                acb = memory.build_acb({"session_id": "own",
+                                        "now": "2026-04-03T00:00:00+00:00"})
+                assert f"own write {n}" in texts(acb, "recent_window")
+            assert watcher.stats["barriers"] == barriers + 2
+            memory.record({"session_id": "own", "content": {"text": "own write, then a hand"},
+                           "ts": "2026-04-02T12:00:00+00:00"})
+            append(month / "2026-04-02.jsonl", event_line(
+                "own", "a hand right after", ts="2026-04-02T13:00:00+00:00", number=3)[1])
+            acb = memory.build_acb({"session_id": "own", "now": "2026-04-03T00:00:00+00:00"})
+            assert "a hand right after" in texts(acb, "recent_window")
+            assert watcher.stats["barriers"] == barriers + 3
         finally:
             watcher.stop()
