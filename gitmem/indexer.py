@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from gitmem import gitops
-from gitmem.db import Database, Row
+from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
 from gitmem.rows import (
@@ -247,19 +247,21 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
         rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line,
                           offset=a.state["byte_offset"] - len(a.data), appended=appended)
         _insert(db, conn, rows)
-        if rows.tables["chunks"]:
-            db.execute("lexemes_add_path", {"path": a.path, "from_line": a.start_line}, conn)
     state = dict(a.state)
     state["errors"] = json.dumps(list(state.get("errors", [])) + _errors_json(rows.errors))
-    db.execute("upsert_file_state", state, conn)
+    with conn.pipeline():  # one round trip for both
+        if rows.tables["chunks"]:
+            db.execute("lexemes_add_path", {"path": a.path, "from_line": a.start_line}, conn)
+        db.execute("upsert_file_state", state, conn)
     return rows
 
 
 def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str) -> None:
-    """Remove a file's rows, uncounting its chunks' lexemes first."""
-    db.execute("lexemes_remove_path", {"path": path}, conn)
-    db.execute("lexemes_prune_path", {"path": path}, conn)
-    db.execute("delete_file_rows", {"path": path}, conn)
+    """Remove a file's rows, uncounting its chunks' lexemes first (one round trip)."""
+    with conn.pipeline():
+        db.execute("lexemes_remove_path", {"path": path}, conn)
+        db.execute("lexemes_prune_path", {"path": path}, conn)
+        db.execute("delete_file_rows", {"path": path}, conn)
 
 
 def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies) -> Assessment:
@@ -272,8 +274,10 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
     """Sync one file; what was found, the rows made, and the byte offset the index
     reflects afterwards (None: the file is not indexed)."""
     with db.transaction() as conn:
-        db.execute("lock_sync_shared", {"path": rel}, conn)
-        state = db.fetchone("file_state", {"path": rel}, conn)
+        with conn.pipeline():  # the lock, then the state it guards: one round trip
+            db.execute("lock_sync_shared", {"path": rel}, conn)
+            cursor = conn.execute(named_queries()["file_state"], {"path": rel})
+        state = cursor.fetchone()
         found = assess(store, rel, kind, state, policies)
         if found.action == "unchanged" or (
                 found.action == "touched" and state is not None
