@@ -10,6 +10,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 SECTION_TITLES = {
     "identity": "Identity", "rules": "Rules", "task_state": "Task state",
     "relevant_decisions": "Relevant decisions", "retrieved_evidence": "Retrieved evidence",
@@ -142,3 +144,42 @@ class Packer:
                         "candidates": sorted(set(self.truncated[artifact])),
                         "artifact_id": artifact})
         return out
+
+
+@dataclass
+class Packed:
+    """The request-independent-of-the-clock part of an ACB, as packed."""
+
+    sections: list[dict[str, Any]]
+    omissions: list[dict[str, Any]]
+    ledger: list[tuple[str, str, str, float | None]]
+    conflicts: list[tuple[str, Any]]
+    used: int
+    digest: str  # of ledger, conflicts and omissions: acb_id's content, hashed once per bundle
+    encoded: tuple[bytes, bytes] | None = None  # sections, omissions as JSON (`fragments`)
+
+    def fragments(self) -> tuple[orjson.Fragment, orjson.Fragment]:
+        """The sections and omissions as JSON ready to be embedded in an answer, encoded
+        once per cached bundle: a northwind fast-path answer (220 KB) cost 0.21 ms to
+        encode and 0.1 ms to copy on every call. The items are kept as JSON only from
+        then on (as objects they take several times the memory); `copy` decodes them.
+        Threads may share a bundle: the lists are read before `encoded` here, and
+        `encoded` is set before they are dropped."""
+        sections, omissions = self.sections, self.omissions
+        encoded = self.encoded
+        if encoded is None:
+            encoded = (orjson.dumps(sections, default=str), orjson.dumps(omissions, default=str))
+            self.encoded = encoded
+            self.sections, self.omissions = [], []
+        return orjson.Fragment(encoded[0]), orjson.Fragment(encoded[1])
+
+    def copy(self) -> Packed:
+        """A copy whose sections and items a caller may change freely."""
+        sections, omissions = self.sections, self.omissions
+        encoded = self.encoded
+        if encoded is not None:
+            return Packed(orjson.loads(encoded[0]), orjson.loads(encoded[1]), self.ledger,
+                          self.conflicts, self.used, self.digest)
+        return Packed([{**s, "items": [dict(i) for i in s["items"]]} for s in sections],
+                      [dict(o) for o in omissions], self.ledger, self.conflicts, self.used,
+                      self.digest)
