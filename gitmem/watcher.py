@@ -368,14 +368,9 @@ class Watcher:
                 deferred.append(rel)
                 continue
             last = self._last_write.get(rel)
-            if last is None or last[1] is None or self._accounted.get(rel) != last[0]:
-                return None
-            try:
-                st = os.stat(self.store / rel)
-            except OSError:
-                return None
-            if (st.st_size, st.st_mtime_ns, st.st_ino) != last[1]:
-                return None  # changed since the writer's last append
+            if last is None or self._accounted.get(rel) != last[0] or not self._as_written(
+                    rel, last):
+                return None  # bytes nobody handed over, or changed since the writer's append
             waiting = (*self._taken.get(rel, ()), *self._appended.get(rel, ()))
             if any(scope.event(event) for appended in waiting for event in appended.events):
                 return None
@@ -411,16 +406,19 @@ class Watcher:
         is needed for them; `_unaffected` decides what a read waits for, as always."""
         with self._cond:
             known = {rel: self._last_write.get(rel) for rel in paths}
-        for rel, last in known.items():
-            if last is None or last[1] is None:
-                return False
-            try:
-                st = os.stat(self.store / rel)
-            except OSError:
-                return False
-            if (st.st_size, st.st_mtime_ns, st.st_ino) != last[1]:
-                return False
-        return True
+        return all(self._as_written(rel, last) for rel, last in known.items())
+
+    def _as_written(self, rel: str, last: tuple[int, tuple[int, int, int] | None] | None
+                    ) -> bool:
+        """Whether `rel`'s stat is still the one the writer took right after its last
+        append to it (`last`: its `_last_write` entry)."""
+        if last is None or last[1] is None:
+            return False
+        try:
+            st = os.stat(self.store / rel)
+        except OSError:
+            return False
+        return (st.st_size, st.st_mtime_ns, st.st_ino) == last[1]
 
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds

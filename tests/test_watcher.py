@@ -376,6 +376,20 @@ def sync_held(dsn: str, schema: str, rel: str) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def watching(config: Config) -> Iterator[tuple[Memory, Watcher]]:
+    """A store opened through the core API with a started watcher, as the daemon wires
+    them (catch-up on read, the writer's hand-over); stopped at the end."""
+    with Memory(config) as memory:
+        watcher = Watcher(memory)
+        memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
+        watcher.start()
+        try:
+            yield memory, watcher
+        finally:
+            watcher.stop()
+
+
 def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
         store_config: Config, dsn: str, schema: str) -> None:
     """What the writer appended for another session (tenant), or a summary file, is not
@@ -393,40 +407,34 @@ def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
             return True
         return False
 
-    with Memory(store_config) as memory:
-        watcher = Watcher(memory)
-        memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
-        watcher.start()
-        try:
-            memory.sync()
-            first = memory.record(event("a", "session a starts"))
-            assert watcher.flush().paths == [DAY]
-            with sync_held(dsn, schema, DAY):
-                memory.record(event("b", "session b writes while a reads"))
-                fast = memory.build_acb({"session_id": "a"})
-                state = fast["provenance"]["index_state"]
-                assert state["not_awaited_files"] == [DAY] and state["caught_up_files"] == []
-                assert "session a starts" in texts(fast, "recent_window")
-                assert not waits(session_id="a")
-                assert not waits(tenant_id="other", query_text="writes")
-                assert waits(session_id="b")                       # its own session
-                assert waits(session_id="a", query_text="writes")  # retrieval: any session
-                memory.record(event("c", "a summary of session c", kind="summary",
-                                    refs=[first.id]))
-                assert not waits(session_id="a")                   # no summary on a fast path
-                assert waits(tenant_id="other", query_text="writes")  # retrieval: every file
-                memory.record(event("c", "pinned by session c", tags=["pinned"]))
-                assert waits(session_id="a")                       # pinned: every session
-                assert not waits(tenant_id="other")
-                append(store_config.store / DAY, event_line("d", "appended by hand",
-                                                            number=7)[1])
-                assert waits(tenant_id="other")   # bytes nobody handed over: read them first
-            caught = memory.build_acb({"session_id": "b"})
-            assert caught["provenance"]["index_state"]["caught_up_files"][0] == DAY
-            assert "not_awaited_files" not in caught["provenance"]["index_state"]
-            assert "session b writes while a reads" in texts(caught, "recent_window")
-        finally:
-            watcher.stop()
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        first = memory.record(event("a", "session a starts"))
+        assert watcher.flush().paths == [DAY]
+        with sync_held(dsn, schema, DAY):
+            memory.record(event("b", "session b writes while a reads"))
+            fast = memory.build_acb({"session_id": "a"})
+            state = fast["provenance"]["index_state"]
+            assert state["not_awaited_files"] == [DAY] and state["caught_up_files"] == []
+            assert "session a starts" in texts(fast, "recent_window")
+            assert not waits(session_id="a")
+            assert not waits(tenant_id="other", query_text="writes")
+            assert waits(session_id="b")                       # its own session
+            assert waits(session_id="a", query_text="writes")  # retrieval: any session
+            memory.record(event("c", "a summary of session c", kind="summary",
+                                refs=[first.id]))
+            assert not waits(session_id="a")                   # no summary on a fast path
+            assert waits(tenant_id="other", query_text="writes")  # retrieval: every file
+            memory.record(event("c", "pinned by session c", tags=["pinned"]))
+            assert waits(session_id="a")                       # pinned: every session
+            assert not waits(tenant_id="other")
+            append(store_config.store / DAY, event_line("d", "appended by hand",
+                                                        number=7)[1])
+            assert waits(tenant_id="other")   # bytes nobody handed over: read them first
+        caught = memory.build_acb({"session_id": "b"})
+        assert caught["provenance"]["index_state"]["caught_up_files"][0] == DAY
+        assert "not_awaited_files" not in caught["provenance"]["index_state"]
+        assert "session b writes while a reads" in texts(caught, "recent_window")
 
 
 def test_the_change_counter_names_every_changed_file_and_ignores_barriers(
@@ -466,47 +474,41 @@ def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
     """After one barrier, reads of an unchanged store make none, nor do reads after the
     writer's own appends; a new month directory with a file, a hand append to it, a
     hand append right after the writer's, each makes the next read wait for it."""
-    with Memory(store_config) as memory:
-        watcher = Watcher(memory)
-        memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
-        watcher.start()
-        try:
-            memory.sync()
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        watcher.flush()
+        barriers = watcher.stats["barriers"]
+        for _ in range(5):
             watcher.flush()
-            barriers = watcher.stats["barriers"]
-            for _ in range(5):
-                watcher.flush()
-            assert watcher.stats["barriers"] == barriers
-            assert watcher.stats["reads_without_barrier"] >= 5
-            month = store_config.store / "events" / "2026-04"
-            month.mkdir()
-            append(month / "2026-04-02.jsonl", event_line(
-                "new-month", "in a new month", ts="2026-04-02T10:00:00+00:00", number=1)[1])
-            acb = memory.build_acb({"session_id": "new-month",
-                                    "now": "2026-04-03T00:00:00+00:00"})
-            assert "in a new month" in texts(acb, "recent_window")
-            assert watcher.stats["barriers"] == barriers + 1
-            watcher.flush()
-            assert watcher.stats["barriers"] == barriers + 1
-            append(month / "2026-04-02.jsonl", event_line(
-                "new-month", "later, by hand", ts="2026-04-02T11:00:00+00:00", number=2)[1])
-            acb = memory.build_acb({"session_id": "new-month",
-                                    "now": "2026-04-03T00:00:00+00:00"})
-            assert "later, by hand" in texts(acb, "recent_window")
-            assert watcher.stats["barriers"] == barriers + 2
-            for n in range(3):  # the daemon's own appends: queued before they are answered
-                memory.record({"session_id": "own", "content": {"text": f"own write {n}"},
-                               "ts": "2026-04-02T12:00:00+00:00"})
-                acb = memory.build_acb({"session_id": "own",
-                                        "now": "2026-04-03T00:00:00+00:00"})
-                assert f"own write {n}" in texts(acb, "recent_window")
-            assert watcher.stats["barriers"] == barriers + 2
-            memory.record({"session_id": "own", "content": {"text": "own write, then a hand"},
+        assert watcher.stats["barriers"] == barriers
+        assert watcher.stats["reads_without_barrier"] >= 5
+        month = store_config.store / "events" / "2026-04"
+        month.mkdir()
+        append(month / "2026-04-02.jsonl", event_line(
+            "new-month", "in a new month", ts="2026-04-02T10:00:00+00:00", number=1)[1])
+        acb = memory.build_acb({"session_id": "new-month",
+                                "now": "2026-04-03T00:00:00+00:00"})
+        assert "in a new month" in texts(acb, "recent_window")
+        assert watcher.stats["barriers"] == barriers + 1
+        watcher.flush()
+        assert watcher.stats["barriers"] == barriers + 1
+        append(month / "2026-04-02.jsonl", event_line(
+            "new-month", "later, by hand", ts="2026-04-02T11:00:00+00:00", number=2)[1])
+        acb = memory.build_acb({"session_id": "new-month",
+                                "now": "2026-04-03T00:00:00+00:00"})
+        assert "later, by hand" in texts(acb, "recent_window")
+        assert watcher.stats["barriers"] == barriers + 2
+        for n in range(3):  # the daemon's own appends: queued before they are answered
+            memory.record({"session_id": "own", "content": {"text": f"own write {n}"},
                            "ts": "2026-04-02T12:00:00+00:00"})
-            append(month / "2026-04-02.jsonl", event_line(
-                "own", "a hand right after", ts="2026-04-02T13:00:00+00:00", number=3)[1])
-            acb = memory.build_acb({"session_id": "own", "now": "2026-04-03T00:00:00+00:00"})
-            assert "a hand right after" in texts(acb, "recent_window")
-            assert watcher.stats["barriers"] == barriers + 3
-        finally:
-            watcher.stop()
+            acb = memory.build_acb({"session_id": "own",
+                                    "now": "2026-04-03T00:00:00+00:00"})
+            assert f"own write {n}" in texts(acb, "recent_window")
+        assert watcher.stats["barriers"] == barriers + 2
+        memory.record({"session_id": "own", "content": {"text": "own write, then a hand"},
+                       "ts": "2026-04-02T12:00:00+00:00"})
+        append(month / "2026-04-02.jsonl", event_line(
+            "own", "a hand right after", ts="2026-04-02T13:00:00+00:00", number=3)[1])
+        acb = memory.build_acb({"session_id": "own", "now": "2026-04-03T00:00:00+00:00"})
+        assert "a hand right after" in texts(acb, "recent_window")
+        assert watcher.stats["barriers"] == barriers + 3
