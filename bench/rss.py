@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import time
 
+from bench import pg
 from bench.acb_latency import SHARED as ACB_SHARED
 from bench.context import Context
-from bench.daemons import corpus_daemon
+from bench.daemons import BenchDaemon, corpus_daemon
 from bench.queries import CATEGORIES, asks
 from bench.socket_record import SHARED as RECORD_SHARED
 from bench.stats import Metric
 
 SETTLE_S = 2.0
+MANY_SESSIONS = 2000
+MANY_STEP = 500
 TARGET = "RSS ≤ 300 MB (SPEC §9)"
 
 
@@ -37,8 +40,27 @@ def measure(ctx: Context) -> list[Metric]:
         Metric("daemon", "RSS, peak since start (VmHWM)", daemon.peak_rss_mb(), "MB",
                target=TARGET),
     ]
+    metrics.append(_many_sessions(ctx, daemon))
     written = ctx.shared.get(RECORD_SHARED)
     if written:
         metrics.append(Metric("daemon", "RSS, peak of the socket_record daemon (write load)",
                               written["peak_rss_mb"], "MB", target=TARGET, extra=written))
     return metrics
+
+
+def _many_sessions(ctx: Context, daemon: BenchDaemon) -> Metric:
+    """RSS after the fast path of more sessions than the caches keep."""
+    db = ctx.ensure_index()
+    with pg.connect(ctx.dsn) as conn:
+        sessions = pg.sample_sessions(conn, db.schema, MANY_SESSIONS)
+    now = next((q["now"] for q in ctx.corpus.questions()), None)
+    curve: dict[int, float] = {}
+    with daemon.client() as client:
+        for number, row in enumerate(sessions, 1):
+            client.call("build_acb", {**row, "now": now})
+            if number % MANY_STEP == 0 or number == len(sessions):
+                curve[number] = daemon.rss_mb()
+    time.sleep(SETTLE_S)
+    return Metric("daemon", f"RSS after the fast path of {len(sessions):,} sessions",
+                  daemon.rss_mb(), "MB", target=TARGET,
+                  extra={"rss_mb_after_sessions": curve, "peak_mb": daemon.peak_rss_mb()})

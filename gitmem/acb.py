@@ -172,7 +172,7 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     if fast:
         build.timings["cached"] = 1
         if encoded:
-            sections, omissions = packed.fragments()
+            sections, omissions = packed.fragments(cache.share)
         else:
             packed = packed.copy()
             sections, omissions = packed.sections, packed.omissions
@@ -245,8 +245,7 @@ def _pack(build: _Build) -> Packed:
     omissions = build.packer.omissions()
     digest = _fingerprint(
         {"items": build.packer.ledger, "conflicts": conflicts, "omissions": omissions})
-    return Packed(sections, omissions, build.packer.ledger, conflicts, build.packer.used,
-                  digest)
+    return Packed(sections, omissions, build.packer.used, digest)
 
 
 # --------------------------------------------------------------------------- sections

@@ -21,14 +21,16 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from gitmem.db import Database, Row, TextArray
+from gitmem.packing import Packed
 from gitmem.records import Event
 from gitmem.store import classify
 
 SESSION_ENTRIES = 512  # sessions whose recent window stays cached (LRU)
 FORGET_LOG = 256       # forget_sessions calls remembered for the fills in flight
+PIECES_SLACK = 1_000   # shared section encodings kept beyond twice those bundles hold
 T = TypeVar("T")
 
 
@@ -232,7 +234,11 @@ class ContextCache:
             "task", "tenant_open_tasks", OpenTasks.of, _arrange_tasks)
         self._pinned: dict[str, list[Row]] = {}
         self._sessions: OrderedDict[tuple[str, str, str, int], list[Row]] = OrderedDict()
-        self._bundles: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._bundles: OrderedDict[tuple[Any, ...], Packed] = OrderedDict()
+        # one copy of each section encoding the bundles hold (`share`), rebuilt from the
+        # bundles when bundles dropped since have left it twice what they need
+        self._pieces: dict[bytes, bytes] = {}
+        self._pieces_limit = PIECES_SLACK
         # the latest forget_sessions calls: number, (tenant, session) pairs, pinned tenants
         self._forgets = 0
         self._forgotten: deque[tuple[int, frozenset[tuple[str, ...]], frozenset[str]]] = (
@@ -252,6 +258,7 @@ class ContextCache:
         with self._lock:
             self._bump("bundles")
             self._bundles.clear()  # any change may touch a packed bundle
+            self._pieces = {}
             if everything or "view" in kinds or "policy" in kinds:
                 self._bump("views")
                 self._views = None
@@ -412,17 +419,28 @@ class ContextCache:
             query, {"tenant": tenant, "session": session, "limit": limit}), keep,
             (tenant, session))
 
-    def bundle(self, key: tuple[Any, ...], build: Callable[[], T]) -> T:
+    def bundle(self, key: tuple[Any, ...], build: Callable[[], Packed]) -> Packed:
         """A packed fast-path bundle for `key` (tenant, session, ...), built on first
         use (LRU)."""
         with self._lock:
             found = self._bundles.get(key)
             if found is not None:
                 self._bundles.move_to_end(key)
-                return cast(T, found)
+                return found
 
-        def keep(value: T) -> None:
+        def keep(value: Packed) -> None:
             self._bundles[key] = value
             while len(self._bundles) > SESSION_ENTRIES:
                 self._bundles.popitem(last=False)
+            if len(self._pieces) > self._pieces_limit:
+                kept = self._pieces
+                self._pieces = {p: p for b in self._bundles.values() for p in b.pieces()
+                                if p in kept}
+                self._pieces_limit = 2 * len(self._pieces) + PIECES_SLACK
         return self._fill("bundles", build, keep, (str(key[0]), str(key[1])))
+
+    def share(self, piece: bytes) -> bytes:
+        """The one copy of an encoded section that cached bundles share
+        (`Packed.fragments`): a tenant's open tasks and decisions are the same in the
+        bundles of most of its sessions."""
+        return self._pieces.setdefault(piece, piece)

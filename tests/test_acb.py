@@ -622,6 +622,50 @@ def test_a_matching_question_brings_its_answer(memory: Memory) -> None:
     assert section(acb, "retrieved_evidence")[1]["reply_to"] == question
 
 
+def test_cached_bundles_share_one_copy_of_their_common_sections(memory: Memory) -> None:
+    """Bundles sent as JSON are the exact encoding of their sections, in pieces: the
+    tenant's open tasks are one bytes object in the bundles of two sessions without
+    tasks of their own; each session's recent turns are its own."""
+    tasks = [memory.task(f"Rotate the staging certificates, step {n}").content["task_id"]
+             for n in range(3)]
+    for session in ("a", "b"):
+        say(memory, f"hello from {session}", session_id=session)
+    pieces = {}
+    for session in ("a", "b"):
+        request = {"session_id": session, "now": NOW}
+        plain = memory.build_acb(request)
+        encoded = memory.build_acb(request, encoded=True)
+        assert orjson.dumps(encoded["sections"]) == orjson.dumps(plain["sections"])
+        [bundle] = [b for k, b in memory.cache._bundles.items() if k[1] == session]
+        pieces[session] = {orjson.loads(p)["name"]: p for p in bundle.pieces()
+                           if p.startswith(b'{"name"')}
+    assert [i["id"] for i in orjson.loads(pieces["a"]["task_state"])["items"]] == tasks[::-1]
+    assert pieces["a"]["task_state"] is pieces["b"]["task_state"]
+    assert pieces["a"]["recent_window"] != pieces["b"]["recent_window"]
+
+
+def test_shared_section_encodings_stay_bounded_by_the_bundles_kept(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bundles dropped (new lines of their session) leave encodings nobody holds; the
+    next bundle kept past the limit rebuilds the table from the bundles alive."""
+    import gitmem.context
+    monkeypatch.setattr(gitmem.context, "PIECES_SLACK", 5)
+    for n in range(6):
+        say(memory, f"first turn of session {n}", session_id=f"s{n}")
+        memory.build_acb({"session_id": f"s{n}", "now": NOW}, encoded=True)
+    assert sum(b"first turn" in p for p in memory.cache._pieces) == 6
+    for n in range(6):  # their bundles are dropped
+        say(memory, f"second turn of session {n}", session_id=f"s{n}",
+            ts="2026-03-01T10:30:00+00:00")
+    say(memory, "a quiet session", session_id="quiet")
+    memory.cache._pieces_limit = 5  # as after a rebuild with few bundles alive
+    memory.build_acb({"session_id": "quiet", "now": NOW}, encoded=True)
+    alive = {p for b in memory.cache._bundles.values() for p in b.pieces()}
+    assert [k[1] for k in memory.cache._bundles] == ["quiet"]
+    assert memory.cache._pieces and set(memory.cache._pieces) <= alive
+    assert not any(b"first turn" in p for p in memory.cache._pieces)
+
+
 def test_new_lines_refresh_their_own_session_and_pinned_ones_every_session(
         memory: Memory) -> None:
     say(memory, "hello from a", session_id="a")
