@@ -121,6 +121,17 @@ class BenchDaemon:
                 total += int(proc.memory_info().rss)
         return round(total / (1 << 20), 1)
 
+    def memory_by_process(self) -> dict[str, dict[str, float]]:
+        """RSS and PSS (shared pages split among the processes that map them) of the
+        daemon and of each child, MB."""
+        out: dict[str, dict[str, float]] = {}
+        for number, proc in enumerate(self.processes()):
+            with contextlib.suppress(psutil.Error):
+                info = proc.memory_full_info()
+                out["daemon" if number == 0 else f"child {proc.pid}"] = {
+                    "rss": round(info.rss / (1 << 20), 1), "pss": round(info.pss / (1 << 20), 1)}
+        return out
+
     def peak_rss_mb(self) -> float:
         """The kernel's high-water marks of resident memory since start (VmHWM) of the
         daemon and its children, summed, MB."""
@@ -167,6 +178,7 @@ def corpus_daemon(ctx: Context) -> BenchDaemon:
     daemon = BenchDaemon(ctx.corpus.store, ctx.dsn, ctx.index_config().schema)
     daemon.start()
     daemon.stats["rss_after_start_mb"] = daemon.rss_mb()
+    daemon.stats["memory_after_start"] = daemon.memory_by_process()
     ctx.shared[CORPUS_DAEMON] = daemon
     ctx.cleanups.append(daemon.stop)
     return daemon

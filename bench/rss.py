@@ -36,7 +36,8 @@ def measure(ctx: Context) -> list[Metric]:
     time.sleep(SETTLE_S)
     metrics = [
         Metric("daemon", "RSS, steady (corpus daemon, after the ACB runs)", daemon.rss_mb(),
-               "MB", target=TARGET, extra=dict(daemon.stats)),
+               "MB", target=TARGET, extra={**daemon.stats,
+                                           "by_process": daemon.memory_by_process()}),
         Metric("daemon", "RSS, peak since start (VmHWM)", daemon.peak_rss_mb(), "MB",
                target=TARGET),
     ]
@@ -63,4 +64,5 @@ def _many_sessions(ctx: Context, daemon: BenchDaemon) -> Metric:
     time.sleep(SETTLE_S)
     return Metric("daemon", f"RSS after the fast path of {len(sessions):,} sessions",
                   daemon.rss_mb(), "MB", target=TARGET,
-                  extra={"rss_mb_after_sessions": curve, "peak_mb": daemon.peak_rss_mb()})
+                  extra={"rss_mb_after_sessions": curve, "peak_mb": daemon.peak_rss_mb(),
+                         "by_process": daemon.memory_by_process()})

@@ -30,7 +30,7 @@ from gitmem.store import classify
 
 SESSION_ENTRIES = 512  # sessions whose recent window stays cached (LRU)
 FORGET_LOG = 256       # forget_sessions calls remembered for the fills in flight
-PIECES_SLACK = 1_000   # shared section encodings kept beyond twice those bundles hold
+PIECES_SLACK = 256     # shared section encodings kept beyond those cached bundles hold
 T = TypeVar("T")
 
 
@@ -236,7 +236,8 @@ class ContextCache:
         self._sessions: OrderedDict[tuple[str, str, str, int], list[Row]] = OrderedDict()
         self._bundles: OrderedDict[tuple[Any, ...], Packed] = OrderedDict()
         # one copy of each section encoding the bundles hold (`share`), rebuilt from the
-        # bundles when bundles dropped since have left it twice what they need
+        # bundles (a few thousand pieces: well under a millisecond) once bundles dropped
+        # since may have left PIECES_SLACK that nobody holds
         self._pieces: dict[bytes, bytes] = {}
         self._pieces_limit = PIECES_SLACK
         # the latest forget_sessions calls: number, (tenant, session) pairs, pinned tenants
@@ -436,7 +437,7 @@ class ContextCache:
                 kept = self._pieces
                 self._pieces = {p: p for b in self._bundles.values() for p in b.pieces()
                                 if p in kept}
-                self._pieces_limit = 2 * len(self._pieces) + PIECES_SLACK
+                self._pieces_limit = len(self._pieces) + PIECES_SLACK
         return self._fill("bundles", build, keep, (str(key[0]), str(key[1])))
 
     def share(self, piece: bytes) -> bytes:

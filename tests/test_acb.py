@@ -644,6 +644,23 @@ def test_cached_bundles_share_one_copy_of_their_common_sections(memory: Memory) 
     assert pieces["a"]["recent_window"] != pieces["b"]["recent_window"]
 
 
+def test_kept_encodings_take_their_length_not_orjsons_buffer() -> None:
+    """orjson's bytes keep the buffer it grew (4 KB at least); what a bundle keeps is
+    an exact copy."""
+    import tracemalloc
+
+    from gitmem.packing import _kept
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [_kept(orjson.dumps({"name": "rules", "n": n})) for n in range(100)]
+        traced = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert traced < 100 * 200, traced  # 100 pieces of ~25 bytes, not 100 x 4 KB
+    assert kept[7] == orjson.dumps({"name": "rules", "n": 7})
+
+
 def test_shared_section_encodings_stay_bounded_by_the_bundles_kept(
         memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Bundles dropped (new lines of their session) leave encodings nobody holds; the
