@@ -25,7 +25,7 @@ from bench import probes
 from bench.context import Context
 from bench.daemons import BenchDaemon, corpus_daemon
 from bench.queries import CATEGORIES, Ask, asks
-from bench.stats import Metric, medians, percentile, timed, timing
+from bench.stats import Metric, client_gc, medians, percentile, timed, timing
 from gitmem.client import Client
 
 PASSES = {"tiny": 1, "10k": 2}
@@ -62,14 +62,17 @@ class Samples:
 
 def call(client: Client, ask: Ask) -> Sample:
     """Time one build_acb call and read its provenance."""
-    with timed() as clock:
+    paused = client_gc.ms
+    with client_gc.deferred(), timed() as clock:
         acb = client.call("build_acb", ask.params)
     wall = clock.ms
+    paused = client_gc.ms - paused
     provenance = acb.get("provenance", {})
     phases = {k: float(v) for k, v in provenance.get("timings_ms", {}).items()}
     catch_up = float(provenance.get("index_state", {}).get("catch_up_ms", 0.0))
     phases["catch_up"] = catch_up
     phases["overhead"] = round(wall - phases.get("total", 0.0) - catch_up, 3)
+    phases["client_gc"] = round(paused, 3)
     size = sum(len(str(i.get("text", ""))) for s in acb.get("sections", [])
                for i in s.get("items", []))
     return Sample(ask, wall, phases, int(provenance.get("candidate_pool_size", 0)), size)
@@ -95,9 +98,11 @@ def run(ctx: Context) -> dict[str, Samples]:
                     out[category].calls.append(call(client, ask))
                 out[category].daemon_cpu_s += daemon.cpu_s() - cpu
     out["fast_first"] = first
+    daemon.stats["memory_before_writes"] = daemon.memory_by_process()
     out["fast_after_write"] = after_writes(ctx, daemon, sets["fast"])
     out["fast_after_task"] = after_writes(ctx, daemon, sets["fast"], task=True)
     daemon.stats["rss_after_acb_mb"] = daemon.rss_mb()
+    daemon.stats["memory_after_acb"] = daemon.memory_by_process()
     return out
 
 
