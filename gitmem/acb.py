@@ -245,7 +245,9 @@ def _pack(build: _Build) -> Packed:
     omissions = build.packer.omissions()
     digest = _fingerprint(
         {"items": build.packer.ledger, "conflicts": conflicts, "omissions": omissions})
-    return Packed(sections, omissions, build.packer.used, digest)
+    summaries = any(i.get("type") == "summary" for part in build.packer.sections.values()
+                    for i in part.items)
+    return Packed(sections, omissions, build.packer.used, digest, summaries)
 
 
 # --------------------------------------------------------------------------- sections

@@ -154,6 +154,7 @@ class Packed:
     omissions: list[dict[str, Any]]
     used: int
     digest: str  # of the items, conflicts and omissions: acb_id's content, hashed once
+    summaries: bool = False  # holds a summary (its conflicts cite records of any kind)
     # the sections as JSON in pieces (`fragments`), and the omissions as JSON
     encoded: tuple[list[bytes], bytes] | None = None
 
@@ -186,9 +187,9 @@ class Packed:
         encoded = self.encoded
         if encoded is not None:
             return Packed(orjson.loads(b"".join(encoded[0])), orjson.loads(encoded[1]),
-                          self.used, self.digest)
+                          self.used, self.digest, self.summaries)
         return Packed([{**s, "items": [dict(i) for i in s["items"]]} for s in sections],
-                      [dict(o) for o in omissions], self.used, self.digest)
+                      [dict(o) for o in omissions], self.used, self.digest, self.summaries)
 
 
 def _pieces(sections: list[dict[str, Any]], share: Callable[[bytes], bytes] | None

@@ -248,6 +248,55 @@ def test_a_tenants_cached_decisions_and_tasks_survive_another_tenants_writes(
     assert task in [r["task_id"] for r in cache.open_tasks("acme").rows]
 
 
+def test_a_tenants_bundle_outlives_another_tenants_task_and_decision_writes(
+        memory: Memory) -> None:
+    """A fast-path bundle is packed again only when its own tenant's open tasks or
+    decisions changed: another tenant's writes leave it as it was; its own, or a task
+    file moved to it by hand, show in its next answer."""
+    say(memory, "hello", session_id="s1")
+    say(memory, "hello from acme", session_id="s9", tenant_id="acme")
+    request = {"session_id": "s1", "now": NOW}
+    key = ("default", "s1")
+
+    def packed() -> Any:
+        return next(b for k, (b, _) in memory.cache._bundles.items() if k[:2] == key)
+
+    first = memory.build_acb(request)
+    before = packed()
+    evt = say(memory, "Which cloud?", tenant_id="acme", session_id="s9")
+    memory.decide("Use one region", [evt], tenant_id="acme")
+    theirs = memory.task("Move the staging cluster", tenant_id="acme").content["task_id"]
+    assert memory.build_acb(request)["sections"] == first["sections"]
+    assert packed() is before
+    mine = memory.task("Write the runbook").content["task_id"]
+    assert [i["id"] for i in section(memory.build_acb(request), "task_state")] == [mine]
+    assert packed() is not before
+    path = memory.store / "tasks" / f"{theirs}.md"
+    path.write_text(path.read_text().replace("tenant_id: acme", "tenant_id: default"))
+    assert {i["id"] for i in section(memory.build_acb(request), "task_state")} == {mine, theirs}
+    assert not section(memory.build_acb({"session_id": "s9", "tenant_id": "acme",
+                                         "now": NOW}), "task_state")
+
+
+def test_a_bundle_with_a_summary_is_packed_again_after_any_task_write(memory: Memory) -> None:
+    """A packed summary's conflicts cite records of any status: a task written done
+    (not among the open tasks) still changes them."""
+    from gitmem import ids
+    done = ids.new_id("tsk", datetime(2026, 3, 1, 9, tzinfo=UTC))
+    summary = memory.record({"kind": "summary", "session_id": "s1", "refs": [done],
+                             "tags": ["pinned"], "ts": "2026-03-01T10:00:00+00:00",
+                             "content": {"text": "The rollout checklist is finished"}})
+    request = {"session_id": "s1", "now": NOW}
+
+    def conflicts() -> list[dict[str, Any]]:
+        [item] = [i for i in all_items(memory.build_acb(request))
+                  if i["id"] == summary.content["summary_id"]]
+        return list(item.get("conflicts", []))
+    assert conflicts() == [{"kind": "missing_ref", "ref": done}]
+    memory.task("Finish the rollout checklist", task_id=done, status="done")
+    assert conflicts() == []
+
+
 def test_a_fill_is_kept_unless_its_own_session_changed_meanwhile(memory: Memory) -> None:
     """New events of another session while a bundle or a window is filled: it is kept;
     of its own session (or a pinned one of its tenant, for a bundle): it is not."""
@@ -636,7 +685,7 @@ def test_cached_bundles_share_one_copy_of_their_common_sections(memory: Memory) 
         plain = memory.build_acb(request)
         encoded = memory.build_acb(request, encoded=True)
         assert orjson.dumps(encoded["sections"]) == orjson.dumps(plain["sections"])
-        [bundle] = [b for k, b in memory.cache._bundles.items() if k[1] == session]
+        [bundle] = [b for k, (b, _) in memory.cache._bundles.items() if k[1] == session]
         pieces[session] = {orjson.loads(p)["name"]: p for p in bundle.pieces()
                            if p.startswith(b'{"name"')}
     assert [i["id"] for i in orjson.loads(pieces["a"]["task_state"])["items"]] == tasks[::-1]
@@ -677,7 +726,7 @@ def test_shared_section_encodings_stay_bounded_by_the_bundles_kept(
     say(memory, "a quiet session", session_id="quiet")
     memory.cache._pieces_limit = 5  # as after a rebuild with few bundles alive
     memory.build_acb({"session_id": "quiet", "now": NOW}, encoded=True)
-    alive = {p for b in memory.cache._bundles.values() for p in b.pieces()}
+    alive = {p for b, _ in memory.cache._bundles.values() for p in b.pieces()}
     assert [k[1] for k in memory.cache._bundles] == ["quiet"]
     assert memory.cache._pieces and set(memory.cache._pieces) <= alive
     assert not any(b"first turn" in p for p in memory.cache._pieces)
