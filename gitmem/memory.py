@@ -61,6 +61,8 @@ class Memory:
         # Told of each durable append (the daemon's watcher: it indexes those lines
         # from their events instead of decoding them again).
         self.on_append: Callable[[str, Appended], None] | None = None
+        # Told of the files the writer put in place (the watcher queues them at once).
+        self.on_place: Callable[[list[tuple[str, tuple[int, int, int]]]], None] | None = None
         # The daemon's indexer process: syncs run there (gitmem/indexproc.py).
         self.indexing: IndexerProcess | None = None
 
@@ -105,11 +107,16 @@ class Memory:
     def _new_recorder(self) -> Recorder:
         recorder = Recorder(self.store, self._policies)
         recorder.on_append = self._appended
+        recorder.on_place = self._placed
         return recorder
 
     def _appended(self, rel: str, appended: Appended) -> None:
         if self.on_append is not None:
             self.on_append(rel, appended)
+
+    def _placed(self, placed: list[tuple[str, tuple[int, int, int]]]) -> None:
+        if self.on_place is not None:
+            self.on_place(placed)
 
     @property
     def recorder(self) -> Recorder:

@@ -115,6 +115,9 @@ class Recorder:
         # Told of each durable append (store-relative path, what was written): the
         # daemon hands it to its indexer, which then need not decode those lines.
         self.on_append: Callable[[str, Appended], None] | None = None
+        # Told of the files put in place (store-relative path, stat right after), so
+        # the daemon queues them for indexing before the write is answered.
+        self.on_place: Callable[[list[tuple[str, tuple[int, int, int]]]], None] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -406,6 +409,7 @@ class Recorder:
     def _commit(self, prepared: list[_Prepared]) -> None:
         staged = [f for p in prepared for f in p.files]
         temps = self._stage(staged)
+        appends: list[tuple[str, Appended]] = []
         try:
             by_file: dict[str, list[Event]] = {}
             days: dict[str, str] = {}  # the timestamp's date part -> its day file
@@ -417,16 +421,18 @@ class Recorder:
             for rel, events in by_file.items():
                 offset, data, stat = append_lines(self.store / rel,
                                                   [e.to_line().encode("utf-8") for e in events])
-                if self.on_append is not None:
-                    try:
-                        self.on_append(rel, Appended(offset, data, tuple(events), stat))
-                    except Exception:  # the lines are durable: the indexer reads them
-                        logger.exception("handing %s's new lines to the indexer failed", rel)
+                appends.append((rel, Appended(offset, data, tuple(events), stat)))
         except BaseException:
             for tmp, _ in temps:
                 tmp.unlink(missing_ok=True)
             raise
         self._place(temps)
+        for rel, appended in appends:  # told after the files, so both are indexed together
+            if self.on_append is not None:
+                try:
+                    self.on_append(rel, appended)
+                except Exception:  # the lines are durable: the indexer reads them
+                    logger.exception("handing %s's new lines to the indexer failed", rel)
 
     def _publish(self, staged: list[_Staged]) -> None:
         self._place(self._stage(staged))
@@ -453,14 +459,27 @@ class Recorder:
             raise
         return temps
 
-    @staticmethod
-    def _place(temps: list[tuple[Path, _Staged]]) -> None:
+    def _place(self, temps: list[tuple[Path, _Staged]]) -> None:
         dirs = set()
         for tmp, item in temps:
             os.replace(tmp, item.target)
             dirs.add(item.target.parent)
         for directory in dirs:
             fsync_dir(directory)
+        if self.on_place is None or not temps:
+            return
+        placed = []
+        for _, item in temps:
+            try:
+                st = os.stat(item.target)
+            except OSError:  # gone already: its file event says so
+                continue
+            placed.append((item.target.relative_to(self.store).as_posix(),
+                           (st.st_size, st.st_mtime_ns, st.st_ino)))
+        try:
+            self.on_place(placed)
+        except Exception:  # the files are durable: their file events queue them
+            logger.exception("handing the files put in place to the indexer failed")
 
 
 _EVENT_LEVEL = ("refs", "tags", "sensitivity", "session_id", "tenant_id", "ts")

@@ -63,6 +63,7 @@ from gitmem.store import INDEXED_KINDS, classify
 logger = logging.getLogger(__name__)
 
 BARRIER_PREFIX = ".gitmem-barrier-"
+PLACED_MAX = 10_000  # files put in place by the writer whose stat is remembered
 _WATCHDOG_LOGGERS = ("watchdog.observers.inotify", "watchdog.observers.inotify_c")
 # The events the handler acts on; every observer (inotify or polling) drops the
 # others before they reach it. Asking for these alone also keeps inotify from
@@ -89,8 +90,7 @@ class _Handler(FileSystemEventHandler):
         if name.startswith(self.barrier):
             self.watcher.barrier_seen(int(name[len(self.barrier):]))
             return None
-        kind = classify(rel)
-        if kind is None or kind == "artifact":
+        if not indexed(rel):
             return None
         return rel
 
@@ -105,7 +105,7 @@ class _Handler(FileSystemEventHandler):
         paths = [self._relative(event.src_path)]
         if event.event_type == "moved":
             paths.append(self._relative(event.dest_path))
-        wanted = [p for p in paths if p is not None]
+        wanted = [p for p in paths if p is not None and not self.watcher.placed_as_is(p)]
         if wanted:
             self.watcher.enqueue(wanted)
 
@@ -156,6 +156,9 @@ class Watcher:
         # one of the appends above, that end (`flush(scope)` trusts these files).
         self._last_write: dict[str, tuple[int, tuple[int, int, int] | None]] = {}
         self._accounted: dict[str, int] = {}
+        # Files the writer put in place and queued itself, with their stat right after:
+        # a file event of such a file while its stat is still that one is the writer's.
+        self._placed: dict[str, tuple[int, int, int]] = {}
         self._reconcile = False
         self._reconciling = False  # the batch in progress is a full reconcile
         self._enqueued = 0
@@ -265,6 +268,27 @@ class Watcher:
             else:  # bytes before these lines that nobody handed over, or these dropped
                 self._accounted.pop(rel, None)
         self.enqueue([rel])
+
+    def note_placed(self, placed: list[tuple[str, tuple[int, int, int]]]) -> None:
+        """The daemon's writer put these files in place (a task or decision file, say):
+        queue them, before the write is answered. Their own file events then queue
+        nothing more (`placed_as_is`), and a read right after the write needs no
+        barrier for them (`_own_appends`): the write and its task file are indexed
+        in one batch, not two."""
+        wanted = [(rel, stat) for rel, stat in placed if indexed(rel)]
+        if not wanted:
+            return
+        with self._cond:
+            if len(self._placed) >= PLACED_MAX:
+                self._placed.clear()  # an optimization only: file events queue them
+            self._placed.update(wanted)
+        self.enqueue([rel for rel, _ in wanted])
+
+    def placed_as_is(self, rel: str) -> bool:
+        """Whether `rel` is a file the writer put in place and queued, unchanged since
+        (its stat is the one taken right after, before it was queued)."""
+        stat = self._placed.get(rel)
+        return stat is not None and _stat(self.store / rel) == stat
 
     def request_reconcile(self, reason: str) -> None:
         """Queue a full reconcile of the store with the index."""
@@ -406,19 +430,14 @@ class Watcher:
         is needed for them; `_unaffected` decides what a read waits for, as always."""
         with self._cond:
             known = {rel: self._last_write.get(rel) for rel in paths}
-        return all(self._as_written(rel, last) for rel, last in known.items())
+        return all(not indexed(rel) or self._as_written(rel, last) or self.placed_as_is(rel)
+                   for rel, last in known.items())
 
     def _as_written(self, rel: str, last: tuple[int, tuple[int, int, int] | None] | None
                     ) -> bool:
         """Whether `rel`'s stat is still the one the writer took right after its last
         append to it (`last`: its `_last_write` entry)."""
-        if last is None or last[1] is None:
-            return False
-        try:
-            st = os.stat(self.store / rel)
-        except OSError:
-            return False
-        return (st.st_size, st.st_mtime_ns, st.st_ino) == last[1]
+        return last is not None and last[1] is not None and _stat(self.store / rel) == last[1]
 
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds
@@ -595,3 +614,19 @@ class Watcher:
         return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
                 "pending_writer_bytes": handed,
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}
+
+
+def indexed(rel: str) -> bool:
+    """Whether the index holds anything of the store file `rel` (temporary files,
+    artifacts and files of no known kind it does not)."""
+    kind = classify(rel)
+    return kind is not None and kind != "artifact"
+
+
+def _stat(path: Path) -> tuple[int, int, int] | None:
+    """A file's (size, mtime_ns, inode), or None if it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)

@@ -383,6 +383,7 @@ def watching(config: Config) -> Iterator[tuple[Memory, Watcher]]:
     with Memory(config) as memory:
         watcher = Watcher(memory)
         memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
+        memory.on_place = watcher.note_placed
         watcher.start()
         try:
             yield memory, watcher
@@ -512,3 +513,37 @@ def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
         acb = memory.build_acb({"session_id": "own", "now": "2026-04-03T00:00:00+00:00"})
         assert "a hand right after" in texts(acb, "recent_window")
         assert watcher.stats["barriers"] == barriers + 3
+
+
+def test_files_the_writer_puts_in_place_are_queued_with_its_lines(
+        store_config: Config) -> None:
+    """A task update through the core API rewrites its task file: the writer queues the
+    file with the event's line, so the next read (of any tenant) makes no barrier and
+    sees the task; a hand edit of that file right after is still waited for."""
+    def tasks(tenant: str) -> list[str]:
+        acb = memory.build_acb({"session_id": "s1", "tenant_id": tenant,
+                                "now": "2026-03-02T00:00:00+00:00"})
+        return [i["text"] for s in acb["sections"] if s["name"] == "task_state"
+                for i in s["items"]]
+
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        watcher.flush()
+        assert tasks("default") == [] and tasks("acme") == []
+        barriers = watcher.stats["barriers"]
+        task_id = None
+        for n in range(4):  # one task, its file rewritten each time
+            task = memory.record({"kind": "task_update", "tenant_id": "acme", "session_id": "s1",
+                                  "ts": f"2026-03-01T10:0{n}:00+00:00",
+                                  "content": {"title": f"Rotate the keys, round {n}",
+                                              **({"task_id": task_id} if task_id else {})}})
+            task_id = task.content["task_id"]
+            assert tasks("default") == []
+            assert any(f"round {n}" in text for text in tasks("acme"))
+            if n == 0:  # the first task made the tasks directory: one barrier for it
+                assert watcher.stats["barriers"] == barriers + 1
+        assert watcher.stats["barriers"] == barriers + 1
+        path = store_config.store / "tasks" / f"{task.content['task_id']}.md"
+        path.write_text(path.read_text().replace("round 3", "round three, by hand"))
+        assert any("round three, by hand" in text for text in tasks("acme"))
+        assert watcher.stats["barriers"] == barriers + 2
