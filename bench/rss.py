@@ -18,6 +18,7 @@ from bench.daemons import BenchDaemon, corpus_daemon
 from bench.queries import CATEGORIES, asks
 from bench.socket_record import SHARED as RECORD_SHARED
 from bench.stats import Metric
+from bench.summary import RSS_MANY_SESSIONS
 
 SETTLE_S = 2.0
 MANY_SESSIONS = 2000
@@ -62,7 +63,7 @@ def _many_sessions(ctx: Context, daemon: BenchDaemon) -> Metric:
             if number % MANY_STEP == 0 or number == len(sessions):
                 curve[number] = daemon.rss_mb()
     time.sleep(SETTLE_S)
-    return Metric("daemon", f"RSS after the fast path of {len(sessions):,} sessions",
-                  daemon.rss_mb(), "MB", target=TARGET,
-                  extra={"rss_mb_after_sessions": curve, "peak_mb": daemon.peak_rss_mb(),
+    return Metric("daemon", RSS_MANY_SESSIONS, daemon.rss_mb(), "MB", target=TARGET,
+                  extra={"sessions": len(sessions), "rss_mb_after_sessions": curve,
+                         "peak_mb": daemon.peak_rss_mb(),
                          "by_process": daemon.memory_by_process()})
