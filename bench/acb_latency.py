@@ -91,12 +91,15 @@ def run(ctx: Context) -> dict[str, Samples]:
                 sample = call(client, ask)
                 if category == "fast":
                     first.calls.append(sample)
+        collector = client.call("daemon_status").get("gc", {})
         for _ in range(passes):
             for category in CATEGORIES:
                 cpu = daemon.cpu_s()
                 for ask in sets[category]:
                     out[category].calls.append(call(client, ask))
                 out[category].daemon_cpu_s += daemon.cpu_s() - cpu
+        daemon.stats["daemon_gc_during_passes"] = _collections(
+            collector, client.call("daemon_status").get("gc", {}))
     out["fast_first"] = first
     daemon.stats["memory_before_writes"] = daemon.memory_by_process()
     out["fast_after_write"] = after_writes(ctx, daemon, sets["fast"])
@@ -104,6 +107,16 @@ def run(ctx: Context) -> dict[str, Samples]:
     daemon.stats["rss_after_acb_mb"] = daemon.rss_mb()
     daemon.stats["memory_after_acb"] = daemon.memory_by_process()
     return out
+
+
+def _collections(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The daemon's garbage collections between two `daemon_status` reads: how many per
+    generation, and the milliseconds they took (the longest since the daemon started)."""
+    def delta(key: str) -> list[float]:
+        return [round(b - a, 3) for a, b in zip(before.get(key, [0, 0, 0]),
+                                                 after.get(key, [0, 0, 0]), strict=False)]
+    return {"collections": delta("collections"), "pause_ms": delta("pause_ms"),
+            "pause_max_ms_since_start": after.get("pause_max_ms")}
 
 
 def after_writes(ctx: Context, daemon: BenchDaemon, fast: list[Ask], *,
@@ -195,6 +208,8 @@ def measure(ctx: Context) -> list[Metric]:
                                       for s in found[c].calls],
                         sum(found[c].daemon_cpu_s for c in ("common", "rare", "question")))
     metrics.append(metric(retrieval, "retrieval: all three sets", RETRIEVAL_TARGET))
+    daemon = corpus_daemon(ctx)
+    metrics[-1].extra["daemon_gc_during_passes"] = daemon.stats.get("daemon_gc_during_passes")
     metrics.append(metric(found["fast_first"], names["fast_first"], ""))
     metrics.append(metric(found["fast_after_write"], names["fast_after_write"], ""))
     metrics.append(metric(found["fast_after_task"], names["fast_after_task"], ""))

@@ -14,12 +14,15 @@ pools, cached rows) live as long as the process, so `install`:
   request mostly die by reference count before a collection looks at them.
 
 Reference counting frees objects as before; only cycle detection changes.
+`stats` (in `daemon_status`) says how long the collections took, per generation:
+their total and the longest.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 from typing import Any
 
 FULL_EVERY = 8           # every 8th full collection visits the frozen objects too
@@ -32,13 +35,24 @@ class _State:
         self.full = 0          # full collections seen
         self.unfrozen = 0      # of which visited every object
         self.previous: tuple[int, int, int] | None = None
+        self.started = 0               # perf_counter_ns of the collection under way
+        self.pause_ms = [0.0, 0.0, 0.0]  # per generation: time spent collecting
+        self.pause_max_ms = [0.0, 0.0, 0.0]  # ... and the longest collection
 
 
 _state = _State()
 
 
 def _on_collect(phase: str, info: dict[str, Any]) -> None:
-    if info.get("generation") != 2:
+    generation = int(info.get("generation", 0))
+    if phase == "start":
+        _state.started = time.perf_counter_ns()
+    elif _state.started:
+        spent = (time.perf_counter_ns() - _state.started) / 1e6
+        _state.started = 0
+        _state.pause_ms[generation] += spent
+        _state.pause_max_ms[generation] = max(_state.pause_max_ms[generation], spent)
+    if generation != 2:
         return
     if phase == "start":
         _state.full += 1
@@ -77,5 +91,7 @@ def stats() -> dict[str, Any]:
     generations = gc.get_stats()
     return {"collections": [g["collections"] for g in generations],
             "collected": sum(g["collected"] for g in generations),
+            "pause_ms": [round(ms, 3) for ms in _state.pause_ms],
+            "pause_max_ms": [round(ms, 3) for ms in _state.pause_max_ms],
             "frozen": gc.get_freeze_count(), "full": _state.full,
             "full_unfrozen": _state.unfrozen, "installed": _on_collect in gc.callbacks}
