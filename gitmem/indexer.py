@@ -45,7 +45,13 @@ from gitmem.rows import (
     FileRows,
     parse_file,
 )
-from gitmem.store import classify, iter_store_files, stat_store_files, unrecognized_files
+from gitmem.store import (
+    classify,
+    iter_store_files,
+    stat_key,
+    stat_store_files,
+    unrecognized_files,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,13 +113,8 @@ def _stat_fields(st: os.stat_result) -> dict[str, int]:
     return {"size": st.st_size, "mtime_ns": mtime, "inode": st.st_ino}
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int, int]:
-    """What says a file is unchanged: size, mtime and inode, as the index keeps them."""
-    return st.st_size, st.st_mtime_ns, st.st_ino
-
-
 def _same_stat(state: Row, st: os.stat_result) -> bool:
-    return (state["size"], state["mtime_ns"], state["inode"]) == _stat_key(st)
+    return (state["size"], state["mtime_ns"], state["inode"]) == stat_key(st)
 
 
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
@@ -201,7 +202,7 @@ def candidates(store: Path, known: Mapping[str, FileStat]) -> list[tuple[str, st
     on_disk = stat_store_files(store)
     for rel, (kind, st) in on_disk.items():
         old = known.get(rel)
-        if old is None or st is None or old[1:] != _stat_key(st):
+        if old is None or st is None or old[1:] != stat_key(st):
             out.append((rel, kind))
     out.extend((rel, old[0]) for rel, old in known.items() if rel not in on_disk)
     return sorted(out)

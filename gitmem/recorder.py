@@ -47,7 +47,7 @@ from gitmem.records import (
     reject_nul,
 )
 from gitmem.rows import Appended
-from gitmem.store import artifact_path, day_file_rel
+from gitmem.store import artifact_path, day_file_rel, file_stat, stat_key
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 
@@ -468,14 +468,9 @@ class Recorder:
             fsync_dir(directory)
         if self.on_place is None or not temps:
             return
-        placed = []
-        for _, item in temps:
-            try:
-                st = os.stat(item.target)
-            except OSError:  # gone already: its file event says so
-                continue
-            placed.append((item.target.relative_to(self.store).as_posix(),
-                           (st.st_size, st.st_mtime_ns, st.st_ino)))
+        stats = ((item.target.relative_to(self.store).as_posix(), file_stat(item.target))
+                 for _, item in temps)
+        placed = [(rel, st) for rel, st in stats if st is not None]  # None: gone already
         try:
             self.on_place(placed)
         except Exception:  # the files are durable: their file events queue them
@@ -547,4 +542,4 @@ def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes, tuple[int,
         os.close(fd)  # closing releases the lock
     if created:
         fsync_dir(path.parent)
-    return end - len(data), data, (st.st_size, st.st_mtime_ns, st.st_ino)
+    return end - len(data), data, stat_key(st)

@@ -140,6 +140,19 @@ def day_file_rel(ts: datetime) -> str:
     return f"events/{ts:%Y-%m}/{ts:%Y-%m-%d}.jsonl"
 
 
+def stat_key(st: os.stat_result) -> tuple[int, int, int]:
+    """What says a file is unchanged: size, mtime and inode, as the index keeps them."""
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def file_stat(path: Path) -> tuple[int, int, int] | None:
+    """`stat_key` of the file at `path`, or None if it cannot be read."""
+    try:
+        return stat_key(os.stat(path))
+    except OSError:
+        return None
+
+
 def artifact_path(store: Path, artifact_id: str) -> Path:
     """Where the artifact `art_<sha256>` lives."""
     digest = artifact_id.removeprefix("art_")

@@ -58,7 +58,7 @@ from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
 from gitmem.rows import Appended
-from gitmem.store import INDEXED_KINDS, classify
+from gitmem.store import INDEXED_KINDS, classify, file_stat, stat_key
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +90,7 @@ class _Handler(FileSystemEventHandler):
         if name.startswith(self.barrier):
             self.watcher.barrier_seen(int(name[len(self.barrier):]))
             return None
-        if not indexed(rel):
-            return None
-        return rel
+        return rel if watched(rel) else None
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         """Queue the store paths an event touches (a directory move: a reconcile)."""
@@ -275,7 +273,7 @@ class Watcher:
         nothing more (`placed_as_is`), and a read right after the write needs no
         barrier for them (`_own_appends`): the write and its task file are indexed
         in one batch, not two."""
-        wanted = [(rel, stat) for rel, stat in placed if indexed(rel)]
+        wanted = [(rel, stat) for rel, stat in placed if watched(rel)]
         if not wanted:
             return
         with self._cond:
@@ -287,8 +285,7 @@ class Watcher:
     def placed_as_is(self, rel: str) -> bool:
         """Whether `rel` is a file the writer put in place and queued, unchanged since
         (its stat is the one taken right after, before it was queued)."""
-        stat = self._placed.get(rel)
-        return stat is not None and _stat(self.store / rel) == stat
+        return self._still(rel, self._placed.get(rel))
 
     def request_reconcile(self, reason: str) -> None:
         """Queue a full reconcile of the store with the index."""
@@ -329,7 +326,7 @@ class Watcher:
         for rel in self.memory.policies.hashes:
             try:
                 st = os.stat(self.store / rel)
-                stats[rel] = (st.st_mtime_ns, st.st_size, st.st_ino)
+                stats[rel] = stat_key(st)
             except FileNotFoundError:
                 stats[rel] = None
         return stats
@@ -424,20 +421,25 @@ class Watcher:
         return True
 
     def _own_appends(self, paths: set[str]) -> bool:
-        """Whether every one of these files is an events file whose stat is still the
-        one the daemon's writer took right after its last append to it: lines handed
-        to the indexer already (queued before the write was answered), so no barrier
-        is needed for them; `_unaffected` decides what a read waits for, as always."""
+        """Whether every one of these files is the daemon's writer's and queued before
+        its write was answered, so that no barrier is needed for them: an events file
+        whose stat is still the one taken right after its last append, a file it put
+        in place (`placed_as_is`), or a file the watcher ignores (a temporary one, an
+        artifact); `_unaffected` decides what a read waits for, as always."""
         with self._cond:
             known = {rel: self._last_write.get(rel) for rel in paths}
-        return all(not indexed(rel) or self._as_written(rel, last) or self.placed_as_is(rel)
+        return all(not watched(rel) or self._as_written(rel, last) or self.placed_as_is(rel)
                    for rel, last in known.items())
 
     def _as_written(self, rel: str, last: tuple[int, tuple[int, int, int] | None] | None
                     ) -> bool:
         """Whether `rel`'s stat is still the one the writer took right after its last
         append to it (`last`: its `_last_write` entry)."""
-        return last is not None and last[1] is not None and _stat(self.store / rel) == last[1]
+        return last is not None and self._still(rel, last[1])
+
+    def _still(self, rel: str, stat: tuple[int, int, int] | None) -> bool:
+        """Whether `rel`'s stat is `stat` (a stat the writer took; None: never)."""
+        return stat is not None and file_stat(self.store / rel) == stat
 
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds
@@ -616,17 +618,8 @@ class Watcher:
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}
 
 
-def indexed(rel: str) -> bool:
-    """Whether the index holds anything of the store file `rel` (temporary files,
-    artifacts and files of no known kind it does not)."""
+def watched(rel: str) -> bool:
+    """Whether the watcher queues changes of the store file `rel` (not of temporary
+    files, artifacts, or files of no known kind)."""
     kind = classify(rel)
     return kind is not None and kind != "artifact"
-
-
-def _stat(path: Path) -> tuple[int, int, int] | None:
-    """A file's (size, mtime_ns, inode), or None if it cannot be read."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns, st.st_ino)

@@ -475,6 +475,15 @@ def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
     """After one barrier, reads of an unchanged store make none, nor do reads after the
     writer's own appends; a new month directory with a file, a hand append to it, a
     hand append right after the writer's, each makes the next read wait for it."""
+    month = store_config.store / "events" / "2026-04"
+
+    def by_hand(session: str, text: str, hour: int, number: int) -> str:
+        """Append a line by hand; the recent window of the next read of its session."""
+        append(month / "2026-04-02.jsonl", event_line(
+            session, text, ts=f"2026-04-02T{hour}:00:00+00:00", number=number)[1])
+        return texts(memory.build_acb({"session_id": session,
+                                       "now": "2026-04-03T00:00:00+00:00"}), "recent_window")
+
     with watching(store_config) as (memory, watcher):
         memory.sync()
         watcher.flush()
@@ -483,21 +492,12 @@ def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
             watcher.flush()
         assert watcher.stats["barriers"] == barriers
         assert watcher.stats["reads_without_barrier"] >= 5
-        month = store_config.store / "events" / "2026-04"
         month.mkdir()
-        append(month / "2026-04-02.jsonl", event_line(
-            "new-month", "in a new month", ts="2026-04-02T10:00:00+00:00", number=1)[1])
-        acb = memory.build_acb({"session_id": "new-month",
-                                "now": "2026-04-03T00:00:00+00:00"})
-        assert "in a new month" in texts(acb, "recent_window")
+        assert "in a new month" in by_hand("new-month", "in a new month", 10, 1)
         assert watcher.stats["barriers"] == barriers + 1
         watcher.flush()
         assert watcher.stats["barriers"] == barriers + 1
-        append(month / "2026-04-02.jsonl", event_line(
-            "new-month", "later, by hand", ts="2026-04-02T11:00:00+00:00", number=2)[1])
-        acb = memory.build_acb({"session_id": "new-month",
-                                "now": "2026-04-03T00:00:00+00:00"})
-        assert "later, by hand" in texts(acb, "recent_window")
+        assert "later, by hand" in by_hand("new-month", "later, by hand", 11, 2)
         assert watcher.stats["barriers"] == barriers + 2
         for n in range(3):  # the daemon's own appends: queued before they are answered
             memory.record({"session_id": "own", "content": {"text": f"own write {n}"},
@@ -508,10 +508,7 @@ def test_reads_of_a_quiet_store_need_no_barrier_and_a_change_brings_one(
         assert watcher.stats["barriers"] == barriers + 2
         memory.record({"session_id": "own", "content": {"text": "own write, then a hand"},
                        "ts": "2026-04-02T12:00:00+00:00"})
-        append(month / "2026-04-02.jsonl", event_line(
-            "own", "a hand right after", ts="2026-04-02T13:00:00+00:00", number=3)[1])
-        acb = memory.build_acb({"session_id": "own", "now": "2026-04-03T00:00:00+00:00"})
-        assert "a hand right after" in texts(acb, "recent_window")
+        assert "a hand right after" in by_hand("own", "a hand right after", 13, 3)
         assert watcher.stats["barriers"] == barriers + 3
 
 
