@@ -20,7 +20,7 @@ from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
 from gitmem.records import Event, format_ts
 from gitmem.rows import Appended
-from gitmem.store import read_artifact
+from gitmem.store import Placed, read_artifact
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class Memory:
         # from their events instead of decoding them again).
         self.on_append: Callable[[str, Appended], None] | None = None
         # Told of the files the writer put in place (the watcher queues them at once).
-        self.on_place: Callable[[list[tuple[str, tuple[int, int, int]]]], None] | None = None
+        self.on_place: Callable[[list[Placed]], None] | None = None
         # The daemon's indexer process: syncs run there (gitmem/indexproc.py).
         self.indexing: IndexerProcess | None = None
 
@@ -114,7 +114,7 @@ class Memory:
         if self.on_append is not None:
             self.on_append(rel, appended)
 
-    def _placed(self, placed: list[tuple[str, tuple[int, int, int]]]) -> None:
+    def _placed(self, placed: list[Placed]) -> None:
         if self.on_place is not None:
             self.on_place(placed)
 

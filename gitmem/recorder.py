@@ -47,7 +47,14 @@ from gitmem.records import (
     reject_nul,
 )
 from gitmem.rows import Appended
-from gitmem.store import artifact_path, day_file_rel, file_stat, stat_key
+from gitmem.store import (
+    Placed,
+    artifact_path,
+    content_digest,
+    day_file_rel,
+    file_stat,
+    stat_key,
+)
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 
@@ -117,7 +124,7 @@ class Recorder:
         self.on_append: Callable[[str, Appended], None] | None = None
         # Told of the files put in place (store-relative path, stat right after), so
         # the daemon queues them for indexing before the write is answered.
-        self.on_place: Callable[[list[tuple[str, tuple[int, int, int]]]], None] | None = None
+        self.on_place: Callable[[list[Placed]], None] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -468,9 +475,10 @@ class Recorder:
             fsync_dir(directory)
         if self.on_place is None or not temps:
             return
-        stats = ((item.target.relative_to(self.store).as_posix(), file_stat(item.target))
-                 for _, item in temps)
-        placed = [(rel, st) for rel, st in stats if st is not None]  # None: gone already
+        stats = ((item, file_stat(item.target)) for _, item in temps)
+        placed = [Placed(item.target.relative_to(self.store).as_posix(), st,
+                         content_digest(item.data))
+                  for item, st in stats if st is not None]  # None: gone already
         try:
             self.on_place(placed)
         except Exception:  # the files are durable: their file events queue them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -151,6 +152,33 @@ def file_stat(path: Path) -> tuple[int, int, int] | None:
         return stat_key(os.stat(path))
     except OSError:
         return None
+
+
+def content_digest(data: bytes) -> bytes:
+    """A short digest of a file's bytes (is this file still what was written?)."""
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A file the writer put in place: its store-relative path, its `stat_key` right
+    after, and its bytes' `content_digest`. A write within the same timestamp tick
+    can leave a file of the same size with the same stat, so a matching stat alone
+    does not say the file is still the writer's; the digest does."""
+
+    rel: str
+    stat: tuple[int, int, int]
+    digest: bytes
+
+    def still(self, store: Path) -> bool:
+        """Whether the file is still as the writer left it (its stat, then its bytes)."""
+        path = store / self.rel
+        if file_stat(path) != self.stat:
+            return False
+        try:
+            return content_digest(path.read_bytes()) == self.digest
+        except OSError:
+            return False
 
 
 def artifact_path(store: Path, artifact_id: str) -> Path:

@@ -58,7 +58,7 @@ from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
 from gitmem.rows import Appended
-from gitmem.store import INDEXED_KINDS, classify, file_stat, stat_key
+from gitmem.store import INDEXED_KINDS, Placed, classify, file_stat, stat_key
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +154,9 @@ class Watcher:
         # one of the appends above, that end (`flush(scope)` trusts these files).
         self._last_write: dict[str, tuple[int, tuple[int, int, int] | None]] = {}
         self._accounted: dict[str, int] = {}
-        # Files the writer put in place and queued itself, with their stat right after:
-        # a file event of such a file while its stat is still that one is the writer's.
-        self._placed: dict[str, tuple[int, int, int]] = {}
+        # Files the writer put in place and queued itself: a file event of such a file
+        # while it is still as the writer left it is the writer's.
+        self._placed: dict[str, Placed] = {}
         self._reconcile = False
         self._reconciling = False  # the batch in progress is a full reconcile
         self._enqueued = 0
@@ -267,25 +267,27 @@ class Watcher:
                 self._accounted.pop(rel, None)
         self.enqueue([rel])
 
-    def note_placed(self, placed: list[tuple[str, tuple[int, int, int]]]) -> None:
+    def note_placed(self, placed: list[Placed]) -> None:
         """The daemon's writer put these files in place (a task or decision file, say):
         queue them, before the write is answered. Their own file events then queue
         nothing more (`placed_as_is`), and a read right after the write needs no
         barrier for them (`_own_appends`): the write and its task file are indexed
         in one batch, not two."""
-        wanted = [(rel, stat) for rel, stat in placed if watched(rel)]
+        wanted = [item for item in placed if watched(item.rel)]
         if not wanted:
             return
         with self._cond:
             if len(self._placed) >= PLACED_MAX:
                 self._placed.clear()  # an optimization only: file events queue them
-            self._placed.update(wanted)
-        self.enqueue([rel for rel, _ in wanted])
+            self._placed.update((item.rel, item) for item in wanted)
+        self.enqueue([item.rel for item in wanted])
 
     def placed_as_is(self, rel: str) -> bool:
-        """Whether `rel` is a file the writer put in place and queued, unchanged since
-        (its stat is the one taken right after, before it was queued)."""
-        return self._still(rel, self._placed.get(rel))
+        """Whether `rel` is a file the writer put in place and queued, unchanged since:
+        the stat taken right after, and the same bytes (a hand edit of the same size
+        within the same timestamp tick leaves the stat as it was)."""
+        placed = self._placed.get(rel)
+        return placed is not None and placed.still(self.store)
 
     def request_reconcile(self, reason: str) -> None:
         """Queue a full reconcile of the store with the index."""
@@ -434,12 +436,11 @@ class Watcher:
     def _as_written(self, rel: str, last: tuple[int, tuple[int, int, int] | None] | None
                     ) -> bool:
         """Whether `rel`'s stat is still the one the writer took right after its last
-        append to it (`last`: its `_last_write` entry)."""
-        return last is not None and self._still(rel, last[1])
-
-    def _still(self, rel: str, stat: tuple[int, int, int] | None) -> bool:
-        """Whether `rel`'s stat is `stat` (a stat the writer took; None: never)."""
-        return stat is not None and file_stat(self.store / rel) == stat
+        append to it (`last`: its `_last_write` entry). Unlike a placed file's, an
+        events file's own file events always queue it, so bytes changed in place
+        within the append's timestamp tick are still indexed by the next batch."""
+        return (last is not None and last[1] is not None
+                and file_stat(self.store / rel) == last[1])
 
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds

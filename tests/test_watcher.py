@@ -544,3 +544,35 @@ def test_files_the_writer_puts_in_place_are_queued_with_its_lines(
         path.write_text(path.read_text().replace("round 3", "round three, by hand"))
         assert any("round three, by hand" in text for text in tasks("acme"))
         assert watcher.stats["barriers"] == barriers + 2
+
+
+def test_a_same_size_hand_edit_of_a_placed_file_with_its_stat_restored_is_indexed(
+        store_config: Config) -> None:
+    """A hand edit in place within the writer's timestamp tick leaves a task file with
+    the size, inode and mtime the writer saw (here: the mtime set back): the watcher
+    tells it from the writer's own file by its bytes, queues it and a read waits."""
+    def tasks() -> list[str]:
+        acb = memory.build_acb({"session_id": "s1", "tenant_id": "acme",
+                                "now": "2026-03-02T00:00:00+00:00"})
+        return [i["text"] for s in acb["sections"] if s["name"] == "task_state"
+                for i in s["items"]]
+
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        task = memory.record({"kind": "task_update", "tenant_id": "acme", "session_id": "s1",
+                              "ts": "2026-03-01T10:00:00+00:00",
+                              "content": {"title": "Rotate the keys, round 3"}})
+        assert any("round 3" in text for text in tasks())
+        path = store_config.store / "tasks" / f"{task.content['task_id']}.md"
+        before = os.stat(path)
+        with open(path, "r+b") as handle:  # in place: the same inode
+            data = handle.read()
+            handle.seek(0)
+            handle.write(data.replace(b"round 3", b"round 8"))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(path)
+        assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+            before.st_size, before.st_mtime_ns, before.st_ino)
+        assert not watcher.placed_as_is(path.relative_to(store_config.store).as_posix())
+        assert any("round 8" in text for text in tasks())
+        assert not any("round 3" in text for text in tasks())
