@@ -35,13 +35,12 @@ from typing import Any, Generic, TypeVar
 from gitmem.db import Database, Row, TextArray
 from gitmem.packing import Packed
 from gitmem.records import Event
-from gitmem.store import classify
+from gitmem.store import TENANT_FILE_KINDS, classify
 
 SESSION_ENTRIES = 512  # sessions whose recent window stays cached (LRU)
 FORGET_LOG = 256       # forget_sessions calls remembered for the fills in flight
 PIECES_SLACK = 256     # shared section encodings kept beyond those cached bundles hold
 T = TypeVar("T")
-_TENANT_KINDS = {"decision", "task"}  # files whose rows the cache keeps per tenant
 
 
 @dataclass(frozen=True)
@@ -271,7 +270,7 @@ class ContextCache:
         kinds = set(changed.values())
         with self._lock:
             self._bump("bundles")  # a bundle being packed is not kept
-            if everything or not kinds <= _TENANT_KINDS:
+            if everything or not kinds <= TENANT_FILE_KINDS:
                 self._bundles.clear()  # any other change may touch a packed bundle
                 self._pieces = {}
             else:  # each bundle checks its tenant's tasks and decisions when next used

@@ -46,6 +46,7 @@ from gitmem.rows import (
     parse_file,
 )
 from gitmem.store import (
+    TENANT_FILE_KINDS,
     classify,
     iter_store_files,
     stat_key,
@@ -328,6 +329,9 @@ def sync(db: Database, store: Path, policies: Policies,
                 events = rows.tables["events"]
                 change["sessions"] = sorted({(row[1], row[3]) for row in events})
                 change["pinned"] = any("pinned" in row[10] for row in events)
+            elif kind in TENANT_FILE_KINDS:
+                # whose rows the file holds now (what a read of another tenant can skip)
+                change["tenants"] = sorted({row[1] for row in rows.tables["chunks"]})
             report.changed.append(change)
     report.head = gitops.head(store)
     if paths is None:

@@ -68,6 +68,8 @@ class _Staged:
     target: Path
     data: bytes
     replace_existing: bool = False
+    tenant: str = ""  # a task's or decision's tenant: the only one its rows concern
+    fresh: bool = False  # its id minted here: no rows of its path can be indexed yet
 
 
 @dataclass
@@ -276,6 +278,8 @@ class Recorder:
         full["tags"] = _redact(full["tags"], self.policies)
         staged: list[_Staged] = []
         kind = full["kind"]
+        id_field = {"decision": "decision_id", "task_update": "task_id"}.get(kind)
+        minted = id_field is not None and not full["content"].get(id_field)
         if kind == "tool_result":
             staged += self._excerpt(full["content"])
         elif kind == "artifact":
@@ -286,7 +290,9 @@ class Recorder:
         derive = {"decision": self._decision_file, "task_update": self._task_file,
                   "summary": self._summary_file}.get(kind)
         if derive is not None:
-            staged.append(derive(full, parse_ts(full["ts"])))  # may add its id to the content
+            item = derive(full, parse_ts(full["ts"]))  # may add its id to the content
+            item.fresh = minted
+            staged.append(item)
         full["hash"] = content_hash(kind, full["content"])
         if derive is None:  # the content is as validated: only the hash is new
             return _Prepared(replace(event, hash=full["hash"]), staged)
@@ -357,7 +363,7 @@ class Recorder:
             raise ValidationError(f"decision {decision.id} already exists and is never "
                                   "rewritten; record a new decision that supersedes it",
                                   field="content.decision_id")
-        return _Staged(self.store / rel, text.encode())
+        return _Staged(self.store / rel, text.encode(), tenant=decision.tenant_id)
 
     def _task_file(self, full: dict[str, Any], when: datetime) -> _Staged:
         content = full["content"]
@@ -388,7 +394,8 @@ class Recorder:
         except FormatError as exc:
             raise ValidationError(exc.detail, field=_event_field(exc.field, "task_id")) \
                 from None
-        return _Staged(path, text.encode(), replace_existing=existing is not None)
+        return _Staged(path, text.encode(), replace_existing=existing is not None,
+                       tenant=task.tenant_id)
 
     def _summary_file(self, full: dict[str, Any], when: datetime) -> _Staged:
         content = full["content"]
@@ -477,7 +484,7 @@ class Recorder:
             return
         stats = ((item, file_stat(item.target)) for _, item in temps)
         placed = [Placed(item.target.relative_to(self.store).as_posix(), st,
-                         content_digest(item.data))
+                         content_digest(item.data), item.tenant, item.fresh)
                   for item, st in stats if st is not None]  # None: gone already
         try:
             self.on_place(placed)

@@ -36,6 +36,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("artifact", re.compile(r"^artifacts/[0-9a-f]{2}/[0-9a-f]{64}$")),
 )
 INDEXED_KINDS = ("events", "decision", "task", "summary", "handoff", "view")
+TENANT_FILE_KINDS = frozenset({"decision", "task"})  # files whose rows concern their tenant only
 
 
 def classify(rel: str) -> str | None:
@@ -162,13 +163,17 @@ def content_digest(data: bytes) -> bytes:
 @dataclass(frozen=True, slots=True)
 class Placed:
     """A file the writer put in place: its store-relative path, its `stat_key` right
-    after, and its bytes' `content_digest`. A write within the same timestamp tick
-    can leave a file of the same size with the same stat, so a matching stat alone
-    does not say the file is still the writer's; the digest does."""
+    after, its bytes' `content_digest` and, for a task or decision file, the tenant
+    of its rows and whether its id was minted by the writer (`fresh`: no rows of
+    that path can have been indexed before). A write within the same timestamp
+    tick can leave a file of the same size with the same stat, so a matching stat
+    alone does not say the file is still the writer's; the digest does."""
 
     rel: str
     stat: tuple[int, int, int]
     digest: bytes
+    tenant: str = ""
+    fresh: bool = False
 
     def still(self, store: Path) -> bool:
         """Whether the file is still as the writer left it (its stat, then its bytes)."""

@@ -14,17 +14,19 @@ every earlier change is queued, and flush waits until the indexer has
 processed the queue up to there. A read when nothing in the store changed since
 the last barrier was seen needs none: an inotify instance of the daemon's own
 (gitmem/changes.py) tells, without the three thread hand-offs inside watchdog.
-Nor does a read after the daemon's own appends (each file's stat still the
-writer's right after it): they were queued before the write was answered.
+Nor does a read after the daemon's own writes (each events file's stat still the
+writer's right after its append; each task or decision file it put in place still
+holding its bytes): they were queued before the write was answered.
 
 A read need not wait for what cannot change its answer: `flush(scope)`
 returns as soon as everything still queued is lines the daemon's own writer
 appended (their events in hand; every other byte of those files indexed, the
 files' stat the writer's right after its last append) or files of a kind the
 read does not load, and none of those events is in the read's `scope` (another
-agent's session, say, for a fast-path ACB). Anything else (a hand edit, a
-decision, a reconcile, a file whose bytes are not all accounted for) is waited
-for as before.
+agent's session, say, for a fast-path ACB), or, for a fast-path ACB, task and
+decision files the writer put in place for another tenant whose indexed rows are
+not the reader's tenant's either (`_elsewhere`). Anything else (a hand edit, a
+reconcile, a file whose bytes are not all accounted for) is waited for as before.
 """
 
 from __future__ import annotations
@@ -58,7 +60,14 @@ from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
 from gitmem.rows import Appended
-from gitmem.store import INDEXED_KINDS, Placed, classify, file_stat, stat_key
+from gitmem.store import (
+    INDEXED_KINDS,
+    TENANT_FILE_KINDS,
+    Placed,
+    classify,
+    file_stat,
+    stat_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +166,9 @@ class Watcher:
         # Files the writer put in place and queued itself: a file event of such a file
         # while it is still as the writer left it is the writer's.
         self._placed: dict[str, Placed] = {}
+        # Task and decision files: the tenants of their rows, as their last sync here
+        # reported them (a read of another tenant need not wait for such a file).
+        self._row_tenants: dict[str, frozenset[str]] = {}
         self._reconcile = False
         self._reconciling = False  # the batch in progress is a full reconcile
         self._enqueued = 0
@@ -386,7 +398,7 @@ class Watcher:
         for rel in sorted(self._pending | self._inflight):
             kind = classify(rel)
             if kind != "events":
-                if kind is None or scope.file(kind):
+                if kind is None or (scope.file(kind) and not self._elsewhere(rel, scope)):
                     return None
                 deferred.append(rel)
                 continue
@@ -400,6 +412,18 @@ class Watcher:
             if waiting:
                 deferred.append(rel)
         return deferred
+
+    def _elsewhere(self, rel: str, scope: ReadScope) -> bool:
+        """Whether indexing `rel` changes only other tenants' rows than the reader's: a
+        task or decision file the writer put in place for another tenant, still as it
+        left it, whose indexed rows (none for an id the writer minted; else as its last
+        sync here reported) are not the reader's either. Not for retrieval: its
+        summaries may cite any record."""
+        placed = self._placed.get(rel)
+        rows = self._row_tenants.get(rel, frozenset() if placed and placed.fresh else None)
+        return (not scope.retrieval and placed is not None and rows is not None
+                and placed.tenant not in ("", scope.tenant) and scope.tenant not in rows
+                and placed.still(self.store))
 
     def _settled(self, timeout: float) -> bool:
         """Every change made before now is queued: the change counter has seen none
@@ -547,6 +571,8 @@ class Watcher:
             files = sorted(p for p in batch if classify(p) in INDEXED_KINDS)
             report = self.memory.sync(files, appended) if files else None
         changed = [item["path"] for item in report.changed] if report is not None else []
+        if report is not None:
+            self._note_row_tenants(report.changed)
         self._log_problems(changed)
         self.stats["batches"] += 1
         self.stats["files_synced"] += len(changed)
@@ -556,6 +582,20 @@ class Watcher:
             logger.warning("the index is reachable again; caught up")
         self.stats.update(db_ok=True, db_error=None, db_down_since=None)
         return changed + policies, report.offsets if report is not None else {}
+
+    def _note_row_tenants(self, changed: list[dict[str, Any]]) -> None:
+        """Keep the tenants of each synced task or decision file's rows (none known
+        for one synced without them: a rebuild)."""
+        with self._cond:
+            if len(self._row_tenants) >= PLACED_MAX:
+                self._row_tenants.clear()  # an optimization only: such reads wait
+            for item in changed:
+                if classify(item["path"]) not in TENANT_FILE_KINDS:
+                    continue
+                if "tenants" in item:
+                    self._row_tenants[item["path"]] = frozenset(item["tenants"])
+                else:
+                    self._row_tenants.pop(item["path"], None)
 
     def _database_down(self, batch: set[str], full: bool, exc: DatabaseError) -> None:
         if self.stats["db_ok"] is not False:

@@ -13,13 +13,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from gitmem import acb
+from gitmem import acb, ids
 from gitmem.changes import ChangeCounter
 from gitmem.config import Config
 from gitmem.errors import DatabaseError
@@ -576,3 +577,79 @@ def test_a_same_size_hand_edit_of_a_placed_file_with_its_stat_restored_is_indexe
         assert not watcher.placed_as_is(path.relative_to(store_config.store).as_posix())
         assert any("round 8" in text for text in tasks())
         assert not any("round 3" in text for text in tasks())
+
+
+def test_a_fast_path_read_does_not_wait_for_another_tenants_task_file(
+        store_config: Config, dsn: str, schema: str) -> None:
+    """A task file the writer put in place for acme, whose indexed rows are acme's (or
+    that has none: an id the writer minted), is not waited for by a fast-path read of
+    another tenant. Acme's own reads, retrieval reads, a read after a hand edit of the
+    file, and reads while the file's indexed rows are unknown here still wait for it."""
+    def waits(**request: Any) -> bool:
+        scope = acb.read_scope(acb.AcbRequest.from_mapping(request, "default"))
+        try:
+            watcher.flush(0.3, scope=scope)
+        except DatabaseError as exc:
+            assert "did not catch up" in str(exc)
+            return True
+        return False
+
+    def update(title: str, task_id: str | None = None) -> str:
+        event = memory.record({"kind": "task_update", "tenant_id": "acme", "session_id": "s1",
+                               "ts": "2026-03-01T10:00:00+00:00",
+                               "content": {"title": title,
+                                           **({"task_id": task_id} if task_id else {})}})
+        return str(event.content["task_id"])
+
+    earlier, chosen = (ids.new_id("tsk", datetime(2026, 2, d, tzinfo=UTC)) for d in (1, 2))
+    with Memory(store_config) as before:  # indexed before the watcher starts
+        before.task("Write the runbook", task_id=earlier, tenant_id="acme",
+                    ts="2026-03-01T09:00:00+00:00")
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        with sync_held(dsn, schema, f"tasks/{earlier}.md"):
+            update("Write the runbook, again", earlier)
+            assert waits(session_id="a")  # whose rows the file had is not known here
+        watcher.flush()
+        with sync_held(dsn, schema, f"tasks/{chosen}.md"):
+            update("A task of a chosen id", chosen)
+            assert waits(session_id="a")  # an id not minted here: rows may exist
+        watcher.flush()
+        task_id = update("Rotate the keys")
+        rel = f"tasks/{task_id}.md"
+        watcher.flush()
+        with sync_held(dsn, schema, rel):
+            update("Rotate the keys, a third time", task_id)
+            assert not waits(session_id="a")
+            other = memory.build_acb({"session_id": "a", "now": "2026-03-02T00:00:00+00:00"})
+            assert rel in other["provenance"]["index_state"]["not_awaited_files"]
+            assert waits(session_id="a", tenant_id="acme")       # its own tenant
+            assert waits(session_id="a", query_text="keys")     # retrieval
+            path = store_config.store / rel
+            path.write_bytes(path.read_bytes() + b"\n")          # by hand: not the writer's
+            assert waits(session_id="a")
+        fresh = memory.build_acb({"session_id": "a", "tenant_id": "acme",
+                                  "now": "2026-03-02T00:00:00+00:00"})
+        assert "a third time" in texts(fresh, "task_state")
+
+
+def test_a_new_task_of_another_tenant_is_not_waited_for(
+        store_config: Config, dsn: str, schema: str) -> None:
+    """A task whose id the writer mints has no indexed rows before: a fast-path read of
+    another tenant answers while its file is still being indexed."""
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        memory.record({"tenant_id": "acme", "session_id": "s1", "content": {"text": "hello"},
+                       "ts": "2026-03-01T09:00:00+00:00"})
+        watcher.flush()  # the day file indexed: the writer's next lines are accounted for
+        with psycopg.connect(dsn) as conn, conn.transaction():
+            # every sync takes this lock shared: hold it, and nothing is indexed
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (schema,))
+            event = memory.task("Rotate the keys", tenant_id="acme",
+                                ts="2026-03-01T10:00:00+00:00")
+            rel = f"tasks/{event.content['task_id']}.md"
+            answer = memory.build_acb({"session_id": "a", "now": "2026-03-02T00:00:00+00:00"})
+            assert rel in answer["provenance"]["index_state"]["not_awaited_files"]
+        mine = memory.build_acb({"session_id": "a", "tenant_id": "acme",
+                                 "now": "2026-03-02T00:00:00+00:00"})
+        assert "Rotate the keys" in texts(mine, "task_state")
