@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -195,19 +195,37 @@ class TenantTable(Generic[T]):
     make: Callable[[list[Row]], T]
     arrange: Callable[[list[Row]], None]        # sorts rows as the query orders them
     rows: dict[str, list[Row]] = field(default_factory=dict)
+    paths: dict[str, frozenset[str]] = field(default_factory=dict)  # the files of those rows
     made: dict[str, T] = field(default_factory=dict)
     changed: dict[str, set[str]] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget every tenant."""
         self.rows.clear()
+        self.paths.clear()
         self.made.clear()
         self.changed.clear()
 
-    def files_changed(self, paths: set[str]) -> None:
-        """Files of this kind changed: each tenant read re-reads them on its next read."""
+    def keep(self, tenant: str, rows: list[Row], made: T) -> None:
+        """A tenant's rows as read, and what was made of them."""
+        if self.rows.get(tenant) is not rows:
+            self.paths[tenant] = frozenset(row["path"] for row in rows)
+        self.rows[tenant] = rows
+        self.made[tenant] = made
+        self.changed.pop(tenant, None)
+
+    def files_changed(self, paths: set[str],
+                      tenants: Mapping[str, frozenset[str]] | None = None) -> None:
+        """Files of this kind changed: each tenant read re-reads them on its next read,
+        unless `tenants` names a file's new rows' tenants, and neither those nor the
+        rows kept of it are the tenant's."""
+        tenants = tenants or {}
         for tenant in self.rows:
-            self.changed.setdefault(tenant, set()).update(paths)
+            kept = self.paths.get(tenant, frozenset())
+            mine = {path for path in paths
+                    if path in kept or tenant in tenants.get(path, (tenant,))}
+            if mine:
+                self.changed.setdefault(tenant, set()).update(mine)
 
 
 def _by_time(rows: list[Row], key: str) -> None:
@@ -263,8 +281,11 @@ class ContextCache:
         for table in tables:
             self._generations[table] += 1
 
-    def invalidate(self, paths: Iterable[str] | None = None) -> None:
-        """Drop what the changed store-relative `paths` affect (None: everything)."""
+    def invalidate(self, paths: Iterable[str] | None = None,
+                   tenants: Mapping[str, frozenset[str]] | None = None) -> None:
+        """Drop what the changed store-relative `paths` affect (None: everything);
+        `tenants`: of the task and decision files among them, the tenants of their rows
+        now (a sync's report), so that other tenants' kept rows stay as they are."""
         everything = paths is None
         changed = {} if paths is None else {p: classify(p) for p in paths}
         kinds = set(changed.values())
@@ -286,7 +307,7 @@ class ContextCache:
                 if everything:
                     table.clear()
                 elif files:
-                    table.files_changed(files)
+                    table.files_changed(files, tenants)
             if everything or "events" in kinds:
                 self._bump("pinned", "sessions")
                 self._pinned.clear()
@@ -404,9 +425,7 @@ class ContextCache:
             made = table.make(rows)
         with self._lock:
             if generation == self._generations[table.kind]:  # else patched again later
-                table.rows[tenant] = rows
-                table.made[tenant] = made
-                table.changed.pop(tenant, None)
+                table.keep(tenant, rows, made)
         return made
 
     def pinned(self, tenant: str, limit: int = 200) -> list[Row]:

@@ -195,7 +195,8 @@ class Memory:
                                        pinned=any(item["pinned"] for item in lines))
         others = [item["path"] for item in changed if "sessions" not in item]
         if others:
-            self.invalidate(others)
+            self.invalidate(others, {item["path"]: frozenset(item["tenants"])
+                                     for item in changed if "tenants" in item})
 
     def reindex(self, progress: indexer.Progress | None = None) -> indexer.SyncReport:
         """Drop and rebuild the index from the files."""
@@ -203,12 +204,14 @@ class Memory:
         self.invalidate(None)
         return report
 
-    def invalidate(self, paths: Iterable[str] | None) -> None:
-        """Forget cached read-path data derived from `paths` (None: all of it)."""
+    def invalidate(self, paths: Iterable[str] | None,
+                   tenants: Mapping[str, frozenset[str]] | None = None) -> None:
+        """Forget cached read-path data derived from `paths` (None: all of it);
+        `tenants`: the tenants of some task and decision files' rows now."""
         paths = None if paths is None else list(paths)
         if paths is None or any(p.startswith(("policies/", "manifest.json")) for p in paths):
             self.reload_policies()
-        self.cache.invalidate(paths)
+        self.cache.invalidate(paths, tenants)
 
     # ------------------------------------------------------------------ reads
 

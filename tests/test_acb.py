@@ -222,8 +222,9 @@ def test_the_tasks_cache_reads_changed_files_only_and_matches_a_fresh_read(
 def test_a_tenants_cached_decisions_and_tasks_survive_another_tenants_writes(
         memory: Memory) -> None:
     """A decision or task of one tenant changed: another tenant's chains and task lists
-    stay as they were (looked at again, not made again); a file moved between tenants
-    leaves one and joins the other."""
+    stay as they were (not read again: the sync names the tenants of the file's rows,
+    and the other tenant's kept rows are not of that file); a file moved between
+    tenants leaves one and joins the other."""
     evt = say(memory, "Which queue do the workers use?")
     mine = memory.decide("Use NATS for the workers", [evt]).content["decision_id"]
     task = memory.task("Write the runbook").content["task_id"]
@@ -237,6 +238,8 @@ def test_a_tenants_cached_decisions_and_tasks_survive_another_tenants_writes(
     memory.decide("Use two regions", [other], tenant_id="acme")
     memory.task("Rotate the keys", tenant_id="acme")
     memory.sync()
+    assert "default" not in cache._decisions.changed and "default" not in cache._tasks.changed
+    assert cache._tasks.changed["acme"] and cache._decisions.changed["acme"]
     assert cache.decisions("default") is chains and cache.open_tasks("default") is tasks
     assert len(cache.decisions("acme").active) == 2 and len(cache.open_tasks("acme").rows) == 2
     for kind, name in (("decisions", mine), ("tasks", task)):
