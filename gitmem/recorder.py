@@ -223,7 +223,7 @@ class Recorder:
         rel = f"handoffs/{packet.id}.yaml"
         parse_handoff(text, rel, packet.tenant_id)
         for dec in packet.decisions:
-            self._require_decision(dec, "decisions")
+            self._require_decision(dec, "decisions", packet.tenant_id)
         self._publish([_Staged(self.store / rel, text.encode())])
         return packet
 
@@ -330,9 +330,21 @@ class Recorder:
         content["bytes"] = len(raw)
         return [_Staged(artifact_path(self.store, content["artifact_id"]), raw)]
 
-    def _require_decision(self, dec: str, field_name: str) -> None:
-        if not (self.store / "decisions" / f"{dec}.md").is_file():
+    def _require_decision(self, dec: str, field_name: str, tenant: str) -> None:
+        """A decision cited as superseded or handed over must be one of the tenant's."""
+        rel = f"decisions/{dec}.md"
+        try:
+            text = (self.store / rel).read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError):
             raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
+                                  field=field_name) from None
+        try:
+            owner = parse_decision(text, rel, self.policies.manifest.default_tenant).tenant_id
+        except FormatError as exc:
+            raise ValidationError(f"decision {dec} cannot be read: {exc}",
+                                  field=field_name) from None
+        if owner != tenant:
+            raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
                                   field=field_name)
 
     def _decision_file(self, full: dict[str, Any], when: datetime) -> _Staged:
@@ -358,7 +370,7 @@ class Recorder:
             raise ValidationError(exc.detail, field=_event_field(exc.field, "decision_id")) \
                 from None
         for dec in decision.supersedes:
-            self._require_decision(dec, "content.supersedes")
+            self._require_decision(dec, "content.supersedes", decision.tenant_id)
         if (self.store / rel).exists():
             raise ValidationError(f"decision {decision.id} already exists and is never "
                                   "rewritten; record a new decision that supersedes it",
@@ -373,6 +385,9 @@ class Recorder:
         path = self.store / rel
         if path.is_file():
             existing = parse_task(path.read_text(encoding="utf-8"), rel, full["tenant_id"])
+            if existing.tenant_id != full["tenant_id"]:  # never another tenant's task
+                raise ValidationError(f"task {task_id} is not a task of tenant "
+                                      f"{full['tenant_id']!r}", field="content.task_id")
         if existing is None:
             if not content.get("title"):
                 raise ValidationError("a new task needs a title", field="content.title")

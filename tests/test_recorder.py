@@ -391,6 +391,31 @@ def test_handoff_with_unknown_decision_is_refused(recorder: Recorder, repo: Path
     assert (repo / "memory" / "handoffs" / f"{packet.id}.yaml").is_file()
 
 
+def test_another_tenants_task_or_decision_is_never_written_through(
+        recorder: Recorder, repo: Path) -> None:
+    """A tenant cannot update another tenant's task, supersede its decision or hand it
+    over: each is refused with nothing written, naming the field."""
+    ref = recorder.record({"content": {"text": "x"}, "tenant_id": "acme"}).id
+    task_id = recorder.task("Rotate acme's keys", tenant_id="acme").content["task_id"]
+    dec_id = recorder.decide("Use NATS", [ref], tenant_id="acme").content["decision_id"]
+    mine = recorder.record({"content": {"text": "y"}, "tenant_id": "evil"}).id
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.task("Done, says another tenant", task_id=task_id, status="done",
+                      tenant_id="evil")
+    assert caught.value.field == "content.task_id" and "'evil'" in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        recorder.decide("Use Kafka", [mine], supersedes=[dec_id], tenant_id="evil")
+    assert caught.value.field == "content.supersedes" and dec_id in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        recorder.handoff("coder", "Carry on", decisions=[dec_id], tenant_id="evil")
+    assert caught.value.field == "decisions"
+    assert snapshot(repo) == before
+    # the tenant's own are fine
+    recorder.task("Done", task_id=task_id, status="done", tenant_id="acme")
+    recorder.decide("Use Kafka", [ref], supersedes=[dec_id], tenant_id="acme")
+
+
 def test_single_strings_become_one_item_lists(recorder: Recorder, store: Path) -> None:
     event = recorder.record({"kind": "decision", "refs": EVT, "tags": "urgent",
                              "content": {"text": "x", "rationale": "because"}})
