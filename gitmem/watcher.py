@@ -25,7 +25,7 @@ files' stat the writer's right after its last append) or files of a kind the
 read does not load, and none of those events is in the read's `scope` (another
 agent's session, say, for a fast-path ACB), or, for a fast-path ACB, task and
 decision files the writer put in place for another tenant whose indexed rows are
-not the reader's tenant's either (`_elsewhere`). Anything else (a hand edit, a
+not the reader's tenant's either (gitmem/handover.py). Anything else (a hand edit, a
 reconcile, a file whose bytes are not all accounted for) is waited for as before.
 """
 
@@ -57,22 +57,15 @@ from gitmem.changes import ChangeCounter
 from gitmem.context import ReadScope
 from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
+from gitmem.handover import Handover, Wait
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
 from gitmem.rows import Appended
-from gitmem.store import (
-    INDEXED_KINDS,
-    TENANT_FILE_KINDS,
-    Placed,
-    classify,
-    file_stat,
-    stat_key,
-)
+from gitmem.store import INDEXED_KINDS, Placed, classify, stat_key
 
 logger = logging.getLogger(__name__)
 
 BARRIER_PREFIX = ".gitmem-barrier-"
-PLACED_MAX = 10_000  # files put in place by the writer whose stat is remembered
 _WATCHDOG_LOGGERS = ("watchdog.observers.inotify", "watchdog.observers.inotify_c")
 # The events the handler acts on; every observer (inotify or polling) drops the
 # others before they reach it. Asking for these alone also keeps inotify from
@@ -112,7 +105,8 @@ class _Handler(FileSystemEventHandler):
         paths = [self._relative(event.src_path)]
         if event.event_type == "moved":
             paths.append(self._relative(event.dest_path))
-        wanted = [p for p in paths if p is not None and not self.watcher.placed_as_is(p)]
+        wanted = [p for p in paths
+                  if p is not None and not self.watcher.handover.placed_as_is(p)]
         if wanted:
             self.watcher.enqueue(wanted)
 
@@ -151,24 +145,7 @@ class Watcher:
         self._cond = threading.Condition()
         self._pending: set[str] = set()
         self._inflight: set[str] = set()
-        # The writer's appends not yet indexed, with their events; an optimization
-        # only, so what the indexer has not taken stays bounded (a database outage
-        # or a long backlog: the lines are then read from the files as always).
-        self._appended: dict[str, list[Appended]] = {}
-        self._appended_bytes = 0
-        self.max_appended_bytes = max_appended_bytes
-        self._taken: dict[str, list[Appended]] = {}  # ... those the indexer works on now
-        # Per events file: the writer's last append (where it ended, the file's stat
-        # right after it) and, while every byte before that end is either indexed or
-        # one of the appends above, that end (`flush(scope)` trusts these files).
-        self._last_write: dict[str, tuple[int, tuple[int, int, int] | None]] = {}
-        self._accounted: dict[str, int] = {}
-        # Files the writer put in place and queued itself: a file event of such a file
-        # while it is still as the writer left it is the writer's.
-        self._placed: dict[str, Placed] = {}
-        # Task and decision files: the tenants of their rows, as their last sync here
-        # reported them (a read of another tenant need not wait for such a file).
-        self._row_tenants: dict[str, frozenset[str]] = {}
+        self.handover = Handover(self.store, max_appended_bytes)  # under self._cond
         self._reconcile = False
         self._reconciling = False  # the batch in progress is a full reconcile
         self._enqueued = 0
@@ -267,39 +244,21 @@ class Watcher:
         where the file's new bytes are exactly these (`rows.split_known`).
         """
         with self._cond:
-            kept = (self.stats["db_ok"] is not False
-                    and self._appended_bytes + len(appended.data) <= self.max_appended_bytes)
-            if kept:
-                self._appended.setdefault(rel, []).append(appended)
-                self._appended_bytes += len(appended.data)
-            self._last_write[rel] = (appended.end, appended.stat)
-            if kept and self._accounted.get(rel) == appended.offset:
-                self._accounted[rel] = appended.end
-            else:  # bytes before these lines that nobody handed over, or these dropped
-                self._accounted.pop(rel, None)
+            self.handover.append(rel, appended, keep=self.stats["db_ok"] is not False)
         self.enqueue([rel])
 
     def note_placed(self, placed: list[Placed]) -> None:
         """The daemon's writer put these files in place (a task or decision file, say):
         queue them, before the write is answered. Their own file events then queue
-        nothing more (`placed_as_is`), and a read right after the write needs no
-        barrier for them (`_own_appends`): the write and its task file are indexed
+        nothing more (`Handover.placed_as_is`), and a read right after the write needs
+        no barrier for them (`_own_appends`): the write and its task file are indexed
         in one batch, not two."""
         wanted = [item for item in placed if watched(item.rel)]
         if not wanted:
             return
         with self._cond:
-            if len(self._placed) >= PLACED_MAX:
-                self._placed.clear()  # an optimization only: file events queue them
-            self._placed.update((item.rel, item) for item in wanted)
+            self.handover.place(wanted)
         self.enqueue([item.rel for item in wanted])
-
-    def placed_as_is(self, rel: str) -> bool:
-        """Whether `rel` is a file the writer put in place and queued, unchanged since:
-        the stat taken right after, and the same bytes (a hand edit of the same size
-        within the same timestamp tick leaves the stat as it was)."""
-        placed = self._placed.get(rel)
-        return placed is not None and placed.still(self.store)
 
     def request_reconcile(self, reason: str) -> None:
         """Queue a full reconcile of the store with the index."""
@@ -396,34 +355,12 @@ class Watcher:
             return None
         deferred = []
         for rel in sorted(self._pending | self._inflight):
-            kind = classify(rel)
-            if kind != "events":
-                if kind is None or (scope.file(kind) and not self._elsewhere(rel, scope)):
-                    return None
-                deferred.append(rel)
-                continue
-            last = self._last_write.get(rel)
-            if last is None or self._accounted.get(rel) != last[0] or not self._as_written(
-                    rel, last):
-                return None  # bytes nobody handed over, or changed since the writer's append
-            waiting = (*self._taken.get(rel, ()), *self._appended.get(rel, ()))
-            if any(scope.event(event) for appended in waiting for event in appended.events):
+            wait = self.handover.wait(rel, scope)
+            if wait is Wait.YES:
                 return None
-            if waiting:
+            if wait is Wait.NAMED:
                 deferred.append(rel)
         return deferred
-
-    def _elsewhere(self, rel: str, scope: ReadScope) -> bool:
-        """Whether indexing `rel` changes only other tenants' rows than the reader's: a
-        task or decision file the writer put in place for another tenant, still as it
-        left it, whose indexed rows (none for an id the writer minted; else as its last
-        sync here reported) are not the reader's either. Not for retrieval: its
-        summaries may cite any record."""
-        placed = self._placed.get(rel)
-        rows = self._row_tenants.get(rel, frozenset() if placed and placed.fresh else None)
-        return (not scope.retrieval and placed is not None and rows is not None
-                and placed.tenant not in ("", scope.tenant) and scope.tenant not in rows
-                and placed.still(self.store))
 
     def _settled(self, timeout: float) -> bool:
         """Every change made before now is queued: the change counter has seen none
@@ -452,19 +389,11 @@ class Watcher:
         whose stat is still the one taken right after its last append, a file it put
         in place (`placed_as_is`), or a file the watcher ignores (a temporary one, an
         artifact); `_unaffected` decides what a read waits for, as always."""
+        handover = self.handover
         with self._cond:
-            known = {rel: self._last_write.get(rel) for rel in paths}
-        return all(not watched(rel) or self._as_written(rel, last) or self.placed_as_is(rel)
-                   for rel, last in known.items())
-
-    def _as_written(self, rel: str, last: tuple[int, tuple[int, int, int] | None] | None
-                    ) -> bool:
-        """Whether `rel`'s stat is still the one the writer took right after its last
-        append to it (`last`: its `_last_write` entry). Unlike a placed file's, an
-        events file's own file events always queue it, so bytes changed in place
-        within the append's timestamp tick are still indexed by the next batch."""
-        return (last is not None and last[1] is not None
-                and file_stat(self.store / rel) == last[1])
+            known = {rel: handover.last_write.get(rel) for rel in paths}
+        return all(not watched(rel) or handover.as_written(rel, last)
+                   or handover.placed_as_is(rel) for rel, last in known.items())
 
     def _barrier(self, timeout: float) -> bool:
         with self._barrier_lock:  # barriers are made in number order, so "seen >= n" holds
@@ -505,9 +434,10 @@ class Watcher:
                 changed = []
             with self._cond:
                 for rel in batch:
-                    self._settle(rel, offsets.get(rel))
+                    self.handover.settle(rel, offsets.get(rel))
+                self.handover.batch_done()
                 self._processed = sequence
-                self._inflight, self._taken, self._reconciling = set(), {}, False
+                self._inflight, self._reconciling = set(), False
                 self._cond.notify_all()
             if changed and self.on_indexed is not None:
                 self.on_indexed(changed)
@@ -526,31 +456,13 @@ class Watcher:
                     batch, full = self._pending, self._reconcile
                     self._pending, self._reconcile, self._urgent = set(), False, False
                     self._inflight = set(batch)
-                    appended = {rel: self._appended.pop(rel) for rel in batch
-                                if rel in self._appended}
-                    self._appended_bytes -= sum(len(a.data) for found in appended.values()
-                                                for a in found)
-                    self._taken, self._reconciling = appended, full
+                    appended = self.handover.take(batch)
+                    self._reconciling = full
                     return batch, full, self._enqueued, appended
                 self._cond.wait(wait)
             else:
                 self._cond.wait(max(0.0, self._next_reconcile - now))
         return None
-
-    def _settle(self, rel: str, offset: int | None) -> None:
-        """After a batch synced `rel` up to `offset`: the file's bytes are accounted
-        for again if the writer's appends since then continue from there to its last
-        (under the lock)."""
-        last = self._last_write.get(rel)
-        end = offset
-        for appended in self._appended.get(rel, ()):
-            if end is None or appended.end <= end:
-                continue  # indexed already, read from the file
-            end = appended.end if appended.offset == end else None
-        if last is not None and end == last[0]:
-            self._accounted[rel] = end
-        else:
-            self._accounted.pop(rel, None)
 
     def _index(self, batch: set[str], full: bool,
                appended: dict[str, list[Appended]]) -> tuple[list[str], dict[str, int]]:
@@ -572,7 +484,8 @@ class Watcher:
             report = self.memory.sync(files, appended) if files else None
         changed = [item["path"] for item in report.changed] if report is not None else []
         if report is not None:
-            self._note_row_tenants(report.changed)
+            with self._cond:
+                self.handover.synced(report.changed)
         self._log_problems(changed)
         self.stats["batches"] += 1
         self.stats["files_synced"] += len(changed)
@@ -583,20 +496,6 @@ class Watcher:
         self.stats.update(db_ok=True, db_error=None, db_down_since=None)
         return changed + policies, report.offsets if report is not None else {}
 
-    def _note_row_tenants(self, changed: list[dict[str, Any]]) -> None:
-        """Keep the tenants of each synced task or decision file's rows (none known
-        for one synced without them: a rebuild)."""
-        with self._cond:
-            if len(self._row_tenants) >= PLACED_MAX:
-                self._row_tenants.clear()  # an optimization only: such reads wait
-            for item in changed:
-                if classify(item["path"]) not in TENANT_FILE_KINDS:
-                    continue
-                if "tenants" in item:
-                    self._row_tenants[item["path"]] = frozenset(item["tenants"])
-                else:
-                    self._row_tenants.pop(item["path"], None)
-
     def _database_down(self, batch: set[str], full: bool, exc: DatabaseError) -> None:
         if self.stats["db_ok"] is not False:
             logger.warning("the index is unavailable (%s); files keep being written and the "
@@ -606,9 +505,8 @@ class Watcher:
         with self._cond:
             self._pending |= batch
             self._reconcile = self._reconcile or full
-            self._inflight, self._taken, self._reconciling = set(), {}, False
-            for rel in batch:  # the lines handed over with it are gone
-                self._accounted.pop(rel, None)
+            self._inflight, self._reconciling = set(), False
+            self.handover.batch_failed(batch)
             self._failures += 1
             self._cond.notify_all()
 
@@ -653,7 +551,7 @@ class Watcher:
         with self._cond:
             pending = len(self._pending) + len(self._inflight)
             reconcile = self._reconcile
-            handed = self._appended_bytes
+            handed = self.handover.appended_bytes
         return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
                 "pending_writer_bytes": handed,
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}

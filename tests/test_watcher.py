@@ -363,7 +363,7 @@ def test_what_the_writer_hands_over_stays_bounded(store_config: Config) -> None:
         state = watcher.state()
         assert state["pending_writer_bytes"] == 2 * len(line)  # the third is read from the file
         assert state["pending_paths"] == 1                     # but its file is still queued
-        watcher.max_appended_bytes = 100 * len(line)
+        watcher.handover.max_appended_bytes = 100 * len(line)
         watcher.stats["db_ok"] = False                         # as after a failed batch
         watcher.note_append(DAY, Appended(3 * len(line), line, ()))
         assert watcher.state()["pending_writer_bytes"] == 2 * len(line)
@@ -574,7 +574,7 @@ def test_a_same_size_hand_edit_of_a_placed_file_with_its_stat_restored_is_indexe
         after = os.stat(path)
         assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
             before.st_size, before.st_mtime_ns, before.st_ino)
-        assert not watcher.placed_as_is(path.relative_to(store_config.store).as_posix())
+        assert not watcher.handover.placed_as_is(path.relative_to(store_config.store).as_posix())
         assert any("round 8" in text for text in tasks())
         assert not any("round 3" in text for text in tasks())
 
