@@ -6,6 +6,8 @@ Each problem is a FormatError naming `path:line`:
   handoffs, views, policies), an events file whose last line has no newline;
 - a dangling reference: `refs`, `supersedes` or `decisions` naming an id that
   no file of the tree holds, or a record removed while others still cite it;
+- a decision that supersedes, or a handoff that hands over, another tenant's
+  decision (the write path refuses both);
 - a secret: `sensitivity: secret`, or text matching a redaction pattern of
   `policies/privacy.yaml` (the write path redacts; a hand edit may not).
 """
@@ -98,6 +100,7 @@ class _Ref:
     line: int | None
     field: str
     target: str
+    tenant: str = ""  # a decision cited as superseded or handed over: the citer's tenant
 
 
 @dataclass
@@ -198,7 +201,7 @@ class Checker:
             if kind == "decision":
                 decision = parse_decision(text, rel, tenant)
                 self._cite(rel, text, "refs", decision.refs)
-                self._cite(rel, text, "supersedes", decision.supersedes)
+                self._cite(rel, text, "supersedes", decision.supersedes, decision.tenant_id)
             elif kind == "task":
                 self._cite(rel, text, "refs", parse_task(text, rel, tenant).refs)
             elif kind == "summary":
@@ -208,7 +211,7 @@ class Checker:
             elif kind == "handoff":
                 handoff = parse_handoff(text, rel, tenant)
                 self._cite(rel, text, "refs", handoff.refs)
-                self._cite(rel, text, "decisions", handoff.decisions)
+                self._cite(rel, text, "decisions", handoff.decisions, handoff.tenant_id)
             elif kind == "policy":
                 _POLICY_PARSERS[rel](text, rel)
             else:
@@ -217,9 +220,9 @@ class Checker:
         except FormatError as exc:
             self.located(exc, rel)
 
-    def _cite(self, rel: str, text: str, key: str, ids: Iterable[str]) -> None:
+    def _cite(self, rel: str, text: str, key: str, ids: Iterable[str], tenant: str = "") -> None:
         line = field_line(text, key)
-        self.refs += [_Ref(rel, line, key, target) for target in ids]
+        self.refs += [_Ref(rel, line, key, target, tenant) for target in ids]
 
     def _secrets(self, rel: str, number: int, text: str) -> bool:
         pattern = self.policies.privacy.find_secret(text)
@@ -249,6 +252,22 @@ class Checker:
             if not exists:
                 self.fail(ref.path, ref.line, f"{ref.target} is not in the store (a dangling "
                           "reference); cite an id that exists", ref.field)
+            elif ref.tenant and self._decision_tenant(ref.target) not in (None, ref.tenant):
+                self.fail(ref.path, ref.line, f"{ref.target} is a decision of another tenant "
+                          f"than {ref.tenant!r}; supersede or hand over only its own tenant's "
+                          "decisions", ref.field)
+
+    def _decision_tenant(self, decision_id: str) -> str | None:
+        """The tenant of a decision of the tree (None: it cannot be read)."""
+        rel = f"decisions/{decision_id}.md"
+        data = self.tree.read(rel)
+        if data is None:
+            return None
+        try:
+            return parse_decision(data.decode("utf-8"), rel,
+                                  self.policies.manifest.default_tenant).tenant_id
+        except (UnicodeDecodeError, FormatError):
+            return None  # reported as the file's own problem
 
     def _scan_event_ids(self, wanted: set[str]) -> set[str]:
         found: set[str] = set()

@@ -84,3 +84,27 @@ def test_verify_warns_about_a_stale_summary_and_fails_on_a_wrong_one(cli: Cli,
                    "content": {"text": "We still deploy with Ansible", "decisions": [old]}})
     wrong = cli("verify", ok=False)
     assert wrong.exit_code == 1 and "already was when the summary was written" in wrong.output
+
+
+def test_a_decision_superseding_or_a_handoff_citing_another_tenants_decision_fails(
+        config: Config, memory: Memory) -> None:
+    """Written by hand (the write path refuses both), a decision that supersedes another
+    tenant's decision and a handoff that hands one over are problems at the field."""
+    cited = memory.record({"content": {"text": "why"}, "tenant_id": "acme"}).id
+    theirs = memory.decide("Use NATS", [cited], tenant_id="acme").content["decision_id"]
+    mine = memory.record({"content": {"text": "why not"}}).id
+    decision = memory.decide("Use Kafka", [mine]).content["decision_id"]
+    packet = memory.create_handoff("coder", "Carry on")
+    policies = load_policies(config.store)
+    assert verify_tree(config.store, policies, display="memory/") == []
+    path = config.store / "decisions" / f"{decision}.md"
+    head, rest = path.read_text().split("\n", 1)  # after the frontmatter's first line
+    path.write_text(f"{head}\nsupersedes:\n- {theirs}\n{rest}")
+    handoff = config.store / "handoffs" / f"{packet.id}.yaml"
+    handoff.write_text(handoff.read_text() + f"decisions:\n- {theirs}\n")
+    problems = {str(p) for p in verify_tree(config.store, policies, display="memory/")}
+    assert any(f"memory/decisions/{decision}.md:2: field 'supersedes': {theirs} is a decision "
+               "of another tenant" in p for p in problems), problems
+    assert any(f"memory/handoffs/{packet.id}.yaml" in p and "field 'decisions'" in p
+               and "another tenant" in p for p in problems), problems
+    assert len(problems) == 2
