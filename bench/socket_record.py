@@ -32,7 +32,7 @@ from bench.context import Context
 from bench.corpus import new_repo
 from bench.daemons import BenchDaemon, postgres_cpu_s
 from bench.recording import live_events
-from bench.stats import Metric, latency, timed, timing
+from bench.stats import Metric, latency, medians, percentile, timed, timing
 from gitmem.client import Client, result_of
 
 # (single calls, JSON-RPC batches of 100, record_events calls of 500, seconds per concurrency)
@@ -98,10 +98,11 @@ def record_events(daemon: BenchDaemon, events: Iterator[dict[str, Any]], calls: 
 
 
 def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
-               seconds: float, reads: list[int] | None = None,
+               seconds: float, reads: list[tuple[int, dict[str, float]]] | None = None,
                read: dict[str, Any] | None = None) -> Metric:
     """`clients` threads, each calling record_event one at a time, for `seconds`;
-    with `read`, one more thread asking build_acb for it meanwhile (into `reads`)."""
+    with `read`, one more thread asking build_acb for it meanwhile (into `reads`: each
+    call's wall time and its phases, as `read_phases` gives them)."""
     samples: list[list[int]] = [[] for _ in range(clients)]
     errors: list[str] = []
     start = threading.Barrier(clients + 1 + (read is not None))
@@ -113,12 +114,12 @@ def concurrent(daemon: BenchDaemon, pool: list[dict[str, Any]], clients: int,
             while time.perf_counter() < deadline[0]:
                 began = time.perf_counter_ns()
                 try:
-                    client.call("build_acb", read)
+                    answer = client.call("build_acb", read)
                 except Exception as exc:
                     errors.append(f"{type(exc).__name__}: {exc}")
                     return
                 if reads is not None:
-                    reads.append(time.perf_counter_ns() - began)
+                    reads.append((time.perf_counter_ns() - began, read_phases(answer)))
 
     def work(number: int) -> None:
         mine = cycle(pool[number::clients] or pool)
@@ -175,11 +176,28 @@ def reading_under_writes(daemon: BenchDaemon, pool: list[dict[str, Any]],
             client.call("record_event", {**request, "kind": "message",
                                          "content": {"text": f"reader's own turn {n}"}})
         client.call("build_acb", request)   # its caches warm
-    reads: list[int] = []
+    reads: list[tuple[int, dict[str, float]]] = []
     writes = concurrent(daemon, pool, writers, seconds, reads, request)
+    walls = [ns / 1e6 for ns, _ in reads]
+    slow = percentile(walls, 95)
+    tail = [phases for (ns, phases) in reads if ns / 1e6 >= slow]
     return timing("socket", f"build_acb fast path (another session) beside {writers} "
-                  "writing clients", [ns / 1e6 for ns in reads], writes_per_s=writes.value,
-                  index_catch_up_s=writes.extra["index_catch_up_s"])
+                  "writing clients", walls, writes_per_s=writes.value,
+                  index_catch_up_s=writes.extra["index_catch_up_s"],
+                  phases_median_ms=medians([phases for _, phases in reads]),
+                  tail_p95={"calls": len(tail), "phases_median_ms": medians(tail),
+                            "waited": sum(1 for phases in tail if phases["awaited_files"])})
+
+
+def read_phases(answer: dict[str, Any]) -> dict[str, float]:
+    """What a fast-path answer says of its time: the build, the catch-up before it, and
+    whether it waited for files being indexed (or named some it did not wait for)."""
+    provenance = answer.get("provenance", {})
+    state = provenance.get("index_state", {})
+    return {"build": float(provenance.get("timings_ms", {}).get("total", 0.0)),
+            "catch_up": float(state.get("catch_up_ms", 0.0)),
+            "awaited_files": float(len(state.get("caught_up_files", ()))),
+            "not_awaited_files": float(len(state.get("not_awaited_files", ())))}
 
 
 def measure(ctx: Context) -> list[Metric]:
