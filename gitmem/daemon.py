@@ -277,6 +277,7 @@ def run(config: Config, options: DaemonOptions) -> None:
                     before_write=watcher.refresh_policies)
     memory.catch_up = watcher.flush
     memory.on_append = watcher.note_append
+    memory.on_appending = watcher.note_appending
     memory.on_place = watcher.note_placed
     previous = {sig: signal.signal(sig, lambda *_: server.shutdown())
                 for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmem.context import ReadScope
-from gitmem.rows import Appended
+from gitmem.rows import Announced, Appended
 from gitmem.store import TENANT_FILE_KINDS, Placed, classify, file_stat
 
 PLACED_MAX = 10_000  # files put in place (or row tenants) remembered, at most
@@ -54,6 +54,7 @@ class Handover:
         self.appended_bytes = 0
         self.taken: dict[str, list[Appended]] = {}
         self.last_write: dict[str, tuple[int, Stat | None]] = {}
+        self.appending: dict[str, Announced] = {}  # the append being made, per file
         self.accounted: dict[str, int] = {}
         self.placed: dict[str, Placed] = {}
         self.row_tenants: dict[str, frozenset[str]] = {}
@@ -63,6 +64,7 @@ class Handover:
     def append(self, rel: str, appended: Appended, *, keep: bool) -> None:
         """The writer appended lines to `rel`; `keep`: their events may be kept for
         the indexer (not while the index is down)."""
+        self.appending.pop(rel, None)
         kept = keep and self.appended_bytes + len(appended.data) <= self.max_appended_bytes
         if kept:
             self.appended.setdefault(rel, []).append(appended)
@@ -72,6 +74,14 @@ class Handover:
             self.accounted[rel] = appended.end
         else:  # bytes before these lines that nobody handed over, or these dropped
             self.accounted.pop(rel, None)
+
+    def announce(self, rel: str, expected: Announced | None) -> None:
+        """The writer is about to append to `rel` (`expected`: the file's stat before,
+        its size after), or (None) that append failed."""
+        if expected is None:
+            self.appending.pop(rel, None)
+        else:
+            self.appending[rel] = expected
 
     def place(self, placed: Iterable[Placed]) -> None:
         """The writer put these files in place (and queued them)."""
@@ -88,10 +98,22 @@ class Handover:
 
     def as_written(self, rel: str, last: tuple[int, Stat | None] | None) -> bool:
         """Whether `rel`'s stat is still the one the writer took right after its last
-        append to it (`last`: its `last_write` entry). Unlike a placed file's, an
-        events file's own file events always queue it, so bytes changed in place
-        within the append's timestamp tick are still indexed by the next batch."""
-        return last is not None and last[1] is not None and file_stat(self.store / rel) == last[1]
+        append to it (`last`: its `last_write` entry), or the file is as the append
+        the writer is making now leaves it: that append began on the file as the
+        last one left it (the same stat) and the file has the size it ends at (the
+        writer is between its write and `append`, in its fsync say). Unlike a placed
+        file's,
+        an events file's own file events always queue it, so bytes changed in place
+        within the append's timestamp tick (or its fsync) are still indexed by the
+        next batch."""
+        if last is None or last[1] is None:
+            return False
+        stat = file_stat(self.store / rel)
+        if stat == last[1]:
+            return True
+        appending = self.appending.get(rel)
+        return (stat is not None and appending is not None and appending[0] == last[1]
+                and (stat[0], stat[2]) == (appending[1], last[1][2]))
 
     # ------------------------------------------------------------------ the indexer
 

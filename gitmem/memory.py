@@ -19,7 +19,7 @@ from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
 from gitmem.records import Event, format_ts
-from gitmem.rows import Appended
+from gitmem.rows import Announced, Appended
 from gitmem.store import Placed, read_artifact
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class Memory:
         # Told of each durable append (the daemon's watcher: it indexes those lines
         # from their events instead of decoding them again).
         self.on_append: Callable[[str, Appended], None] | None = None
+        self.on_appending: Callable[[str, Announced | None], None] | None = None
         # Told of the files the writer put in place (the watcher queues them at once).
         self.on_place: Callable[[list[Placed]], None] | None = None
         # The daemon's indexer process: syncs run there (gitmem/indexproc.py).
@@ -107,12 +108,17 @@ class Memory:
     def _new_recorder(self) -> Recorder:
         recorder = Recorder(self.store, self._policies)
         recorder.on_append = self._appended
+        recorder.on_appending = self._appending
         recorder.on_place = self._placed
         return recorder
 
     def _appended(self, rel: str, appended: Appended) -> None:
         if self.on_append is not None:
             self.on_append(rel, appended)
+
+    def _appending(self, rel: str, expected: Announced | None) -> None:
+        if self.on_appending is not None:
+            self.on_appending(rel, expected)
 
     def _placed(self, placed: list[Placed]) -> None:
         if self.on_place is not None:

@@ -10,6 +10,7 @@ place only after the line is durable, so a failed write changes nothing.
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import tempfile
@@ -46,7 +47,7 @@ from gitmem.records import (
     parse_ts,
     reject_nul,
 )
-from gitmem.rows import Appended
+from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
     artifact_path,
@@ -124,6 +125,9 @@ class Recorder:
         # Told of each durable append (store-relative path, what was written): the
         # daemon hands it to its indexer, which then need not decode those lines.
         self.on_append: Callable[[str, Appended], None] | None = None
+        # Told before each append (the file's stat then, its size once the lines are
+        # in; None: the append failed), so that its file event is known as the writer's
+        self.on_appending: Callable[[str, Announced | None], None] | None = None
         # Told of the files put in place (store-relative path, stat right after), so
         # the daemon queues them for indexing before the write is answered.
         self.on_place: Callable[[list[Placed]], None] | None = None
@@ -439,6 +443,7 @@ class Recorder:
         staged = [f for p in prepared for f in p.files]
         temps = self._stage(staged)
         appends: list[tuple[str, Appended]] = []
+        announced: list[str] = []
         try:
             by_file: dict[str, list[Event]] = {}
             days: dict[str, str] = {}  # the timestamp's date part -> its day file
@@ -448,12 +453,19 @@ class Recorder:
                     rel = days[p.event.ts[:10]] = day_file_rel(p.event.when)
                 by_file.setdefault(rel, []).append(p.event)
             for rel, events in by_file.items():
+                announce = (None if self.on_appending is None
+                            else functools.partial(self.on_appending, rel))
+                announced.append(rel)
                 offset, data, stat = append_lines(self.store / rel,
-                                                  [e.to_line().encode("utf-8") for e in events])
+                                                  [e.to_line().encode("utf-8") for e in events],
+                                                  announce)
                 appends.append((rel, Appended(offset, data, tuple(events), stat)))
         except BaseException:
             for tmp, _ in temps:
                 tmp.unlink(missing_ok=True)
+            if self.on_appending is not None:
+                for rel in announced:  # none of these writes is answered
+                    self.on_appending(rel, None)
             raise
         self._place(temps)
         for rel, appended in appends:  # told after the files, so both are indexed together
@@ -543,7 +555,9 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes, tuple[int, int, int]]:
+def append_lines(path: Path, lines: list[bytes],
+                 announce: Callable[[Announced], None] | None = None,
+                 ) -> tuple[int, bytes, tuple[int, int, int]]:
     """Append complete lines with one write under an exclusive lock, then fsync.
 
     If the file ends in a torn line (a writer crashed mid-write), a newline is
@@ -551,6 +565,8 @@ def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes, tuple[int,
     indexer, and never glued to a good record. Returns where the lines begin
     in the file, their bytes, and the file's (size, mtime_ns, inode) right after
     the write (taken under the lock, so no other writer's append is in it).
+    `announce` is told, under the lock and before the write, the file's (size,
+    mtime_ns, inode) and the size it will have once the lines are in.
     """
     created = not path.exists()
     if created:
@@ -558,10 +574,13 @@ def append_lines(path: Path, lines: list[bytes]) -> tuple[int, bytes, tuple[int,
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
+        before = os.fstat(fd)
+        size = before.st_size
         data = b"".join(lines)
         torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
         payload = b"\n" + data if torn else data
+        if announce is not None:
+            announce((stat_key(before), size + len(payload)))
         written = os.write(fd, payload)
         while written < len(payload):  # a short write (signal, full pipe): finish it
             written += os.write(fd, payload[written:])

@@ -238,6 +238,11 @@ def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:
     return head + (f"\nRationale: {'; '.join(rationale)}" if rationale else "")
 
 
+# An append the writer is about to make: the file's (size, mtime_ns, inode) under the
+# writer's lock before it writes, and the file's size once the lines are in.
+Announced = tuple[tuple[int, int, int], int]
+
+
 @dataclass(frozen=True)
 class Appended:
     """Lines this process appended to an events file: where, the bytes, their events."""

@@ -60,7 +60,7 @@ from gitmem.errors import DaemonError, DatabaseError, FormatError
 from gitmem.handover import Handover, Wait
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
-from gitmem.rows import Appended
+from gitmem.rows import Announced, Appended
 from gitmem.store import INDEXED_KINDS, Placed, classify, stat_key
 
 logger = logging.getLogger(__name__)
@@ -246,6 +246,14 @@ class Watcher:
         with self._cond:
             self.handover.append(rel, appended, keep=self.stats["db_ok"] is not False)
         self.enqueue([rel])
+
+    def note_appending(self, rel: str, expected: Announced | None) -> None:
+        """The daemon's writer is about to append to `rel`: the file's stat before and
+        its size after (None: that append failed). Until `note_append`, the file as
+        that append leaves it counts as the writer's (no barrier: the lines are not
+        acknowledged yet, and are handed over before they are)."""
+        with self._cond:
+            self.handover.announce(rel, expected)
 
     def note_placed(self, placed: list[Placed]) -> None:
         """The daemon's writer put these files in place (a task or decision file, say):

@@ -384,6 +384,7 @@ def watching(config: Config) -> Iterator[tuple[Memory, Watcher]]:
     with Memory(config) as memory:
         watcher = Watcher(memory)
         memory.catch_up, memory.on_append = watcher.flush, watcher.note_append
+        memory.on_appending = watcher.note_appending
         memory.on_place = watcher.note_placed
         watcher.start()
         try:
