@@ -10,13 +10,15 @@ keeps, per file:
 - where the writer's last append ended and the file's stat right after it, and,
   while every byte before that end is indexed or one of those appends, that end
   (the file's bytes are *accounted for*);
+- the append the writer is making now, announced under its file lock before it
+  writes (the file's stat then, its size after), until it is handed over;
 - the files the writer put in place (`store.Placed`: stat, digest, tenant);
 - the tenants of each task or decision file's indexed rows, as its last sync here
   reported them.
 
 From these the watcher tells whether a change is the writer's own (no barrier is
-needed to see it queued: `own`) and whether a queued file can change a read
-(`wait`). Not thread-safe: the watcher calls it under its lock, except
+needed to see it queued: `as_written`, `placed_as_is`) and whether a queued file
+can change a read (`wait`). Not thread-safe: the watcher calls it under its lock, except
 `placed_as_is` and `as_written`, which read files (a dict lookup, then a stat).
 """
 

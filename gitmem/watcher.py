@@ -15,7 +15,8 @@ processed the queue up to there. A read when nothing in the store changed since
 the last barrier was seen needs none: an inotify instance of the daemon's own
 (gitmem/changes.py) tells, without the three thread hand-offs inside watchdog.
 Nor does a read after the daemon's own writes (each events file's stat still the
-writer's right after its append; each task or decision file it put in place still
+writer's right after its append, or the file as the append the writer announced
+and is still making leaves it; each task or decision file it put in place still
 holding its bytes): they were queued before the write was answered.
 
 A read need not wait for what cannot change its answer: `flush(scope)`
@@ -25,8 +26,8 @@ files' stat the writer's right after its last append) or files of a kind the
 read does not load, and none of those events is in the read's `scope` (another
 agent's session, say, for a fast-path ACB), or, for a fast-path ACB, task and
 decision files the writer put in place for another tenant whose indexed rows are
-not the reader's tenant's either (gitmem/handover.py). Anything else (a hand edit, a
-reconcile, a file whose bytes are not all accounted for) is waited for as before.
+not the reader's tenant's either (gitmem/handover.py). Anything else (a hand edit,
+a reconcile, a file whose bytes are not all accounted for) is waited for as before.
 """
 
 from __future__ import annotations
