@@ -128,8 +128,8 @@ class Recorder:
         # Told before each append (the file's stat then, its size once the lines are
         # in; None: the append failed), so that its file event is known as the writer's
         self.on_appending: Callable[[str, Announced | None], None] | None = None
-        # Told of the files put in place (store-relative path, stat right after), so
-        # the daemon queues them for indexing before the write is answered.
+        # Told of the files put in place (`store.Placed`: path, stat right after, digest,
+        # tenant), so the daemon queues them for indexing before the write is answered.
         self.on_place: Callable[[list[Placed]], None] | None = None
 
     # ------------------------------------------------------------------ public API
