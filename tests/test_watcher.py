@@ -393,6 +393,18 @@ def watching(config: Config) -> Iterator[tuple[Memory, Watcher]]:
             watcher.stop()
 
 
+def waits(watcher: Watcher, **request: Any) -> bool:
+    """Whether a read of `request` waits for the watcher (a flush that cannot finish
+    while a sync is held times out), or answers at once."""
+    scope = acb.read_scope(acb.AcbRequest.from_mapping(request, "default"))
+    try:
+        watcher.flush(0.3, scope=scope)
+    except DatabaseError as exc:
+        assert "did not catch up" in str(exc)
+        return True
+    return False
+
+
 def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
         store_config: Config, dsn: str, schema: str) -> None:
     """What the writer appended for another session (tenant), or a summary file, is not
@@ -400,15 +412,6 @@ def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
     def event(session: str, text: str, **fields: Any) -> dict[str, Any]:
         return {"ts": "2026-03-01T10:00:00+00:00", "session_id": session,
                 "content": {"text": text}, **fields}
-
-    def waits(**request: Any) -> bool:
-        scope = acb.read_scope(acb.AcbRequest.from_mapping(request, "default"))
-        try:
-            watcher.flush(0.3, scope=scope)
-        except DatabaseError as exc:
-            assert "did not catch up" in str(exc)
-            return True
-        return False
 
     with watching(store_config) as (memory, watcher):
         memory.sync()
@@ -420,20 +423,20 @@ def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
             state = fast["provenance"]["index_state"]
             assert state["not_awaited_files"] == [DAY] and state["caught_up_files"] == []
             assert "session a starts" in texts(fast, "recent_window")
-            assert not waits(session_id="a")
-            assert not waits(tenant_id="other", query_text="writes")
-            assert waits(session_id="b")                       # its own session
-            assert waits(session_id="a", query_text="writes")  # retrieval: any session
+            assert not waits(watcher, session_id="a")
+            assert not waits(watcher, tenant_id="other", query_text="writes")
+            assert waits(watcher, session_id="b")  # its own session
+            assert waits(watcher, session_id="a", query_text="writes")  # retrieval: any session
             memory.record(event("c", "a summary of session c", kind="summary",
                                 refs=[first.id]))
-            assert not waits(session_id="a")                   # no summary on a fast path
-            assert waits(tenant_id="other", query_text="writes")  # retrieval: every file
+            assert not waits(watcher, session_id="a")  # no summary on a fast path
+            assert waits(watcher, tenant_id="other", query_text="writes")  # retrieval: every file
             memory.record(event("c", "pinned by session c", tags=["pinned"]))
-            assert waits(session_id="a")                       # pinned: every session
-            assert not waits(tenant_id="other")
+            assert waits(watcher, session_id="a")  # pinned: every session
+            assert not waits(watcher, tenant_id="other")
             append(store_config.store / DAY, event_line("d", "appended by hand",
                                                         number=7)[1])
-            assert waits(tenant_id="other")   # bytes nobody handed over: read them first
+            assert waits(watcher, tenant_id="other")   # bytes nobody handed over: read them first
         caught = memory.build_acb({"session_id": "b"})
         assert caught["provenance"]["index_state"]["caught_up_files"][0] == DAY
         assert "not_awaited_files" not in caught["provenance"]["index_state"]
@@ -586,15 +589,6 @@ def test_a_fast_path_read_does_not_wait_for_another_tenants_task_file(
     that has none: an id the writer minted), is not waited for by a fast-path read of
     another tenant. Acme's own reads, retrieval reads, a read after a hand edit of the
     file, and reads while the file's indexed rows are unknown here still wait for it."""
-    def waits(**request: Any) -> bool:
-        scope = acb.read_scope(acb.AcbRequest.from_mapping(request, "default"))
-        try:
-            watcher.flush(0.3, scope=scope)
-        except DatabaseError as exc:
-            assert "did not catch up" in str(exc)
-            return True
-        return False
-
     def update(title: str, task_id: str | None = None) -> str:
         event = memory.record({"kind": "task_update", "tenant_id": "acme", "session_id": "s1",
                                "ts": "2026-03-01T10:00:00+00:00",
@@ -610,25 +604,25 @@ def test_a_fast_path_read_does_not_wait_for_another_tenants_task_file(
         memory.sync()
         with sync_held(dsn, schema, f"tasks/{earlier}.md"):
             update("Write the runbook, again", earlier)
-            assert waits(session_id="a")  # whose rows the file had is not known here
+            assert waits(watcher, session_id="a")  # whose rows the file had is not known here
         watcher.flush()
         with sync_held(dsn, schema, f"tasks/{chosen}.md"):
             update("A task of a chosen id", chosen)
-            assert waits(session_id="a")  # an id not minted here: rows may exist
+            assert waits(watcher, session_id="a")  # an id not minted here: rows may exist
         watcher.flush()
         task_id = update("Rotate the keys")
         rel = f"tasks/{task_id}.md"
         watcher.flush()
         with sync_held(dsn, schema, rel):
             update("Rotate the keys, a third time", task_id)
-            assert not waits(session_id="a")
+            assert not waits(watcher, session_id="a")
             other = memory.build_acb({"session_id": "a", "now": "2026-03-02T00:00:00+00:00"})
             assert rel in other["provenance"]["index_state"]["not_awaited_files"]
-            assert waits(session_id="a", tenant_id="acme")       # its own tenant
-            assert waits(session_id="a", query_text="keys")     # retrieval
+            assert waits(watcher, session_id="a", tenant_id="acme")  # its own tenant
+            assert waits(watcher, session_id="a", query_text="keys")  # retrieval
             path = store_config.store / rel
             path.write_bytes(path.read_bytes() + b"\n")          # by hand: not the writer's
-            assert waits(session_id="a")
+            assert waits(watcher, session_id="a")
         fresh = memory.build_acb({"session_id": "a", "tenant_id": "acme",
                                   "now": "2026-03-02T00:00:00+00:00"})
         assert "a third time" in texts(fresh, "task_state")
