@@ -18,8 +18,9 @@ keeps, per file:
 
 From these the watcher tells whether a change is the writer's own (no barrier is
 needed to see it queued: `as_written`, `placed_as_is`) and whether a queued file
-can change a read (`wait`). Not thread-safe: the watcher calls it under its lock, except
-`placed_as_is` and `as_written`, which read files (a dict lookup, then a stat).
+can change a read (`wait`). Not thread-safe: the watcher calls it under its lock,
+except `placed_as_is` and `as_written`, which read files (a dict lookup, then a
+stat).
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ from typing import Any
 
 from gitmem.context import ReadScope
 from gitmem.rows import Announced, Appended
-from gitmem.store import TENANT_FILE_KINDS, Placed, classify, file_stat
+from gitmem.store import TENANT_FILE_KINDS, Placed, StatKey, classify, file_stat
 
 PLACED_MAX = 10_000  # files put in place (or row tenants) remembered, at most
-
-Stat = tuple[int, int, int]
 
 
 class Wait(enum.Enum):
@@ -55,7 +54,7 @@ class Handover:
         self.appended: dict[str, list[Appended]] = {}
         self.appended_bytes = 0
         self.taken: dict[str, list[Appended]] = {}
-        self.last_write: dict[str, tuple[int, Stat | None]] = {}
+        self.last_write: dict[str, tuple[int, StatKey | None]] = {}
         self.appending: dict[str, Announced] = {}  # the append being made, per file
         self.accounted: dict[str, int] = {}
         self.placed: dict[str, Placed] = {}
@@ -98,16 +97,15 @@ class Handover:
         placed = self.placed.get(rel)
         return placed is not None and placed.still(self.store)
 
-    def as_written(self, rel: str, last: tuple[int, Stat | None] | None) -> bool:
+    def as_written(self, rel: str, last: tuple[int, StatKey | None] | None) -> bool:
         """Whether `rel`'s stat is still the one the writer took right after its last
         append to it (`last`: its `last_write` entry), or the file is as the append
         the writer is making now leaves it: that append began on the file as the
         last one left it (the same stat) and the file has the size it ends at (the
         writer is between its write and `append`, in its fsync say). Unlike a placed
-        file's,
-        an events file's own file events always queue it, so bytes changed in place
-        within the append's timestamp tick (or its fsync) are still indexed by the
-        next batch."""
+        file's, an events file's own file events always queue it, so bytes changed in
+        place within the append's timestamp tick (or its fsync) are still indexed by
+        the next batch."""
         if last is None or last[1] is None:
             return False
         stat = file_stat(self.store / rel)

@@ -61,6 +61,7 @@ class Memory:
         # Told of each durable append (the daemon's watcher: it indexes those lines
         # from their events instead of decoding them again).
         self.on_append: Callable[[str, Appended], None] | None = None
+        # Told before each append (the watcher: that file's change is the writer's).
         self.on_appending: Callable[[str, Announced | None], None] | None = None
         # Told of the files the writer put in place (the watcher queues them at once).
         self.on_place: Callable[[list[Placed]], None] | None = None

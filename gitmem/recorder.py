@@ -50,6 +50,7 @@ from gitmem.records import (
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
+    StatKey,
     artifact_path,
     content_digest,
     day_file_rel,
@@ -557,7 +558,7 @@ def fsync_dir(directory: Path) -> None:
 
 def append_lines(path: Path, lines: list[bytes],
                  announce: Callable[[Announced], None] | None = None,
-                 ) -> tuple[int, bytes, tuple[int, int, int]]:
+                 ) -> tuple[int, bytes, StatKey]:
     """Append complete lines with one write under an exclusive lock, then fsync.
 
     If the file ends in a torn line (a writer crashed mid-write), a newline is

@@ -19,6 +19,7 @@ from gitmem.documents import parse_decision, parse_handoff, parse_summary, parse
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
 from gitmem.records import Event, compact_json, event_text, iter_events
+from gitmem.store import StatKey
 
 EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
                  "actor_type", "actor_id", "kind", "sensitivity", "tags", "refs", "content",
@@ -240,7 +241,7 @@ def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:
 
 # An append the writer is about to make: the file's (size, mtime_ns, inode) under the
 # writer's lock before it writes, and the file's size once the lines are in.
-Announced = tuple[tuple[int, int, int], int]
+Announced = tuple[StatKey, int]
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ class Appended:
     events: tuple[Event, ...]
     # the file's (size, mtime_ns, inode) right after the write, under the writer's
     # lock: a later stat that differs means someone else changed the file since
-    stat: tuple[int, int, int] | None = None
+    stat: StatKey | None = None
 
     @property
     def end(self) -> int:

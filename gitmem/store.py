@@ -142,12 +142,15 @@ def day_file_rel(ts: datetime) -> str:
     return f"events/{ts:%Y-%m}/{ts:%Y-%m-%d}.jsonl"
 
 
-def stat_key(st: os.stat_result) -> tuple[int, int, int]:
+StatKey = tuple[int, int, int]  # size, mtime_ns, inode: `stat_key`
+
+
+def stat_key(st: os.stat_result) -> StatKey:
     """What says a file is unchanged: size, mtime and inode, as the index keeps them."""
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
-def file_stat(path: Path) -> tuple[int, int, int] | None:
+def file_stat(path: Path) -> StatKey | None:
     """`stat_key` of the file at `path`, or None if it cannot be read."""
     try:
         return stat_key(os.stat(path))
@@ -170,7 +173,7 @@ class Placed:
     alone does not say the file is still the writer's; the digest does."""
 
     rel: str
-    stat: tuple[int, int, int]
+    stat: StatKey
     digest: bytes
     tenant: str = ""
     fresh: bool = False

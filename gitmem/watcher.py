@@ -62,7 +62,7 @@ from gitmem.handover import Handover, Wait
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
 from gitmem.rows import Announced, Appended
-from gitmem.store import INDEXED_KINDS, Placed, classify, stat_key
+from gitmem.store import INDEXED_KINDS, Placed, StatKey, classify, stat_key
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Watcher:
         self._changes_seen = 1
         self._changes_covered = 0
         self._logged: dict[str, set[str]] = {}
-        self._policy_seen: dict[str, tuple[int, int, int] | None] = {}
+        self._policy_seen: dict[str, StatKey | None] = {}
         self.stats: dict[str, Any] = {
             "batches": 0, "files_synced": 0, "lines_from_writer": 0, "reconciles": 0,
             "last_batch_ms": None, "last_reconcile": None, "last_error": None, "db_ok": None,
@@ -303,8 +303,8 @@ class Watcher:
             logger.warning("policy change not applied (the last good policies stay): %s", exc)
             self._problem(str(exc))
 
-    def _policy_stats(self) -> dict[str, tuple[int, int, int] | None]:
-        stats: dict[str, tuple[int, int, int] | None] = {}
+    def _policy_stats(self) -> dict[str, StatKey | None]:
+        stats: dict[str, StatKey | None] = {}
         for rel in self.memory.policies.hashes:
             try:
                 st = os.stat(self.store / rel)
