@@ -416,6 +416,23 @@ def test_another_tenants_task_or_decision_is_never_written_through(
     recorder.decide("Use Kafka", [ref], supersedes=[dec_id], tenant_id="acme")
 
 
+def test_superseding_a_decision_whose_file_does_not_parse_is_refused(
+        recorder: Recorder, repo: Path, store: Path) -> None:
+    """A superseded decision's file must be read for its tenant: one that does not parse
+    refuses the write, naming the decision, the file and what is wrong."""
+    ref = recorder.record({"content": {"text": "x"}}).id
+    dec_id = recorder.decide("Use NATS", [ref]).content["decision_id"]
+    path = store / "decisions" / f"{dec_id}.md"
+    path.write_text("---\nid: [unclosed\n---\nbroken by hand\n")
+    before = snapshot(repo)
+    with pytest.raises(ValidationError) as caught:
+        recorder.decide("Use Kafka", [ref], supersedes=[dec_id])
+    assert caught.value.field == "content.supersedes"
+    assert f"decision {dec_id} cannot be read" in str(caught.value)
+    assert f"decisions/{dec_id}.md" in str(caught.value)
+    assert snapshot(repo) == before
+
+
 def test_single_strings_become_one_item_lists(recorder: Recorder, store: Path) -> None:
     event = recorder.record({"kind": "decision", "refs": EVT, "tags": "urgent",
                              "content": {"text": "x", "rationale": "because"}})
