@@ -137,11 +137,17 @@ class _Build:
         budget = self.policies.budgets.sections.get(name)
         return int(budget.max_tokens * self.scale) if budget else 0
 
-    def allows(self, sensitivity: str, channel: str = "") -> bool:
-        if sensitivity in self.rule.suppress_sensitivity:
-            return False
-        return not (channel and self.rule.event_channels is not None
-                    and channel not in self.rule.event_channels)
+    def allows(self, sensitivity: str, channel: str) -> bool:
+        """Whether the request's channel may load a chunk (an event's or a summary's:
+        its sensitivity and the channel it was recorded on; "" for none)."""
+        return self.allows_record(sensitivity) and not (
+            channel and self.rule.event_channels is not None
+            and channel not in self.rule.event_channels)
+
+    def allows_record(self, sensitivity: str) -> bool:
+        """Whether the request's channel may load a decision or task (they have no
+        channel: their sensitivity decides)."""
+        return sensitivity not in self.rule.suppress_sensitivity
 
 
 def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
@@ -310,11 +316,11 @@ def _tasks(build: _Build, section: Section) -> None:
     for row in ordered:
         if build.packer.full(section):
             for sensitivity, ids in tasks.ids.items():  # all the others are left out
-                reason = "budget" if build.allows(sensitivity) else "privacy"
+                reason = "budget" if build.allows_record(sensitivity) else "privacy"
                 build.packer.omit_all(reason, ids, tasks.members[sensitivity], seen)
             return
         seen.add(row["task_id"])
-        if not build.allows(row["sensitivity"]):
+        if not build.allows_record(row["sensitivity"]):
             build.packer.omit("privacy", row["task_id"])
             continue
         build.packer.add(section, _task_item(row), row["hash"])
@@ -353,7 +359,7 @@ def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> Non
                                        build.policies.budgets.decisions_max))
     for decision_id in considered:
         row = chain.by_id[decision_id]
-        if not build.allows(row["sensitivity"]):
+        if not build.allows_record(row["sensitivity"]):
             build.packer.omit("privacy", decision_id)
             continue
         build.packer.add(section, _decision_item(row, relevant.get(decision_id)), row["hash"])
@@ -488,8 +494,13 @@ def _recent(build: _Build, section: Section) -> None:
 
 
 def _tools(build: _Build, section: Section) -> None:
+    cut = None  # the result whose next chunk did not fit: the rest of it would leave a gap
     for row in _session_rows(build, "tools", build.policies.budgets.tool_state_events):
-        build.packer.add(section, _chunk_item(row), row["hash"])
+        if row["source_id"] == cut:
+            build.packer.omit("budget", row["chunk_id"])
+        elif not build.packer.add(section, _chunk_item(row), row["hash"]) \
+                and row["hash"] not in build.packer.seen:
+            cut = row["source_id"]
     section.items.sort(key=_reading_order)
 
 
@@ -536,7 +547,7 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
             if not latest:
                 continue
             drow = chain.by_id[latest]
-            if not build.allows(drow["sensitivity"]):
+            if not build.allows_record(drow["sensitivity"]):
                 build.packer.omit("privacy", latest)
                 continue
             build.packer.add(section, _decision_item(drow, None), drow["hash"])
@@ -546,7 +557,7 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
         event_ids = [r for r in row["refs"] if r.startswith(("evt_", "sum_"))]
         rows = db.fetchall("event_chunks", {"tenant": build.request.tenant_id, "ids": event_ids})
         for chunk in rows[:limit]:
-            if not build.allows(chunk["sensitivity"]):
+            if not build.allows(chunk["sensitivity"], chunk["channel"]):
                 build.packer.omit("privacy", chunk["chunk_id"])
                 continue
             build.packer.add(section, _chunk_item(chunk), chunk["hash"])

@@ -164,6 +164,7 @@ class Summary:
     decisions: tuple[str, ...] = ()
     sensitivity: str = "none"
     tags: tuple[str, ...] = ()
+    channel: str = ""     # the summary event's channel ("": none, loaded on every channel)
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,7 @@ def parse_task(text: str, path: str, default_tenant: str) -> Task:
 
 
 SUMMARY_KEYS = ("id", "ts", "tenant_id", "scope", "refs", "session_id", "decisions",
-                "sensitivity", "tags")
+                "sensitivity", "tags", "channel")
 
 
 def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
@@ -310,6 +311,8 @@ def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
                             for d in check_str_list(meta.get("decisions"), "decisions")),
             sensitivity=check_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
             tags=check_str_list(meta.get("tags"), "tags"),
+            channel=("" if meta.get("channel") in (None, "")
+                     else check_choice(meta["channel"], CHANNELS, "channel")),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -484,7 +487,7 @@ def summary_to_text(summary: Summary) -> str:
     meta = _meta_without_defaults([
         ("id", summary.id), ("ts", summary.ts), ("tenant_id", summary.tenant_id),
         ("scope", summary.scope), ("session_id", summary.session_id),
-        ("refs", summary.refs), ("decisions", summary.decisions),
+        ("channel", summary.channel), ("refs", summary.refs), ("decisions", summary.decisions),
         ("sensitivity", None if summary.sensitivity == "none" else summary.sensitivity),
         ("tags", summary.tags),
     ])

@@ -15,9 +15,10 @@ from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
 from gitmem.documents import Handoff
+from gitmem.errors import DatabaseError
 from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
-from gitmem.recorder import Recorder
+from gitmem.recorder import Recorded, Recorder
 from gitmem.records import Event, format_ts
 from gitmem.rows import Announced, Appended
 from gitmem.store import Placed, read_artifact
@@ -111,7 +112,21 @@ class Memory:
         recorder.on_append = self._appended
         recorder.on_appending = self._appending
         recorder.on_place = self._placed
+        recorder.recorded = self._recorded
         return recorder
+
+    def _recorded(self, event_ids: list[str]) -> dict[str, Recorded]:
+        """Which of these event ids the index holds (for a write naming its ids). Best
+        effort: with the index out of reach the write goes ahead (`gitmem verify`
+        reports an id that repeats)."""
+        try:
+            if self.catch_up is None:  # no daemon: bring the index up to the files first
+                self.sync()
+            rows = self.db.fetchall("events_recorded", {"ids": event_ids})
+        except DatabaseError as exc:
+            logger.warning("cannot check whether event ids are new: %s", exc)
+            return {}
+        return {r["event_id"]: (r["tenant_id"], r["ts"], r["hash"]) for r in rows}
 
     def _appended(self, rel: str, appended: Appended) -> None:
         if self.on_append is not None:

@@ -119,6 +119,9 @@ class Packer:
         section.used += cost
         self.used += cost
         self.seen[digest] = item["id"]
+        left_out = self.omitted.get("budget")
+        if left_out:  # left out by an earlier pass, packed by a later one (a pinned item)
+            left_out.pop(item["id"], None)
         self.ledger.append((section.name, item["id"], digest, item.get("score")))
         if item.get("artifact_id"):
             self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])

@@ -80,6 +80,19 @@ class _Prepared:
     files: list[_Staged] = field(default_factory=list)
 
 
+# An event the index holds: its tenant, time and content hash.
+Recorded = tuple[str, datetime, str]
+
+
+class _Repeated(Exception):
+    """An event of a write repeats another's id (`position`: its index in the write)."""
+
+    def __init__(self, position: int, error: ValidationError) -> None:
+        super().__init__(str(error))
+        self.position = position
+        self.error = error
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -132,6 +145,9 @@ class Recorder:
         # Told of the files put in place (`store.Placed`: path, stat right after, digest,
         # tenant), so the daemon queues them for indexing before the write is answered.
         self.on_place: Callable[[list[Placed]], None] | None = None
+        # Asked before a write that names its own event ids: which of them are recorded
+        # already (id -> tenant, ts, hash), so that no id repeats (the index knows them).
+        self.recorded: Callable[[list[str]], Mapping[str, Recorded]] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -139,7 +155,11 @@ class Recorder:
         """Validate and durably append one event; returns it with id, ts and hash."""
         with self._task_lock([obj]):
             prepared = self._prepare(obj)
-            self._commit([prepared])
+            try:
+                todo = self._new([prepared], [obj])
+            except _Repeated as exc:
+                raise exc.error from None
+            self._commit(todo)
         return prepared.event
 
     @contextmanager
@@ -175,8 +195,37 @@ class Recorder:
                     raise exc.at(source, number) from None
                 except PrivacyError as exc:
                     raise PrivacyError(f"{source}:{number}: {exc}") from None
-            self._commit(prepared)
+            try:
+                todo = self._new(prepared, objs)
+            except _Repeated as exc:
+                number = lines[exc.position] if lines is not None else exc.position + 1
+                raise exc.error.at(source, number) from None
+            self._commit(todo)
         return [p.event for p in prepared]
+
+    def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]]
+             ) -> list[_Prepared]:
+        """The prepared events to write: an id the caller chose must not be another
+        event's (in this batch or recorded already: `recorded`); the same event again
+        (same id, tenant, time and content: a retried write) is not written twice."""
+        named = {p.event.id: n for n, (p, obj) in enumerate(zip(prepared, objs, strict=True))
+                 if obj.get("id")}
+        if not named:
+            return prepared
+        first: dict[str, int] = {}
+        for n, p in enumerate(prepared):
+            if first.setdefault(p.event.id, n) != n:
+                raise _Repeated(n, ValidationError(
+                    f"{p.event.id} is also event {first[p.event.id] + 1} of this write; "
+                    "event ids never repeat", field="id"))
+        known = self.recorded(sorted(named)) if self.recorded is not None else {}
+        for event_id, (tenant, ts, digest) in known.items():
+            event = prepared[named[event_id]].event
+            if (tenant, digest) != (event.tenant_id, event.hash) or ts != event.when:
+                raise _Repeated(named[event_id], ValidationError(
+                    f"{event_id} is already recorded with other content; event ids never "
+                    "repeat (leave `id` out and one is assigned)", field="id"))
+        return [p for p in prepared if p.event.id not in known]
 
     def decide(self, text: str, refs: list[str], *, supersedes: Iterable[str] = (),
                rationale: Iterable[str] = (), title: str = "", scope: str = "project",
@@ -428,7 +477,8 @@ class Recorder:
             id=content["summary_id"], ts=full["ts"], tenant_id=full["tenant_id"],
             scope=scope, refs=tuple(full["refs"]), text=content["text"],
             session_id=full["session_id"], decisions=_strings(content, "decisions"),
-            sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
+            sensitivity=full["sensitivity"], tags=tuple(full["tags"]),
+            channel=full["channel"])
         rel = f"summaries/{scope}/{summary.id}.md"
         text = summary_to_text(summary)
         try:

@@ -225,10 +225,10 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
 def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str, path: str,
                   line: int, ts: str, kind: str, session: str, sensitivity: str,
                   tags: tuple[str, ...], refs: tuple[str, ...], text: str,
-                  weight: float) -> None:
+                  weight: float, channel: str = "") -> None:
     digest = "sha256:" + hashlib.sha256(f"{source_type}\0{text}".encode()).hexdigest()
     out.tables["chunks"].append((
-        chunk_id, tenant, source_type, chunk_id, path, line, ts, kind, "", session, "",
+        chunk_id, tenant, source_type, chunk_id, path, line, ts, kind, channel, session, "",
         sensitivity, list(tags), list(refs), digest, tokens.count(text), weight, text,
         search_extra("", tags), search_keys(tenant, ts)))
 
@@ -362,7 +362,8 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) 
         _record_chunk(out, chunk_id=s.id, tenant=s.tenant_id, source_type="summary", path=path,
                       line=1, ts=s.ts, kind="summary", session=s.session_id,
                       sensitivity=s.sensitivity, tags=s.tags, refs=s.refs,
-                      text=f"Summary ({s.scope}): {s.text}", weight=importance("summary", s.tags))
+                      text=f"Summary ({s.scope}): {s.text}", weight=importance("summary", s.tags),
+                      channel=s.channel)
     elif kind == "handoff":
         h = parse_handoff(text, path, tenant)
         out.tables["handoffs"].append((

@@ -26,6 +26,11 @@ FROM source_files ORDER BY path
 -- What a reconcile compares with each file's stat.
 SELECT path, kind, size, mtime_ns, inode FROM source_files
 
+-- name: events_recorded
+-- The events already indexed under some ids (a write that names its ids must not
+-- repeat another event's).
+SELECT event_id, tenant_id, ts, hash FROM events WHERE event_id = ANY (%(ids)s)
+
 -- name: file_state
 SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
        size, mtime_ns, inode

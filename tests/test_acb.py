@@ -551,6 +551,45 @@ def test_handoff_loads_only_packet_decisions_and_evidence(memory: Memory) -> Non
         memory.build_acb({"agent_id": "someone-else", "handoff_id": packet.id})
 
 
+def test_handoff_evidence_keeps_to_the_channel_rules(memory: Memory) -> None:
+    private = say(memory, "The CEO's home address is 12 Elm St", session_id="s1")
+    public = say(memory, "Public note about the release", session_id="s1", channel="public")
+    packet = memory.create_handoff("bot2", "continue the release", refs=[private, public])
+    for channel in ("public", "team"):
+        acb = memory.build_acb({"agent_id": "bot2", "handoff_id": packet.id, "now": NOW,
+                                "channel": channel})
+        assert [i["id"] for i in section(acb, "retrieved_evidence")] == [public]
+        assert "Elm St" not in texts(acb) and private in omitted(acb, "privacy")
+    acb = memory.build_acb({"agent_id": "bot2", "handoff_id": packet.id, "now": NOW,
+                            "channel": "private"})
+    assert {i["id"] for i in section(acb, "retrieved_evidence")} == {private, public}
+
+
+def test_summary_keeps_its_events_channel(memory: Memory) -> None:
+    evt = say(memory, "User said their lawyer is Saul Goodman", session_id="s1")
+    summary = memory.record({"kind": "summary", "session_id": "s1", "refs": [evt],
+                             "ts": "2026-03-01T10:05:00+00:00",
+                             "content": {"text": "The user's lawyer is Saul Goodman"}})
+    summary_id = summary.content["summary_id"]
+    path = memory.store / "summaries" / "session" / f"{summary_id}.md"
+    assert "channel: private" in path.read_text()
+    public = memory.build_acb({"channel": "public", "now": NOW, "query_text": "lawyer Goodman"})
+    assert "Goodman" not in texts(public)
+    assert summary_id in omitted(public, "privacy")
+    private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "lawyer Goodman"})
+    assert summary_id in [i["id"] for i in section(private, "retrieved_evidence")]
+
+
+def test_an_item_packed_is_never_listed_as_left_out(memory: Memory) -> None:
+    for text in ("wombatcode launch plan is ready", "second wombatcode note for the team"):
+        say(memory, text, tags=["pinned"])
+    acb = memory.build_acb({"session_id": "s2", "now": NOW, "max_tokens": 100,
+                            "query_text": "wombatcode"})
+    packed = {i["id"] for i in all_items(acb)}
+    assert any(i.get("pinned") for i in section(acb, "retrieved_evidence"))
+    assert not packed & {c for o in acb["omissions"] for c in o["candidates"]}
+
+
 def test_same_request_gives_the_same_acb(memory: Memory) -> None:
     for n in range(20):
         say(memory, f"note {n} on the cache eviction policy", session_id="s1",
@@ -625,6 +664,19 @@ def test_tool_state_keeps_whole_results_head_first(memory: Memory) -> None:
     head = next(i for i in tools if i["id"] == f"{big.id}#1")
     assert head["text"].startswith("[fs.read_file result BIG.md]")
     assert sum(i["text"].startswith("[fs.read_file result file") for i in tools) == 3
+
+
+def test_tool_state_shows_a_result_without_gaps(memory: Memory) -> None:
+    lines = "".join(f"line {n:04d}: value={n * 7}\n" for n in range(1, 2000))
+    big = memory.record({"kind": "tool_result", "session_id": "s1",
+                         "content": {"tool": "cat", "path": "data.txt", "output": lines}})
+    acb = memory.build_acb({"session_id": "s1", "now": NOW})
+    parts = [int(i["id"].partition("#")[2]) for i in section(acb, "tool_state")]
+    assert parts and parts == list(range(1, len(parts) + 1))  # the head, in order, no hole
+    left_out = omitted(acb, "budget")
+    assert left_out and all(i.startswith(big.id) for i in left_out)
+    assert {int(i.partition("#")[2]) for i in left_out} == set(
+        range(len(parts) + 1, len(parts) + 1 + len(left_out)))
 
 
 def test_pinned_evidence_comes_after_the_ranked_and_always_fits(memory: Memory) -> None:

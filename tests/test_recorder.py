@@ -472,3 +472,36 @@ def test_concurrent_task_updates_lose_nothing(memory: Memory) -> None:
         thread.join()
     text = (memory.store / "tasks" / f"{task_id}.md").read_text()
     assert all(event_id in text for event_id in updates)  # every update kept its ref
+
+
+def test_an_event_id_already_recorded_is_refused(memory: Memory) -> None:
+    first = memory.record({"tenant_id": "a", "ts": "2026-06-02T10:00:00+00:00",
+                           "content": {"text": "A's note: the budget is 5M"}})
+    before = snapshot(memory.store)
+    for other in ({"tenant_id": "b", "ts": "2026-06-01T10:00:00+00:00"},   # backdated
+                  {"tenant_id": "a", "ts": first.ts, "content": {"text": "changed"}}):
+        with pytest.raises(ValidationError, match="already recorded") as caught:
+            memory.record({"content": {"text": "B's text"}, **other, "id": first.id})
+        assert caught.value.field == "id"
+    assert snapshot(memory.store) == before
+    acb = memory.build_acb({"tenant_id": "a", "now": "2026-06-03T00:00:00+00:00"})
+    assert first.id in json.dumps(acb["sections"])
+
+
+def test_the_same_event_again_is_written_once(memory: Memory) -> None:
+    obj = {"id": EVT, "ts": "2026-03-01T10:00:00+00:00", "content": {"text": "retried"}}
+    first = memory.record(obj)
+    again = memory.record_many([obj, {"content": {"text": "new"}, "ts": obj["ts"]}])
+    assert again[0].id == first.id and again[0].hash == first.hash
+    assert [e["content"]["text"] for e in events_on_disk(
+        memory.store, "events/2026-03/2026-03-01.jsonl")] == ["retried", "new"]
+
+
+def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) -> None:
+    before = snapshot(repo)
+    objs = [{"id": EVT, "content": {"text": "one"}}, {"content": {"text": "two"}},
+            {"id": EVT, "content": {"text": "three"}}]
+    with pytest.raises(ValidationError, match="also event 1 of this write") as caught:
+        recorder.record_many(objs, "batch.jsonl", [4, 5, 6])
+    assert (caught.value.path, caught.value.line, caught.value.field) == ("batch.jsonl", 6, "id")
+    assert snapshot(repo) == before
