@@ -74,6 +74,11 @@ class _Staged:
     fresh: bool = False  # its id minted here: no rows of its path can be indexed yet
 
 
+# The files a write has staged so far, by path: a later event of the same write builds
+# on them (a task created, then updated; a decision, then one superseding it).
+_Staging = dict[Path, _Staged]
+
+
 @dataclass
 class _Prepared:
     event: Event
@@ -154,7 +159,7 @@ class Recorder:
     def record(self, obj: Mapping[str, Any]) -> Event:
         """Validate and durably append one event; returns it with id, ts and hash."""
         with self._task_lock([obj]):
-            prepared = self._prepare(obj)
+            prepared = self._prepare(obj, {})
             try:
                 todo = self._new([prepared], [obj])
             except _Repeated as exc:
@@ -186,11 +191,12 @@ class Recorder:
         """
         objs = list(objs)
         prepared: list[_Prepared] = []
+        staging: _Staging = {}
         with self._task_lock(objs):
             for position, obj in enumerate(objs):
                 number = lines[position] if lines is not None else position + 1
                 try:
-                    prepared.append(self._prepare(obj))
+                    prepared.append(self._prepare(obj, staging))
                 except FormatError as exc:
                     raise exc.at(source, number) from None
                 except PrivacyError as exc:
@@ -277,7 +283,7 @@ class Recorder:
         rel = f"handoffs/{packet.id}.yaml"
         parse_handoff(text, rel, packet.tenant_id)
         for dec in packet.decisions:
-            self._require_decision(dec, "decisions", packet.tenant_id)
+            self._require_decision(dec, "decisions", packet.tenant_id, {})
         self._publish([_Staged(self.store / rel, text.encode())])
         return packet
 
@@ -317,7 +323,7 @@ class Recorder:
                                       field="hash")
         return full
 
-    def _prepare(self, obj: Mapping[str, Any]) -> _Prepared:
+    def _prepare(self, obj: Mapping[str, Any], staging: _Staging) -> _Prepared:
         full = self._complete(obj)
         if full["sensitivity"] in self.policies.privacy.never_store:
             raise PrivacyError(
@@ -344,7 +350,8 @@ class Recorder:
         derive = {"decision": self._decision_file, "task_update": self._task_file,
                   "summary": self._summary_file}.get(kind)
         if derive is not None:
-            item = derive(full, parse_ts(full["ts"]))  # may add its id to the content
+            item = derive(full, parse_ts(full["ts"]), staging)  # may add its id to the content
+            staging[item.target] = item
             item.fresh = minted
             staged.append(item)
         full["hash"] = content_hash(kind, full["content"])
@@ -384,14 +391,24 @@ class Recorder:
         content["bytes"] = len(raw)
         return [_Staged(artifact_path(self.store, content["artifact_id"]), raw)]
 
-    def _require_decision(self, dec: str, field_name: str, tenant: str) -> None:
+    def _current(self, rel: str, staging: _Staging) -> str | None:
+        """A record file's text as this write leaves it so far (None: there is none)."""
+        staged = staging.get(self.store / rel)
+        if staged is not None:
+            return staged.data.decode("utf-8")
+        try:
+            return (self.store / rel).read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def _require_decision(self, dec: str, field_name: str, tenant: str,
+                          staging: _Staging) -> None:
         """A decision cited as superseded or handed over must be one of the tenant's."""
         rel = f"decisions/{dec}.md"
-        try:
-            text = (self.store / rel).read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError):
+        text = self._current(rel, staging)
+        if text is None:
             raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
-                                  field=field_name) from None
+                                  field=field_name)
         try:
             owner = parse_decision(text, rel, self.policies.manifest.default_tenant).tenant_id
         except FormatError as exc:
@@ -401,7 +418,8 @@ class Recorder:
             raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
                                   field=field_name)
 
-    def _decision_file(self, full: dict[str, Any], when: datetime) -> _Staged:
+    def _decision_file(self, full: dict[str, Any], when: datetime,
+                       staging: _Staging) -> _Staged:
         content = full["content"]
         content.setdefault("decision_id", ids.new_id("dec", when))
         decision = Decision(
@@ -424,21 +442,22 @@ class Recorder:
             raise ValidationError(exc.detail, field=_event_field(exc.field, "decision_id")) \
                 from None
         for dec in decision.supersedes:
-            self._require_decision(dec, "content.supersedes", decision.tenant_id)
-        if (self.store / rel).exists():
+            self._require_decision(dec, "content.supersedes", decision.tenant_id, staging)
+        if (self.store / rel).exists() or self.store / rel in staging:
             raise ValidationError(f"decision {decision.id} already exists and is never "
                                   "rewritten; record a new decision that supersedes it",
                                   field="content.decision_id")
         return _Staged(self.store / rel, text.encode(), tenant=decision.tenant_id)
 
-    def _task_file(self, full: dict[str, Any], when: datetime) -> _Staged:
+    def _task_file(self, full: dict[str, Any], when: datetime, staging: _Staging) -> _Staged:
         content = full["content"]
         task_id = content["task_id"]
         existing: Task | None = None
         rel = f"tasks/{task_id}.md"
         path = self.store / rel
-        if path.is_file():
-            existing = parse_task(path.read_text(encoding="utf-8"), rel, full["tenant_id"])
+        current = self._current(rel, staging)
+        if current is not None:
+            existing = parse_task(current, rel, full["tenant_id"])
             if existing.tenant_id != full["tenant_id"]:  # never another tenant's task
                 raise ValidationError(f"task {task_id} is not a task of tenant "
                                       f"{full['tenant_id']!r}", field="content.task_id")
@@ -466,7 +485,8 @@ class Recorder:
         return _Staged(path, text.encode(), replace_existing=existing is not None,
                        tenant=task.tenant_id)
 
-    def _summary_file(self, full: dict[str, Any], when: datetime) -> _Staged:
+    def _summary_file(self, full: dict[str, Any], when: datetime,
+                      staging: _Staging) -> _Staged:
         content = full["content"]
         if not full["refs"]:
             raise ValidationError("a summary must cite the events it summarises (P4)",
@@ -480,6 +500,9 @@ class Recorder:
             sensitivity=full["sensitivity"], tags=tuple(full["tags"]),
             channel=full["channel"])
         rel = f"summaries/{scope}/{summary.id}.md"
+        if (self.store / rel).exists() or self.store / rel in staging:
+            raise ValidationError(f"summary {summary.id} already exists and is never "
+                                  "rewritten", field="content.summary_id")
         text = summary_to_text(summary)
         try:
             parse_summary(text, rel, full["tenant_id"])

@@ -505,3 +505,43 @@ def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) 
         recorder.record_many(objs, "batch.jsonl", [4, 5, 6])
     assert (caught.value.path, caught.value.line, caught.value.field) == ("batch.jsonl", 6, "id")
     assert snapshot(repo) == before
+
+
+def test_records_of_one_write_build_on_each_other(recorder: Recorder, store: Path) -> None:
+    task_id, dec = "tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4", "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z5"
+    events = recorder.record_many([
+        {"kind": "task_update", "content": {"task_id": task_id, "title": "Ship it",
+                                            "owner": "alice", "text": "the details"}},
+        {"kind": "task_update", "content": {"task_id": task_id, "status": "blocked"}},
+        {"kind": "task_update", "content": {"task_id": task_id, "owner": "bob"}},
+        {"kind": "decision", "refs": [EVT], "content": {"decision_id": dec, "text": "One"}},
+        {"kind": "decision", "refs": [EVT], "content": {"text": "Two", "supersedes": [dec]}},
+    ])
+    rel = f"tasks/{task_id}.md"
+    task = parse_task((store / rel).read_text(), rel, "default")
+    assert (task.title, task.status, task.owner, task.details) == (
+        "Ship it", "blocked", "bob", "the details")
+    assert {e.id for e in events[1:3]} <= set(task.refs)  # every update kept
+    second = events[4].content["decision_id"]
+    assert parse_decision((store / f"decisions/{second}.md").read_text(),
+                          f"decisions/{second}.md", "default").supersedes == (dec,)
+
+
+def test_a_record_id_twice_in_one_write_is_refused(recorder: Recorder, repo: Path) -> None:
+    before = snapshot(repo)
+    dec = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z5"
+    with pytest.raises(ValidationError, match="already exists") as caught:
+        recorder.record_many([
+            {"kind": "decision", "refs": [EVT], "content": {"decision_id": dec, "text": "One"}},
+            {"kind": "decision", "refs": [EVT], "content": {"decision_id": dec, "text": "Two"}},
+        ], "d.jsonl")
+    assert (caught.value.line, caught.value.field) == (2, "content.decision_id")
+    summary = {"kind": "summary", "refs": [EVT],
+               "content": {"summary_id": "sum_01JKZ3N4Q5R6S7T8V9W0X1Y2Z6", "text": "S"}}
+    with pytest.raises(ValidationError, match="already exists") as caught:
+        recorder.record_many([summary, summary], "s.jsonl")
+    assert (caught.value.line, caught.value.field) == (2, "content.summary_id")
+    assert snapshot(repo) == before
+    recorder.record(summary)
+    with pytest.raises(ValidationError, match="never rewritten"):  # not a clash to retry
+        recorder.record(summary)
