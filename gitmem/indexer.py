@@ -25,6 +25,7 @@ import os
 import queue
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -110,12 +111,24 @@ def _stat_fields(st: os.stat_result) -> dict[str, int]:
     # A file modified within RACY_NS may change again inside the same timestamp tick
     # (coarse filesystem clocks) with the same size: its stat is not trusted (-1
     # never matches), so the next sync compares its content instead (as git does).
-    mtime = st.st_mtime_ns if time.time_ns() - st.st_mtime_ns >= RACY_NS else -1
-    return {"size": st.st_size, "mtime_ns": mtime, "inode": st.st_ino}
+    ctime = st.st_ctime_ns if time.time_ns() - st.st_ctime_ns >= RACY_NS else -1
+    return {"size": st.st_size, "ctime_ns": ctime, "inode": st.st_ino}
+
+
+def _crc(handle: Any, size: int) -> int:
+    """CRC-32 of a file's first `size` bytes, read from where `handle` stands."""
+    crc = 0
+    while size > 0:
+        block = handle.read(min(size, 1 << 20))
+        if not block:
+            break
+        crc = zlib.crc32(block, crc)
+        size -= len(block)
+    return crc
 
 
 def _same_stat(state: Row, st: os.stat_result) -> bool:
-    return (state["size"], state["mtime_ns"], state["inode"]) == stat_key(st)
+    return (state["size"], state["ctime_ns"], state["inode"]) == stat_key(st)
 
 
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
@@ -142,7 +155,7 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
         data = handle.read()
     digest = _sha(data)
     new_state = {"path": rel, "kind": kind, "content_hash": digest, "byte_offset": len(data),
-                 "line_count": 0, "head_hash": "", **_stat_fields(st)}
+                 "line_count": 0, "head_hash": "", "prefix_crc": 0, **_stat_fields(st)}
     if state is None:
         return Assessment(rel, kind, "new", "not indexed yet", data, state=new_state)
     if state["content_hash"] == digest:
@@ -155,25 +168,36 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
 
 def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) -> Assessment:
     offset = state["byte_offset"] if state else 0
+    changed_in_place = False
     appendable = state is not None and st.st_size >= offset
     if appendable and state is not None:
         head = handle.read(min(ANCHOR_BYTES, offset))
         handle.seek(max(0, offset - ANCHOR_BYTES))
         tail = handle.read(offset - max(0, offset - ANCHOR_BYTES))
         appendable = (_sha(head) == state["head_hash"] and _sha(tail) == state["content_hash"])
+        if appendable and st.st_size == state["size"]:
+            # nothing added, yet the stat moved: bytes may have changed in place (a
+            # redaction of the same length) where the anchors do not reach
+            handle.seek(0)
+            appendable = _crc(handle, offset) == state["prefix_crc"]
+            if not appendable:
+                changed_in_place = True
     if appendable and state is not None:
         handle.seek(offset)
         start_line = state["line_count"] + 1
         action, reason = "append", "lines appended since the index"
         prefix_errors = list(state["errors"])
+        crc = state["prefix_crc"]
     else:
         handle.seek(0)
-        offset, start_line = 0, 1
+        offset, start_line, crc = 0, 1, 0
         prefix_errors = []
         if state is None:
             action, reason = "new", "not indexed yet"
         elif st.st_size < state["byte_offset"]:
             action, reason = "rewrite", "shorter than the indexed prefix (checkout or rewrite)"
+        elif changed_in_place:
+            action, reason = "rewrite", "indexed prefix changed in place, same size"
         else:
             action, reason = "rewrite", "indexed prefix changed (checkout or rewrite)"
     rest = handle.read()
@@ -189,12 +213,13 @@ def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) 
     new_state = {"path": rel, "kind": "events", "content_hash": _sha(tail),
                  "byte_offset": new_offset,
                  "line_count": start_line - 1 + complete.count(b"\n"),
-                 "head_hash": _sha(head), "errors": prefix_errors, **_stat_fields(st)}
+                 "head_hash": _sha(head), "prefix_crc": zlib.crc32(complete, crc),
+                 "errors": prefix_errors, **_stat_fields(st)}
     return Assessment(rel, "events", action, reason, complete, start_line, new_state,
                       pending_bytes=len(rest) - cut)
 
 
-FileStat = tuple[str, int, int, int]  # kind, size, mtime_ns, inode: what a reconcile compares
+FileStat = tuple[str, int, int, int]  # kind, size, ctime_ns, inode: what a reconcile compares
 
 
 def candidates(store: Path, known: Mapping[str, FileStat]) -> list[tuple[str, str]]:
@@ -216,12 +241,12 @@ def load_states(db: Database) -> dict[str, Row]:
 
 def load_stats(db: Database) -> dict[str, FileStat]:
     """The indexed stat of every source file (plain tuples: a reconcile reads 20,000)."""
-    return {path: (kind, size, mtime_ns, inode) for path, kind, size, mtime_ns, inode
+    return {path: (kind, size, ctime_ns, inode) for path, kind, size, ctime_ns, inode
             in db.fetch_many([("file_stats", {})])[0]}
 
 
 def _stats_of(states: Mapping[str, Row]) -> dict[str, FileStat]:
-    return {rel: (s["kind"], s["size"], s["mtime_ns"], s["inode"]) for rel, s in states.items()}
+    return {rel: (s["kind"], s["size"], s["ctime_ns"], s["inode"]) for rel, s in states.items()}
 
 
 def _insert(db: Database, conn: psycopg.Connection[Row], rows: FileRows) -> int:
@@ -283,7 +308,7 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
         found = assess(store, rel, kind, state, policies)
         if found.action == "unchanged" or (
                 found.action == "touched" and state is not None
-                and all(found.state[k] == state[k] for k in ("size", "mtime_ns", "inode"))):
+                and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode"))):
             # nothing new to record (a recent file stays racy)
             return found, FileRows(), state["byte_offset"] if state else None
         rows = apply(db, conn, found, policies, appended)
@@ -395,7 +420,8 @@ def _count_chunk(totals: dict[str, list[int]], tenant: str, token_est: int) -> N
 
 
 _STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "head_hash",
-                  "errors", "size", "mtime_ns", "inode")
+                  "prefix_crc",
+                  "errors", "size", "ctime_ns", "inode")
 
 
 def _drop_seen(rows: FileRows, seen: set[str]) -> None:
@@ -513,7 +539,7 @@ def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
 def index_digest(db: Database) -> dict[str, str]:
     """A sha256 per index table over its rows in key order: equal dicts, equal indexes.
 
-    Stat columns of source_files (size, mtime_ns, inode) are left out: they differ
+    Stat columns of source_files (size, ctime_ns, inode) are left out: they differ
     between checkouts of the same commit. Text forms are fixed (UTC, ISO dates).
     """
     with db.transaction() as conn:

@@ -637,10 +637,10 @@ def append_lines(path: Path, lines: list[bytes],
     If the file ends in a torn line (a writer crashed mid-write), a newline is
     written first so the fragment stays a line of its own, reported by the
     indexer, and never glued to a good record. Returns where the lines begin
-    in the file, their bytes, and the file's (size, mtime_ns, inode) right after
+    in the file, their bytes, and the file's (size, ctime_ns, inode) right after
     the write (taken under the lock, so no other writer's append is in it).
     `announce` is told, under the lock and before the write, the file's (size,
-    mtime_ns, inode) and the size it will have once the lines are in.
+    ctime_ns, inode) and the size it will have once the lines are in.
     """
     created = not path.exists()
     if created:

@@ -239,7 +239,7 @@ def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:
     return head + (f"\nRationale: {'; '.join(rationale)}" if rationale else "")
 
 
-# An append the writer is about to make: the file's (size, mtime_ns, inode) under the
+# An append the writer is about to make: the file's (size, ctime_ns, inode) under the
 # writer's lock before it writes, and the file's size once the lines are in.
 Announced = tuple[StatKey, int]
 
@@ -251,7 +251,7 @@ class Appended:
     offset: int                  # where the lines begin in the file
     data: bytes                  # the lines (one per event, each with its newline)
     events: tuple[Event, ...]
-    # the file's (size, mtime_ns, inode) right after the write, under the writer's
+    # the file's (size, ctime_ns, inode) right after the write, under the writer's
     # lock: a later stat that differs means someone else changed the file since
     stat: StatKey | None = None
 

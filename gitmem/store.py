@@ -142,12 +142,15 @@ def day_file_rel(ts: datetime) -> str:
     return f"events/{ts:%Y-%m}/{ts:%Y-%m-%d}.jsonl"
 
 
-StatKey = tuple[int, int, int]  # size, mtime_ns, inode: `stat_key`
+StatKey = tuple[int, int, int]  # size, ctime_ns, inode: `stat_key`
 
 
 def stat_key(st: os.stat_result) -> StatKey:
-    """What says a file is unchanged: size, mtime and inode, as the index keeps them."""
-    return st.st_size, st.st_mtime_ns, st.st_ino
+    """What says a file is unchanged: size, ctime and inode, as the index keeps them.
+    The status change time, not the modification time: tools that copy or restore a
+    file set its mtime back (`touch -r`, `cp -p`, `rsync -t`), and every change of its
+    bytes moves its ctime, which nothing sets back (git checks it for the same reason)."""
+    return st.st_size, st.st_ctime_ns, st.st_ino
 
 
 def file_stat(path: Path) -> StatKey | None:

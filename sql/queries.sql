@@ -18,13 +18,13 @@ SELECT pg_advisory_xact_lock_shared(hashtext(current_schema())),
        pg_advisory_xact_lock(hashtext(current_schema() || ':' || %(path)s))
 
 -- name: file_states
-SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
-       size, mtime_ns, inode
+SELECT path, kind, content_hash, byte_offset, line_count, head_hash, prefix_crc, errors,
+       size, ctime_ns, inode
 FROM source_files ORDER BY path
 
 -- name: file_stats
 -- What a reconcile compares with each file's stat.
-SELECT path, kind, size, mtime_ns, inode FROM source_files
+SELECT path, kind, size, ctime_ns, inode FROM source_files
 
 -- name: events_recorded
 -- The events already indexed under some ids (a write that names its ids must not
@@ -32,20 +32,21 @@ SELECT path, kind, size, mtime_ns, inode FROM source_files
 SELECT event_id, tenant_id, ts, hash FROM events WHERE event_id = ANY (%(ids)s)
 
 -- name: file_state
-SELECT path, kind, content_hash, byte_offset, line_count, head_hash, errors,
-       size, mtime_ns, inode
+SELECT path, kind, content_hash, byte_offset, line_count, head_hash, prefix_crc, errors,
+       size, ctime_ns, inode
 FROM source_files WHERE path = %(path)s
 
 -- name: upsert_file_state
 INSERT INTO source_files (path, kind, content_hash, byte_offset, line_count, head_hash,
-                          errors, size, mtime_ns, inode)
+                          prefix_crc, errors, size, ctime_ns, inode)
 VALUES (%(path)s, %(kind)s, %(content_hash)s, %(byte_offset)s, %(line_count)s, %(head_hash)s,
-        %(errors)s, %(size)s, %(mtime_ns)s, %(inode)s)
+        %(prefix_crc)s, %(errors)s, %(size)s, %(ctime_ns)s, %(inode)s)
 ON CONFLICT (path) DO UPDATE SET
   kind = EXCLUDED.kind, content_hash = EXCLUDED.content_hash,
   byte_offset = EXCLUDED.byte_offset, line_count = EXCLUDED.line_count,
-  head_hash = EXCLUDED.head_hash, errors = EXCLUDED.errors, size = EXCLUDED.size,
-  mtime_ns = EXCLUDED.mtime_ns, inode = EXCLUDED.inode
+  head_hash = EXCLUDED.head_hash, prefix_crc = EXCLUDED.prefix_crc,
+  errors = EXCLUDED.errors, size = EXCLUDED.size,
+  ctime_ns = EXCLUDED.ctime_ns, inode = EXCLUDED.inode
 
 -- name: delete_file_state
 DELETE FROM source_files WHERE path = %(path)s
@@ -132,7 +133,7 @@ SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', 
 
 -- name: index_digest
 -- One sha256 per table: of the sha256 of each row's text, in key order. Equal digests
--- mean equal index content. source_files leaves out size/mtime_ns/inode, which differ
+-- mean equal index content. source_files leaves out size/ctime_ns/inode, which differ
 -- between two checkouts of the same commit. Run after digest_settings.
 SELECT 'meta' AS name, count(*) AS rows,
        encode(sha256(coalesce(string_agg(
@@ -143,7 +144,7 @@ UNION ALL
 SELECT 'source_files' AS name, count(*) AS rows,
        encode(sha256(coalesce(string_agg(
          sha256(convert_to((t.path, t.kind, t.content_hash, t.byte_offset, t.line_count,
-            t.head_hash, t.errors)::text, 'UTF8')), ''::bytea
+            t.head_hash, t.prefix_crc, t.errors)::text, 'UTF8')), ''::bytea
          ORDER BY path COLLATE "C"), ''::bytea)), 'hex') AS digest
 FROM source_files t
 UNION ALL

@@ -46,9 +46,10 @@ CREATE TABLE IF NOT EXISTS source_files (
   byte_offset  bigint NOT NULL DEFAULT 0, -- JSONL: bytes of complete lines indexed
   line_count   integer NOT NULL DEFAULT 0,-- JSONL: complete lines indexed
   head_hash    text NOT NULL DEFAULT '',  -- JSONL: sha256 of the first 4 KiB of the prefix
+  prefix_crc   bigint NOT NULL DEFAULT 0, -- JSONL: CRC-32 of the whole prefix (kept per append)
   errors       jsonb NOT NULL DEFAULT '[]'::jsonb,  -- [{line, field, message}]
   size         bigint NOT NULL DEFAULT 0, -- stat hint: unchanged stat means unchanged file
-  mtime_ns     bigint NOT NULL DEFAULT 0,
+  ctime_ns     bigint NOT NULL DEFAULT 0,
   inode        bigint NOT NULL DEFAULT 0
 );
 

@@ -256,6 +256,50 @@ def test_same_size_edit_within_the_same_mtime_is_seen(memory: Memory, store: Pat
     assert any("XYZ" in t for (t,) in texts)
 
 
+def test_same_size_edit_in_the_middle_of_a_day_file_is_seen(memory: Memory, store: Path,
+                                                            dsn: str, schema: str) -> None:
+    """Past the anchors (the first and last 4 KiB), a redaction of the same length: the
+    whole prefix's CRC tells."""
+    lines = [line(n, content={"text": f"note {n}: the cluster lives in Frankfurt"})
+             for n in range(1, 121)]
+    path = write(store, DAY, "".join(lines))
+    assert path.stat().st_size > 3 * 4096
+    memory.sync()
+    data = path.read_bytes()
+    middle = data.index(b"note 60: the cluster lives in Frankfurt")
+    with path.open("r+b") as handle:  # in place: same inode, same size
+        handle.seek(middle)
+        handle.write(data[middle:middle + 39].replace(b"Frankfurt", b"Amsterdam"))
+    assert path.stat().st_size == len(data)
+    assert [s["path"] for s in memory.status()["stale"]] == [DAY]
+    assert changed(memory.sync()) == {DAY: "rewrite"}
+    found = rows(dsn, schema, "SELECT content ->> 'text' FROM events WHERE line = 60")
+    assert found == [("note 60: the cluster lives in Amsterdam",)]
+    assert memory.status()["clean"] and not memory.sync().changed
+
+
+def test_a_rewrite_that_sets_the_mtime_back_is_seen(memory: Memory, store: Path, dsn: str,
+                                                    schema: str) -> None:
+    """`touch -r`, `cp -p`, `rsync -t`: the same size and mtime, but another ctime."""
+    import time
+
+    view = store / "views" / "glossary.md"
+    text = view.read_text()
+    time.sleep(2.1)  # past the racy window: the index trusts the stat it keeps
+    memory.sync()
+    st = view.stat()
+    view.write_text(text.replace("ACB", "XYZ"))
+    os.utime(view, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = view.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        st.st_size, st.st_mtime_ns, st.st_ino)
+    assert [s["path"] for s in memory.status()["stale"]] == ["views/glossary.md"]
+    assert changed(memory.sync()) == {"views/glossary.md": "changed"}
+    texts = rows(dsn, schema, "SELECT text FROM view_chunks WHERE path = %s",
+                 ("views/glossary.md",))
+    assert any("XYZ" in t for (t,) in texts)
+
+
 # ----------------------------------------------------------------------------- status
 
 
