@@ -324,6 +324,15 @@ def sync(db: Database, store: Path, policies: Policies,
     """
     if paths is None:
         stats = load_stats(db)
+        reshaped = reshaping(db, policies) if stats else None
+        if reshaped:
+            # rows made under other policies (chunk sizes, the default tenant)
+            todo = [(rel, kind) for rel, (kind, *_) in stats.items()]
+            report = reindex(db, store, policies)
+            report.changed = [{"path": rel, "action": "rewrite", "reason": reshaped[1]}
+                              for rel, _ in sorted({*todo, *iter_store_files(store)})]
+            report.rebuilt = True
+            return report
         todo = candidates(store, stats)
         if not stats and todo:
             # Nothing indexed yet (a new index, or one recreated for a new schema
@@ -403,7 +412,30 @@ def reindex(db: Database, store: Path, policies: Policies,
         db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)
+        db.execute("meta_set", {"key": "row_policies", "value": row_policies(policies)}, conn)
     return report
+
+
+def row_policies(policies: Policies) -> str:
+    """The policy values an index's rows are made with (how events are cut into chunks,
+    whose records name no tenant): rows made with others are made again."""
+    return json.dumps({"chunk_max_tokens": policies.budgets.chunk_max_tokens,
+                       "default_tenant": policies.manifest.default_tenant}, sort_keys=True)
+
+
+def reshaping(db: Database, policies: Policies) -> tuple[str, str] | None:
+    """Why the index must be made again under the current policies, and the policy file
+    that says so (None: it need not)."""
+    found = db.fetchone("meta_get", {"key": "row_policies"})
+    now = row_policies(policies)
+    if found is not None and found["value"] == now:
+        return None
+    made: dict[str, Any] = json.loads(found["value"]) if found is not None else {}
+    wanted = json.loads(now)
+    keys = [key for key in sorted(wanted) if made.get(key) != wanted[key]]
+    where = "manifest.json" if keys == ["default_tenant"] else "policies/budgets.yaml"
+    said = ", ".join(f"{key} {made.get(key, 'unknown')} -> {wanted[key]}" for key in keys)
+    return where, f"rows were made under other policies ({said}): every file is read again"
 
 
 _TOKEN_EST = CHUNK_COLUMNS.index("token_est")
@@ -510,6 +542,9 @@ def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
     states = load_states(db)
     stale: list[dict[str, Any]] = []
     pending: list[dict[str, Any]] = []
+    reshaped = reshaping(db, policies) if states else None
+    if reshaped:
+        stale.append({"path": reshaped[0], "action": "reindex", "reason": reshaped[1]})
     for rel, kind in candidates(store, _stats_of(states)):
         found = assess(store, rel, kind, states.get(rel), policies)
         if found.stale:

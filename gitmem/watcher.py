@@ -484,7 +484,7 @@ class Watcher:
                 logger.warning("policy change not applied: %s", exc)
                 self._problem(str(exc))
         report: SyncReport | None
-        if full:
+        if full or policies:  # a policy may change how rows are made: every file checked
             report = self.memory.sync(None, appended)
             self.stats["reconciles"] += 1
             self.stats["last_reconcile"] = time.time()

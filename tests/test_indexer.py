@@ -300,6 +300,27 @@ def test_a_rewrite_that_sets_the_mtime_back_is_seen(memory: Memory, store: Path,
     assert any("XYZ" in t for (t,) in texts)
 
 
+def test_rows_made_under_other_policies_are_made_again(memory: Memory, store: Path,
+                                                       dsn: str, schema: str) -> None:
+    long_text = "\n\n".join(f"paragraph {n}: " + "word " * 80 for n in range(6))
+    write(store, DAY, line(1, content={"text": long_text}))
+    memory.sync()
+    before = rows(dsn, schema, "SELECT count(*) FROM chunks WHERE source_id = %s",
+                  (json.loads(line(1))["id"],))[0][0]
+    budgets = store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("chunk_max_tokens: 600",
+                                                   "chunk_max_tokens: 100"))
+    stale = memory.status()["stale"]
+    assert [(s["path"], s["action"]) for s in stale] == [("policies/budgets.yaml", "reindex")]
+    assert "chunk_max_tokens 600 -> 100" in stale[0]["reason"]
+    report = memory.sync()
+    assert report.rebuilt and changed(report)[DAY] == "rewrite"
+    after = rows(dsn, schema, "SELECT count(*) FROM chunks WHERE source_id = %s",
+                 (json.loads(line(1))["id"],))[0][0]
+    assert after > before
+    assert memory.status()["clean"] and not memory.sync().changed
+
+
 # ----------------------------------------------------------------------------- status
 
 

@@ -209,6 +209,22 @@ def test_policy_edits_apply_without_a_restart(daemon: Daemon) -> None:
     assert after["policies/privacy.yaml"] == before["policies/privacy.yaml"]
 
 
+def test_a_policy_that_shapes_rows_remakes_them(daemon: Daemon, index: Index) -> None:
+    long_text = "\n\n".join(f"paragraph {n}: " + "word " * 80 for n in range(6))
+    event_id, line = event_line("long", long_text, number=300)
+    append(daemon.config.store / DAY, line)
+    wait_for(lambda: index.has_event(event_id))
+    request = {"session_id": "long", "now": "2026-03-02T00:00:00+00:00"}
+    assert [i["id"] for i in items(daemon.call("build_acb", request), "recent_window")] == [
+        event_id]
+    budgets = daemon.config.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("chunk_max_tokens: 600",
+                                                   "chunk_max_tokens: 100"))
+    parts = [i["id"] for i in items(daemon.call("build_acb", request), "recent_window")]
+    assert len(parts) > 1 and all(p.startswith(event_id + "#") for p in parts)
+    assert daemon.call("status", {})["clean"]
+
+
 def test_a_new_redaction_pattern_applies_to_the_very_next_write(daemon: Daemon) -> None:
     privacy = daemon.config.store / "policies" / "privacy.yaml"
     text = privacy.read_text()
