@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -223,7 +224,7 @@ class Autocommit:
 def run(config: Config, options: DaemonOptions) -> None:
     """Serve the store in the foreground until SIGTERM or SIGINT."""
     from gitmem import gitops
-    from gitmem.db import embedded_dsn
+    from gitmem.db import embedded_dsn, revive_embedded
     from gitmem.indexproc import IndexerProcess
     from gitmem.memory import Memory
     from gitmem.server import Server
@@ -239,8 +240,9 @@ def run(config: Config, options: DaemonOptions) -> None:
     # that does not stop, or does not answer, is doing.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     indexing = None
+    embedded = config.dsn is None
     if options.index_process:
-        if config.dsn is None:  # the child joins this server; it never starts one
+        if embedded:  # the child joins this server; it never starts one
             config = replace(config, dsn=embedded_dsn(config.state_dir))
         indexing = IndexerProcess.fork(config)  # before any thread of this process
     memory = Memory(config, db_pool_size=options.db_pool_size, db_timeout=options.db_timeout)
@@ -276,6 +278,9 @@ def run(config: Config, options: DaemonOptions) -> None:
                     on_written=committer.note_events if committer else None,
                     before_write=watcher.refresh_policies)
     memory.catch_up = watcher.flush
+    memory.on_database_error = watcher.database_failed
+    if embedded:
+        watcher.revive = functools.partial(revive_embedded, config.state_dir)
     memory.on_append = watcher.note_append
     memory.on_appending = watcher.note_appending
     memory.on_place = watcher.note_placed

@@ -93,6 +93,28 @@ def embedded_dsn(state_dir: Path) -> str:
         return str(server.get_uri())
 
 
+def revive_embedded(state_dir: Path) -> bool:
+    """Start again the embedded PostgreSQL this process started, if its postmaster has
+    gone (killed, crashed); whether it did. A daemon calls it while the index is down."""
+    pgdata = (state_dir / "pg").resolve()
+    with _embedded_lock:
+        server = _embedded.get(pgdata)
+        if server is None:
+            return False
+        from pgserver import utils  # deferred: only the embedded path needs it
+
+        info = utils.PostmasterInfo.read_from_pgdata(pgdata)
+        if info is not None and info.is_running():
+            return False
+        logger.warning("the embedded PostgreSQL in %s has stopped; starting it again", pgdata)
+        try:
+            server.ensure_postgres_running()
+        except Exception as exc:  # pgserver raises bare subprocess/OS errors
+            raise DatabaseError(f"could not start the embedded PostgreSQL in {pgdata} "
+                                f"again: {exc}; see {pgdata / 'log'}") from exc
+        return True
+
+
 def embedded_settings(memory_bytes: int) -> dict[str, str]:
     """Server settings for the embedded PostgreSQL, which holds only a disposable index.
 

@@ -68,6 +68,8 @@ class Memory:
         self.on_place: Callable[[list[Placed]], None] | None = None
         # The daemon's indexer process: syncs run there (gitmem/indexproc.py).
         self.indexing: IndexerProcess | None = None
+        # Told when a read finds the index unreachable (the daemon's watcher).
+        self.on_database_error: Callable[[DatabaseError], None] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -257,8 +259,13 @@ class Memory:
                  "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
         if deferred:  # being indexed, but nothing in them could change this answer
             state["not_awaited_files"] = deferred
-        return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
-                             state, encoded=encoded)
+        try:
+            return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
+                                 state, encoded=encoded)
+        except DatabaseError as exc:
+            if self.on_database_error is not None:
+                self.on_database_error(exc)
+            raise
 
     def query_decisions(self, tenant_id: str | None = None, *, active_only: bool = True,
                         query_text: str = "") -> list[dict[str, Any]]:

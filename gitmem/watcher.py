@@ -168,6 +168,8 @@ class Watcher:
         self._changes_covered = 0
         self._logged: dict[str, set[str]] = {}
         self._policy_seen: dict[str, StatKey | None] = {}
+        # Starts the database again when its process has gone (the daemon's embedded one)
+        self.revive: Callable[[], object] | None = None
         self.stats: dict[str, Any] = {
             "batches": 0, "files_synced": 0, "lines_from_writer": 0, "reconciles": 0,
             "last_batch_ms": None, "last_reconcile": None, "last_error": None, "db_ok": None,
@@ -519,11 +521,18 @@ class Watcher:
             self._failures += 1
             self._cond.notify_all()
 
+    def database_failed(self, exc: DatabaseError) -> None:
+        """A read found the index unreachable: say so in the state, and let the indexer
+        thread wait for the database (and start the embedded one again) at once."""
+        if self.stats["db_ok"] is not False:
+            self.request_reconcile(f"a read found the index unavailable: {exc}")
+
     def _wait_for_database(self) -> None:
         """Probe with fresh connections until PostgreSQL answers, then drop the old pool.
 
         A pool whose connections broke retries with a backoff that grows to
-        minutes; a fresh one connects at once.
+        minutes; a fresh one connects at once. `revive` (the daemon's embedded
+        server) is asked first to start a server whose process has gone.
         """
         delay = 0.1
         while True:
@@ -531,6 +540,8 @@ class Watcher:
                 if self._cond.wait_for(lambda: self._stopping, delay):
                     return
             try:
+                if self.revive is not None:
+                    self.revive()
                 Database.open(self.memory.config, max_size=1, timeout=2.0).close()
             except DatabaseError as exc:
                 self.stats["db_error"] = str(exc)

@@ -508,3 +508,36 @@ def test_no_index_process_indexes_in_the_daemon(store_config: Config) -> None:
         record = daemon.cli("record", "indexed by the daemon itself")
         acb = daemon.call("build_acb", {"query_text": "indexed by the daemon itself"})
         assert record.stdout.strip() in json.dumps(acb)
+
+
+def test_the_daemon_starts_its_embedded_database_again_after_a_crash() -> None:
+    """No DSN: the daemon's own embedded PostgreSQL. Killed, it comes back without a
+    command from anyone, and the daemon answers again (SPEC §6: it survives a
+    restarted database)."""
+    root = short_dir()
+    new_repo(root)
+    config = Config(store=root / "memory")
+    try:
+        with running(config) as daemon:
+            first = daemon.call("build_acb", {"query_text": "anything at all"})
+            pgdata = config.state_dir / "pg"
+            postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+            os.kill(postmaster, signal.SIGKILL)
+
+            def answers() -> bool:
+                try:
+                    daemon.call("build_acb", {"query_text": "anything at all"})
+                except RpcError as exc:
+                    assert exc.code == -32001  # the index is down: said so, never stale
+                    return False
+                return True
+
+            wait_for(answers, timeout=60, step=0.2)
+            again = daemon.call("build_acb", {"query_text": "anything at all"})
+            assert again["sections"] == first["sections"]
+            revived = int((pgdata / "postmaster.pid").read_text().split()[0])
+            assert revived != postmaster
+            wait_for(lambda: daemon.call("daemon_status")["watcher"]["db_ok"] is True)
+            assert "starting it again" in daemon.log()
+    finally:
+        cleanup_dir(root)
