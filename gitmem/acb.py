@@ -61,6 +61,8 @@ class AcbRequest:
             value = data.get(name)
             if value is not None and not isinstance(value, str):
                 raise ValidationError(f"expected a string, got {type(value).__name__}", field=name)
+            if value:
+                check_searchable(value, name)
         max_tokens = data.get("max_tokens")
         if max_tokens is not None and (isinstance(max_tokens, bool)
                                        or not isinstance(max_tokens, int) or max_tokens < 1):
@@ -78,6 +80,20 @@ class AcbRequest:
                    agent_id=data.get("agent_id") or "agent", channel=channel,
                    intent=data.get("intent") or "", query_text=data.get("query_text") or "",
                    max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
+
+
+def check_searchable(text: str, field_name: str) -> None:
+    """Refuse a request string no stored text can hold (a NUL, an unpaired surrogate):
+    a field error, not a failure of the database or the encoder."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        if "\x00" not in text:
+            return
+    raise ValidationError("contains a NUL character or an unpaired surrogate, which no "
+                          "stored text holds; remove it", field=field_name)
 
 
 def read_scope(request: AcbRequest) -> ReadScope:

@@ -271,6 +271,8 @@ class Memory:
                         query_text: str = "") -> list[dict[str, Any]]:
         """A tenant's decisions (active ones by default), newest first or by relevance."""
         tenant = tenant_id or self.policies.manifest.default_tenant
+        acb.check_searchable(tenant, "tenant_id")
+        acb.check_searchable(query_text, "query_text")
         if self.catch_up is not None:
             self.catch_up()
         else:

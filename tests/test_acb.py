@@ -822,3 +822,20 @@ def test_a_bundle_sent_as_json_reads_back_the_same_and_stays_usable(memory: Memo
     again["sections"][0]["items"].clear()
     assert memory.build_acb(request)["sections"] == plain["sections"]
     assert content(memory.build_acb(request, encoded=True)) == content(plain)
+
+
+@pytest.mark.parametrize("field", ["query_text", "session_id", "tenant_id", "handoff_id"])
+@pytest.mark.parametrize("bad", ["hel\x00lo", "\ud800 hello"])
+def test_request_text_that_no_stored_text_holds_is_refused(memory: Memory, field: str,
+                                                           bad: str) -> None:
+    with pytest.raises(ValidationError, match="NUL character or an unpaired surrogate") as caught:
+        memory.build_acb({field: bad, "now": NOW})
+    assert caught.value.field == field
+
+
+def test_decision_queries_refuse_text_no_stored_text_holds(memory: Memory) -> None:
+    for field, params in (("query_text", {"query_text": "a\x00b"}),
+                          ("tenant_id", {"tenant_id": "\ud800"})):
+        with pytest.raises(ValidationError, match="unpaired surrogate") as caught:
+            memory.query_decisions(**params)
+        assert caught.value.field == field
