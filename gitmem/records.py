@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -33,23 +33,54 @@ EVENT_FIELDS = ("id", "ts", "tenant_id", "session_id", "agent_id", "channel", "a
                 "kind", "content", "refs", "tags", "sensitivity", "hash")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}$")
 
+# Timestamps: the RFC 3339 date-times PostgreSQL reads, as Python reads them too
+# (no week dates, hour-only or basic forms, comma fractions or second offsets), of
+# an instant from the start of ULID time (1970, an id's time part) to the end of
+# Python's: up to 9998 in UTC, so that every local time of it, ±15:59 away, is a
+# datetime too. docs/FORMATS.md says the same.
+TS_FORM = "YYYY-MM-DDTHH:MM:SS[.ffffff](Z|+HH:MM|-HH:MM)"
+TS_RANGE = "1970-01-01T00:00:00Z .. 9998-12-31T23:59:59.999999Z"
+TS_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TS_END = datetime(9999, 1, 1, tzinfo=UTC)
+_MAX_OFFSET = timedelta(hours=15, minutes=59)
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)",
+                      re.ASCII)
+
 
 # --------------------------------------------------------------------------- helpers
 
 def parse_ts(value: Any, field_name: str = "ts") -> datetime:
-    """An ISO-8601 timestamp with an explicit offset."""
+    """An RFC 3339 date-time the index can hold (see `TS_FORM` and `TS_RANGE`)."""
     if not isinstance(value, str):
-        raise ValidationError(f"expected an ISO-8601 string, got {type(value).__name__}",
-                              field=field_name)
+        raise ValidationError(f"expected an RFC 3339 timestamp string, got "
+                              f"{type(value).__name__}", field=field_name)
+    if not _RFC3339.fullmatch(value):
+        raise ValidationError(_ts_form_problem(value), field=field_name)
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(f"expected ISO-8601 like 2026-02-09T05:12:33+09:00, got {value!r}",
+    except ValueError as exc:  # the form is right, a number is out of range (month 13)
+        raise ValidationError(f"{value!r} is not a date and time: {exc}",
                               field=field_name) from None
-    if parsed.tzinfo is None:
-        raise ValidationError(f"timestamp {value!r} has no UTC offset (add +00:00 or Z)",
-                              field=field_name)
+    offset = parsed.utcoffset()
+    if offset is not None and abs(offset) > _MAX_OFFSET:
+        raise ValidationError(f"UTC offset of {value!r} is beyond ±15:59, the most "
+                              "PostgreSQL reads", field=field_name)
+    if not TS_MIN <= parsed < TS_END:
+        raise ValidationError(f"{value!r} is outside {TS_RANGE}, the range ids and the "
+                              "index can hold", field=field_name)
     return parsed
+
+
+def _ts_form_problem(value: str) -> str:
+    """Why `value` is not in `TS_FORM`: a missing offset is the usual mistake."""
+    try:
+        naive = datetime.fromisoformat(value).tzinfo is None
+    except ValueError:
+        naive = False
+    if naive and _RFC3339.fullmatch(value + "Z"):
+        return f"timestamp {value!r} has no UTC offset (add +00:00 or Z)"
+    return (f"expected an RFC 3339 timestamp like 2026-02-09T05:12:33+09:00 ({TS_FORM}), "
+            f"got {value!r}")
 
 
 def format_ts(value: datetime) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from gitmem.documents import (
@@ -20,6 +22,8 @@ from gitmem.documents import (
     task_to_text,
 )
 from gitmem.errors import FormatError, ValidationError
+from gitmem.ids import new_id
+from gitmem.memory import Memory
 from gitmem.records import (
     Event,
     compact_json,
@@ -27,7 +31,11 @@ from gitmem.records import (
     iter_lines,
     parse_event,
     parse_event_line,
+    parse_ts,
 )
+from gitmem.rows import search_keys, time_keys
+from gitmem.store import day_file_rel
+from tests.conftest import Cli, snapshot
 
 EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
 EVT2 = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
@@ -192,7 +200,7 @@ def test_ts_without_offset_is_refused() -> None:
 
 def test_ts_that_is_not_a_date_is_refused() -> None:
     err = line_error(obj_line(ts="last tuesday"))
-    assert err.field == "ts" and "ISO-8601" in str(err)
+    assert err.field == "ts" and "RFC 3339" in str(err) and "'last tuesday'" in str(err)
 
 
 def test_json_array_line_is_refused() -> None:
@@ -533,4 +541,120 @@ def test_compact_json_parses_back_to_the_same_value(value: dict[str, object]) ->
     ordered = compact_json(value, sort_keys=True)
     assert json.loads(ordered) == value and list(json.loads(ordered)) == sorted(value)
     assert "\n" not in text and ", " not in text.replace('", "', "")
+
+
+# ----------------------------------------------------------------------------- timestamps
+
+# Forms Python's datetime.fromisoformat reads that the index cannot hold: PostgreSQL
+# refuses the first ones, the hour keys and the conversion to UTC fail on the others.
+BAD_TS = [
+    ("2026-05-01T10+00:00", "RFC 3339"),                 # hours only
+    ("2026-05-01T10:00+00:00", "RFC 3339"),              # no seconds
+    ("2026-05-01T10:00:00,5+00:00", "RFC 3339"),         # a comma before the fraction
+    ("2026-W18-5T10:00:00+00:00", "RFC 3339"),           # a week date
+    ("2026-121T10:00:00+00:00", "RFC 3339"),             # an ordinal date
+    ("20260501T100000+0000", "RFC 3339"),                # the basic form
+    ("2026-05-01T10:00:00+0000", "RFC 3339"),            # an offset without its colon
+    ("2026-05-01T10:00:00+05:30:15", "RFC 3339"),        # an offset with seconds
+    ("2026-05-01 10:00:00+00:00", "RFC 3339"),           # a space for the T
+    ("2026-05-01t10:00:00z", "RFC 3339"),
+    ("2026-05-01T10:00:00.1234567+00:00", "RFC 3339"),   # past microseconds
+    ("٢٠٢٦-05-01T10:00:00+00:00", "RFC 3339"),           # digits that are not ASCII
+    ("2026-05-01T10:00:00+00:00\n", "RFC 3339"),
+    ("2026-05-01", "RFC 3339"),
+    ("2026-05-01T10:00:00", "no UTC offset"),
+    ("2026-02-30T10:00:00+00:00", "not a date"),
+    ("2026-05-01T24:00:00+00:00", "not a date"),
+    ("2026-05-01T10:00:00-23:59", "±15:59"),            # PostgreSQL refuses offsets past it
+    ("2026-05-01T10:00:00+16:00", "±15:59"),
+    ("9999-12-31T23:59:59-12:00", "outside 1970"),       # past year 9999 in UTC
+    ("9999-01-01T00:00:00+00:00", "outside 1970"),
+    ("1969-12-31T23:59:59+00:00", "outside 1970"),       # before the time of ids
+    ("1970-01-01T00:30:00+01:00", "outside 1970"),       # 1969 in UTC
+    ("0001-01-01T00:00:00+00:00", "outside 1970"),
+]
+GOOD_TS = [
+    "2026-05-01T10:00:00Z", "2026-05-01T10:00:00+00:00", "2026-05-01T10:00:00-00:00",
+    "2026-05-01T10:00:00.5+09:00", "2026-05-01T23:59:59.999999-15:59",
+    "2026-05-01T00:00:00+15:59", "1970-01-01T00:00:00Z", "1969-12-31T19:00:00-05:00",
+    "9998-12-31T23:59:59.999999Z", "9999-01-01T10:00:00+14:00",
+]
+
+
+@pytest.mark.parametrize(("ts", "needle"), BAD_TS)
+def test_a_ts_the_index_cannot_hold_is_refused_naming_field_and_value(ts: str,
+                                                                       needle: str) -> None:
+    err = line_error(obj_line(ts=ts), line=5)
+    assert isinstance(err, ValidationError)
+    assert (err.path, err.line, err.field) == (EVENTS, 5, "ts")
+    assert needle in err.detail and repr(ts) in err.detail
+    with pytest.raises(ValidationError) as caught:
+        parse_ts(ts, "now")
+    assert caught.value.field == "now"
+
+
+def test_every_ts_accepted_is_read_alike_by_postgresql_and_keyed_by_the_index(
+        dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for ts in GOOD_TS:
+            event = parse_event(event_obj(ts=ts))
+            [(instant,)] = conn.execute("SELECT %s::text::timestamptz", (ts,)).fetchall()
+            assert instant == event.when, ts
+            assert search_keys("acme", event.ts)[1:] == time_keys(event.when), ts
+            assert day_file_rel(event.when).endswith(f"/{ts[:10]}.jsonl")
+            assert new_id("evt", event.when).startswith("evt_")
+
+
+def test_a_markdown_record_with_a_ts_the_index_cannot_hold_names_its_line() -> None:
+    err = decision_error(decision_text(ts="2026-02-09T05+09:00"))
+    assert (err.path, err.line, err.field) == (DEC_PATH, 3, "ts") and "RFC 3339" in err.detail
+    for ts in ("1960-01-01T00:00:00Z", "2026-02-09 05:12:33"):  # YAML timestamps, unquoted
+        err = decision_error(decision_text().replace('"2026-02-09T05:12:33+09:00"', ts))
+        assert (err.line, err.field) == (3, "ts")
+
+
+# ----------------------------------------------------------------------------- the write path
+
+
+def refused(memory: Memory, write: Callable[[], object]) -> ValidationError:
+    """The field error a write raises, having changed no file."""
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError) as caught:
+        write()
+    assert snapshot(memory.store) == before
+    return caught.value
+
+
+@pytest.mark.parametrize("ts", [ts for ts, _ in BAD_TS])
+def test_every_write_refuses_a_ts_the_index_cannot_hold(memory: Memory, ts: str) -> None:
+    source = memory.record({"content": {"text": "a source"}}).id
+    writes: dict[str, Callable[[], object]] = {
+        "record": lambda: memory.record({"content": {"text": "x"}, "ts": ts}),
+        "record_many": lambda: memory.record_many([{"content": {"text": "x"}},
+                                                   {"content": {"text": "y"}, "ts": ts}]),
+        "decide": lambda: memory.decide("x", [source], ts=ts),
+        "task": lambda: memory.task("x", ts=ts),
+        "summary": lambda: memory.record({"kind": "summary", "content": {"text": "x"},
+                                          "refs": [source], "ts": ts}),
+        "handoff": lambda: memory.create_handoff("reviewer", "x", ts=ts),
+    }
+    for name, write in writes.items():
+        err = refused(memory, write)
+        assert err.field == "ts" and repr(ts) in err.detail, name
+    with pytest.raises(ValidationError) as caught:
+        memory.build_acb({"now": ts})
+    assert caught.value.field == "now"
+
+
+def test_the_cli_refuses_a_ts_the_index_cannot_hold_with_a_field_error(cli: Cli) -> None:
+    source = cli("record", "a source").output.strip()
+    for ts in ("2026-05-01T10+00:00", "1969-12-31T23:59:59+00:00", "9999-12-31T23:59:59-12:00"):
+        for args, where in ((("record", "x", "--ts", ts), ""),
+                            (("decide", "x", "--ref", source, "--ts", ts), ""),
+                            (("record", "--json", "-"), "<stdin>:1: ")):
+            result = cli(*args, ok=False, input=json.dumps({"content": {"text": "x"},
+                                                            "ts": ts}) + "\n")
+            assert result.exit_code == 1, result.output
+            assert f"Error: {where}field 'ts': " in result.output and repr(ts) in result.output
+    assert len(list(cli.config.store.glob("events/*/*.jsonl"))) == 1
 
