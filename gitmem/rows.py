@@ -104,15 +104,19 @@ def time_keys(ts: datetime) -> list[str]:
 
 def search_keys(tenant: str, ts: str) -> list[str]:
     """The chunk's tenant tag, then its time keys (the search_keys column); `ts` is
-    ISO-8601 with an offset, as every record holds it."""
+    an RFC 3339 timestamp (`records.parse_ts`), as every record holds it."""
     offset = "Z" if ts.endswith("Z") else ts[-6:]
-    return [tenant_tag(tenant), *_hour_keys(ts[:13], offset)]
+    # A local hour lies in one UTC day when the offset is whole hours; at +05:30 the
+    # UTC day turns at 05:30 local time, so the keys are those of the minute
+    start = ts[:13] + ":00" if offset.endswith(("Z", ":00")) else ts[:16]
+    return [tenant_tag(tenant), *_period_keys(start, offset)]
 
 
 @functools.lru_cache(maxsize=4096)
-def _hour_keys(hour: str, offset: str) -> tuple[str, ...]:
-    """Time keys of every instant of one local hour (a reindex meets each hour often)."""
-    return tuple(time_keys(datetime.fromisoformat(f"{hour}:00:00{offset}")))
+def _period_keys(start: str, offset: str) -> tuple[str, ...]:
+    """Time keys of every instant of one local hour or minute (`start`: YYYY-MM-DDTHH:MM);
+    a reindex meets each hour often."""
+    return tuple(time_keys(datetime.fromisoformat(f"{start}:00{offset}")))
 
 
 def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
