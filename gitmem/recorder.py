@@ -290,6 +290,8 @@ class Recorder:
         if unknown:
             raise ValidationError(f"unknown field; expected only {', '.join(EVENT_FIELDS)}",
                                   field=unknown[0])
+        # NUL, lone surrogates, deep nesting: refused before anything walks the values
+        reject_nul(dict(obj))
         when = parse_ts(obj["ts"]) if obj.get("ts") is not None else self._now()
         full = {
             "id": obj.get("id") or ids.new_id("evt", when),

@@ -32,6 +32,7 @@ SUMMARY_SCOPES = ("session", "episode")
 EVENT_FIELDS = ("id", "ts", "tenant_id", "session_id", "agent_id", "channel", "actor",
                 "kind", "content", "refs", "tags", "sensitivity", "hash")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}$")
+MAX_DEPTH = 64  # objects and arrays in a value (content) nest at most this deep
 
 # Timestamps: the RFC 3339 date-times PostgreSQL reads, as Python reads them too
 # (no week dates, hour-only or basic forms, comma fractions or second offsets), of
@@ -127,19 +128,49 @@ def _reject_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one, not one per line
 
 
-def reject_nul(value: Any, field_name: str = "") -> None:
-    """Refuse NUL characters anywhere in a value: PostgreSQL text cannot hold them."""
+def check_storable(value: Any, field_name: str = "") -> None:
+    """Refuse what the index cannot store or a line cannot hold: NUL characters and
+    lone surrogates (text that is not UTF-8), in keys too, and objects and arrays
+    nested more than `MAX_DEPTH` deep. Without `field_name`, an object is a record:
+    each of its fields is checked on its own, named by its key."""
+    if field_name or not isinstance(value, dict):
+        _check_storable(value, field_name, field_name, 0)
+        return
+    for key, item in value.items():
+        _check_storable(key, "", "", 0)
+        _check_storable(item, str(key), str(key), 0)
+
+
+def _check_storable(value: Any, field_name: str, top: str, depth: int) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise ValidationError("contains a NUL character (\\u0000), which the index "
                                   "cannot store; remove it", field=field_name or None)
-    elif isinstance(value, dict):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValidationError(
+                    f"contains a lone surrogate (\\u{ord(value[exc.start]):04x}), which "
+                    "is not UTF-8 text; send the whole character or remove it",
+                    field=field_name or None) from None
+    elif isinstance(value, dict | list):
+        if depth == MAX_DEPTH:  # checked before recursing, so no RecursionError
+            raise ValidationError(f"nests objects and arrays more than {MAX_DEPTH} deep; "
+                                  "flatten it", field=top or None)
+        if isinstance(value, list):
+            for item in value:
+                _check_storable(item, field_name, top, depth + 1)
+            return
         for key, item in value.items():
-            reject_nul(key, field_name)
-            reject_nul(item, f"{field_name}.{key}" if field_name else str(key))
-    elif isinstance(value, list):
-        for item in value:
-            reject_nul(item, field_name)
+            _check_storable(key, field_name, top, depth + 1)
+            name = f"{field_name}.{key}" if field_name else str(key)
+            _check_storable(item, name, top or name, depth + 1)
+
+
+def reject_nul(value: Any, field_name: str = "") -> None:
+    """`check_storable` under the name it had when it looked for NUL characters only."""
+    check_storable(value, field_name)
 
 
 def check_choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
@@ -355,12 +386,23 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
                           path=path, line=line) from None
     except ValueError as exc:  # NaN / Infinity: PostgreSQL's jsonb refuses them too
         raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None
+    except RecursionError:
+        raise FormatError(f"nests objects and arrays more than {MAX_DEPTH} deep",
+                          path=path, line=line) from None
     try:
-        if "\\u0000" in text:
-            reject_nul(obj)
+        if _maybe_unstorable(text):
+            check_storable(obj)
         return parse_event(obj)
     except FormatError as exc:
         raise exc.at(path, line) from None
+
+
+def _maybe_unstorable(text: str) -> bool:
+    """Whether a line's JSON may hold what `check_storable` refuses: a NUL or lone
+    surrogate is written as an escape (\\u0000, \\ud800), and deep nesting needs
+    many brackets. Most lines have neither, and are not walked."""
+    return ("\\u0000" in text or "\\ud" in text or "\\uD" in text
+            or text.count("{") + text.count("[") > MAX_DEPTH)
 
 
 def event_text(event: Event) -> str:

@@ -711,6 +711,19 @@ def test_a_line_whose_ts_the_index_cannot_hold_is_reported_and_skipped(
     assert len(event_ids(dsn, schema)) == 2
 
 
+def test_a_line_with_a_lone_surrogate_or_deep_nesting_is_reported_and_skipped(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    surrogate = line(2).replace("message number 2", "\\ud800 lone")
+    deep = line(3, content={"text": "x", "args": "DEEP"}).replace(
+        '"DEEP"', "[" * 5000 + "]" * 5000)
+    write(store, DAY, line(1) + surrogate + deep + line(4))
+    report = memory.sync()
+    assert [(e["line"], e["field"]) for e in report.errors] == [(2, "content.text"), (3, None)]
+    assert "lone surrogate" in report.errors[0]["message"]
+    assert "more than 64 deep" in report.errors[1]["message"]
+    assert set(event_ids(dsn, schema)) == {json.loads(line(n))["id"] for n in (1, 4)}
+
+
 def test_a_daemon_indexes_the_lines_after_one_whose_ts_it_cannot_hold(dsn: str,
                                                                        schema: str) -> None:
     root = short_dir()

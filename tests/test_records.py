@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -658,3 +659,47 @@ def test_the_cli_refuses_a_ts_the_index_cannot_hold_with_a_field_error(cli: Cli)
             assert f"Error: {where}field 'ts': " in result.output and repr(ts) in result.output
     assert len(list(cli.config.store.glob("events/*/*.jsonl"))) == 1
 
+
+def nested(depth: int) -> list[Any]:
+    """`depth` arrays, one inside the other."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("change", "field", "needle"), [
+    ({"content": {"text": "a\ud800b"}}, "content.text", "lone surrogate (\\ud800)"),
+    ({"content": {"text": "x", "k\udfffey": 1}}, "content", "lone surrogate (\\udfff)"),
+    ({"tags": ["ok", "a\ud800b"]}, "tags", "lone surrogate"),
+    ({"content": {"text": "x", "args": nested(64)}}, "content", "more than 64 deep"),
+    ({"tags": nested(65)}, "tags", "more than 64 deep"),
+])
+def test_what_the_index_cannot_store_is_refused_in_a_line_and_in_a_write(
+        memory: Memory, change: dict[str, Any], field: str, needle: str) -> None:
+    err = line_error(json.dumps(event_obj(**change)).encode(), line=3)
+    assert (err.line, err.field) == (3, field) and needle in err.detail
+    err = refused(memory, lambda: memory.record(dict(change)))
+    assert err.field == field and needle in err.detail
+
+
+def test_content_nested_64_deep_is_kept_and_deeper_is_refused(memory: Memory) -> None:
+    deepest = {"text": "x", "args": nested(63)}  # the content object is the 64th level
+    event = memory.record({"content": deepest})
+    assert parse_event_line(event.to_line().encode()[:-1], path=EVENTS, line=1) == event
+    for depth in (64, 900, 5000):  # past the interpreter's recursion limit too
+        content = {"text": "x", "args": nested(depth)}
+        err = refused(memory, functools.partial(memory.record, {"content": content}))
+        assert err.field == "content" and "more than 64 deep" in err.detail
+    err = line_error(b'{"content": {"args": ' + b"[" * 5000 + b"]" * 5000 + b"}}", line=2)
+    assert err.line == 2 and "more than 64 deep" in err.detail
+
+
+def test_a_batch_with_a_lone_surrogate_on_its_second_day_writes_nothing(cli: Cli) -> None:
+    batch = (json.dumps({"ts": "2026-01-01T10:00:00+00:00", "content": {"text": "day one"}})
+             + "\n" + json.dumps({"ts": "2026-01-02T10:00:00+00:00",
+                                  "content": {"text": "second"}, "tags": ["a\ud800b"]}) + "\n")
+    result = cli("record", "--json", "-", input=batch, ok=False)
+    assert result.exit_code == 1
+    assert "Error: <stdin>:2: field 'tags': contains a lone surrogate" in result.output
+    assert not list(cli.config.store.glob("events/*/*.jsonl"))
