@@ -724,6 +724,22 @@ def test_a_line_with_a_lone_surrogate_or_deep_nesting_is_reported_and_skipped(
     assert set(event_ids(dsn, schema)) == {json.loads(line(n))["id"] for n in (1, 4)}
 
 
+def test_a_yaml_escape_of_a_nul_is_reported_at_its_line_and_skipped(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    ref = memory.record({"content": {"text": "a source"}}).id
+    good, bad = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
+    for dec, title in ((good, "fine"), (bad, '"nul \\0 here"')):
+        write(store, f"decisions/{dec}.md",
+              f"---\nid: {dec}\nts: 2026-02-09T05:12:33Z\nrefs: [{ref}]\ntitle: {title}\n"
+              "---\nBody.\n")
+    report = memory.sync()
+    assert [(e["path"], e["line"], e["field"]) for e in report.errors] == [
+        (f"decisions/{bad}.md", 5, "title")]
+    assert "NUL" in report.errors[0]["message"]
+    assert rows(dsn, schema, "SELECT decision_id FROM decisions") == [(good,)]
+    assert ref in event_ids(dsn, schema)
+
+
 def test_a_daemon_indexes_the_lines_after_one_whose_ts_it_cannot_hold(dsn: str,
                                                                        schema: str) -> None:
     root = short_dir()
