@@ -703,3 +703,40 @@ def test_a_batch_with_a_lone_surrogate_on_its_second_day_writes_nothing(cli: Cli
     assert result.exit_code == 1
     assert "Error: <stdin>:2: field 'tags': contains a lone surrogate" in result.output
     assert not list(cli.config.store.glob("events/*/*.jsonl"))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("kind", ["message"]), ("kind", {"message": 1}), ("sensitivity", ["none"]),
+    ("sensitivity", 0), ("tenant_id", False), ("session_id", 0), ("channel", ""),
+    ("kind", 0), ("kind", ""), ("actor", []), ("actor", ""), ("agent_id", {}), ("id", ""),
+    ("id", 0), ("ts", ""), ("ts", 0), ("content", []), ("content", ""), ("hash", ""),
+    ("tags", 0), ("tags", {}), ("refs", False),
+])
+def test_a_present_value_of_a_wrong_type_is_refused_never_defaulted(
+        memory: Memory, field: str, value: Any) -> None:
+    obj = {"content": {"text": "typed wrong"}, field: value}
+    err = refused(memory, lambda: memory.record(obj))
+    assert err.field is not None and err.field.split(".")[0] == field
+
+
+def test_a_falsy_content_id_is_refused_not_replaced_by_a_new_one(memory: Memory) -> None:
+    for field, kind in (("task_id", "task_update"), ("decision_id", "decision"),
+                        ("summary_id", "summary")):
+        for value in ("", 0, False, []):
+            obj = {"kind": kind, "refs": [EVT], "content": {"text": "x", "title": "x",
+                                                            field: value}}
+            err = refused(memory, functools.partial(memory.record, obj))
+            assert err.field == f"content.{field}", (kind, value)
+
+
+def test_a_missing_or_null_field_takes_its_default(memory: Memory) -> None:
+    defaults = {"tenant_id": "default", "session_id": "default", "agent_id": "agent",
+                "channel": "private", "actor": {"type": "human", "id": "user"},
+                "kind": "message", "sensitivity": "none", "refs": [], "tags": []}
+    nulls = dict.fromkeys([*defaults, "id", "ts", "hash"])
+    for obj in ({"content": {"text": "left out"}}, {**nulls, "content": {"text": "null"}}):
+        event = memory.record(obj)
+        assert {k: v for k, v in event.to_dict().items() if k in defaults} == defaults
+        assert event.id.startswith("evt_") and parse_ts(event.ts)
+    event = memory.record({"kind": "task_update", "content": {"title": "t", "task_id": None}})
+    assert event.content["task_id"].startswith("tsk_")
