@@ -290,35 +290,51 @@ class Recorder:
     # ------------------------------------------------------------------ preparation
 
     def _complete(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """The event with every field: a field left out or null takes its default;
+        any other value is the caller's, checked here or by `parse_event` (so an
+        empty string or a 0 is refused, never taken for "the default")."""
         if not isinstance(obj, Mapping):
             raise ValidationError(f"expected a JSON object, got {type(obj).__name__}")
         unknown = sorted(set(obj) - set(EVENT_FIELDS))
         if unknown:
             raise ValidationError(f"unknown field; expected only {', '.join(EVENT_FIELDS)}",
                                   field=unknown[0])
-        when = parse_ts(obj["ts"]) if obj.get("ts") is not None else self._now()
+        # NUL, lone surrogates, deep nesting: refused before anything walks the values
+        reject_nul(dict(obj))
+        given = {name: value for name, value in obj.items() if value is not None}
+        for name in ("id", "ts", "tenant_id", "session_id", "agent_id", "channel", "kind",
+                     "sensitivity", "hash"):  # some are used before parse_event checks them
+            if name in given and not isinstance(given[name], str):
+                raise ValidationError(f"expected a string, got {type(given[name]).__name__}",
+                                      field=name)
+        content = given.get("content", {})
+        for name in ("decision_id", "task_id", "summary_id"):  # an id given is never minted
+            value = content.get(name) if isinstance(content, dict) else None
+            if value is not None and not (isinstance(value, str) and value):
+                raise ValidationError(f"expected an id, got {value!r}", field=f"content.{name}")
+        when = parse_ts(given["ts"]) if "ts" in given else self._now()
         full = {
-            "id": obj.get("id") or ids.new_id("evt", when),
-            "ts": obj["ts"] if obj.get("ts") is not None else format_ts(when),
-            "tenant_id": obj.get("tenant_id") or self.policies.manifest.default_tenant,
-            "session_id": obj.get("session_id") or "default",
-            "agent_id": obj.get("agent_id") or "agent",
-            "channel": obj.get("channel") or "private",
-            "actor": obj.get("actor") or dict(DEFAULT_ACTOR),
-            "kind": obj.get("kind") or "message",
-            "content": obj.get("content", {}),
-            "refs": _as_list(obj.get("refs")),
-            "tags": _as_list(obj.get("tags")),
-            "sensitivity": obj.get("sensitivity") or "none",
+            "id": given["id"] if "id" in given else ids.new_id("evt", when),
+            "ts": given["ts"] if "ts" in given else format_ts(when),
+            "tenant_id": given.get("tenant_id", self.policies.manifest.default_tenant),
+            "session_id": given.get("session_id", "default"),
+            "agent_id": given.get("agent_id", "agent"),
+            "channel": given.get("channel", "private"),
+            "actor": given.get("actor", dict(DEFAULT_ACTOR)),
+            "kind": given.get("kind", "message"),
+            "content": content,
+            "refs": _as_list(given.get("refs")),
+            "tags": _as_list(given.get("tags")),
+            "sensitivity": given.get("sensitivity", "none"),
             "hash": "sha256:" + "0" * 64,
         }
         if isinstance(full["actor"], str):
             kind, _, name = full["actor"].partition(":")
             full["actor"] = {"type": kind, "id": name}
-        given = obj.get("hash")
-        if given is not None and isinstance(full["content"], dict):
+        digest = given.get("hash")
+        if digest is not None and isinstance(full["content"], dict):
             expected = content_hash(str(full["kind"]), full["content"])
-            if given != expected:
+            if digest != expected:
                 raise ValidationError(f"does not match the content (expected {expected})",
                                       field="hash")
         return full

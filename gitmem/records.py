@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -32,24 +32,56 @@ SUMMARY_SCOPES = ("session", "episode")
 EVENT_FIELDS = ("id", "ts", "tenant_id", "session_id", "agent_id", "channel", "actor",
                 "kind", "content", "refs", "tags", "sensitivity", "hash")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,199}$")
+MAX_DEPTH = 64  # objects and arrays in a value (content) nest at most this deep
+
+# Timestamps: the RFC 3339 date-times PostgreSQL reads, as Python reads them too
+# (no week dates, hour-only or basic forms, comma fractions or second offsets), of
+# an instant from the start of ULID time (1970, an id's time part) to the end of
+# Python's: up to 9998 in UTC, so that every local time of it, ±15:59 away, is a
+# datetime too. docs/FORMATS.md says the same.
+TS_FORM = "YYYY-MM-DDTHH:MM:SS[.ffffff](Z|+HH:MM|-HH:MM)"
+TS_RANGE = "1970-01-01T00:00:00Z .. 9998-12-31T23:59:59.999999Z"
+TS_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TS_END = datetime(9999, 1, 1, tzinfo=UTC)
+_MAX_OFFSET = timedelta(hours=15, minutes=59)
+_RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)",
+                      re.ASCII)
 
 
 # --------------------------------------------------------------------------- helpers
 
 def parse_ts(value: Any, field_name: str = "ts") -> datetime:
-    """An ISO-8601 timestamp with an explicit offset."""
+    """An RFC 3339 date-time the index can hold (see `TS_FORM` and `TS_RANGE`)."""
     if not isinstance(value, str):
-        raise ValidationError(f"expected an ISO-8601 string, got {type(value).__name__}",
-                              field=field_name)
+        raise ValidationError(f"expected an RFC 3339 timestamp string, got "
+                              f"{type(value).__name__}", field=field_name)
+    if not _RFC3339.fullmatch(value):
+        raise ValidationError(_ts_form_problem(value), field=field_name)
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValidationError(f"expected ISO-8601 like 2026-02-09T05:12:33+09:00, got {value!r}",
+    except ValueError as exc:  # the form is right, a number is out of range (month 13)
+        raise ValidationError(f"{value!r} is not a date and time: {exc}",
                               field=field_name) from None
-    if parsed.tzinfo is None:
-        raise ValidationError(f"timestamp {value!r} has no UTC offset (add +00:00 or Z)",
-                              field=field_name)
+    offset = parsed.utcoffset()
+    if offset is not None and abs(offset) > _MAX_OFFSET:
+        raise ValidationError(f"UTC offset of {value!r} is beyond ±15:59, the most "
+                              "PostgreSQL reads", field=field_name)
+    if not TS_MIN <= parsed < TS_END:
+        raise ValidationError(f"{value!r} is outside {TS_RANGE}, the range ids and the "
+                              "index can hold", field=field_name)
     return parsed
+
+
+def _ts_form_problem(value: str) -> str:
+    """Why `value` is not in `TS_FORM`: a missing offset is the usual mistake."""
+    try:
+        naive = datetime.fromisoformat(value).tzinfo is None
+    except ValueError:
+        naive = False
+    if naive and _RFC3339.fullmatch(value + "Z"):
+        return f"timestamp {value!r} has no UTC offset (add +00:00 or Z)"
+    return (f"expected an RFC 3339 timestamp like 2026-02-09T05:12:33+09:00 ({TS_FORM}), "
+            f"got {value!r}")
 
 
 def format_ts(value: datetime) -> str:
@@ -96,19 +128,49 @@ def _reject_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one, not one per line
 
 
-def reject_nul(value: Any, field_name: str = "") -> None:
-    """Refuse NUL characters anywhere in a value: PostgreSQL text cannot hold them."""
+def check_storable(value: Any, field_name: str = "") -> None:
+    """Refuse what the index cannot store or a line cannot hold: NUL characters and
+    lone surrogates (text that is not UTF-8), in keys too, and objects and arrays
+    nested more than `MAX_DEPTH` deep. Without `field_name`, an object is a record:
+    each of its fields is checked on its own, named by its key."""
+    if field_name or not isinstance(value, dict):
+        _check_storable(value, field_name, field_name, 0)
+        return
+    for key, item in value.items():
+        _check_storable(key, "", "", 0)
+        _check_storable(item, str(key), str(key), 0)
+
+
+def _check_storable(value: Any, field_name: str, top: str, depth: int) -> None:
     if isinstance(value, str):
         if "\x00" in value:
             raise ValidationError("contains a NUL character (\\u0000), which the index "
                                   "cannot store; remove it", field=field_name or None)
-    elif isinstance(value, dict):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValidationError(
+                    f"contains a lone surrogate (\\u{ord(value[exc.start]):04x}), which "
+                    "is not UTF-8 text; send the whole character or remove it",
+                    field=field_name or None) from None
+    elif isinstance(value, dict | list):
+        if depth == MAX_DEPTH:  # checked before recursing, so no RecursionError
+            raise ValidationError(f"nests objects and arrays more than {MAX_DEPTH} deep; "
+                                  "flatten it", field=top or None)
+        if isinstance(value, list):
+            for item in value:
+                _check_storable(item, field_name, top, depth + 1)
+            return
         for key, item in value.items():
-            reject_nul(key, field_name)
-            reject_nul(item, f"{field_name}.{key}" if field_name else str(key))
-    elif isinstance(value, list):
-        for item in value:
-            reject_nul(item, field_name)
+            _check_storable(key, field_name, top, depth + 1)
+            name = f"{field_name}.{key}" if field_name else str(key)
+            _check_storable(item, name, top or name, depth + 1)
+
+
+def reject_nul(value: Any, field_name: str = "") -> None:
+    """`check_storable` under the name it had when it looked for NUL characters only."""
+    check_storable(value, field_name)
 
 
 def check_choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
@@ -324,12 +386,23 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
                           path=path, line=line) from None
     except ValueError as exc:  # NaN / Infinity: PostgreSQL's jsonb refuses them too
         raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None
+    except RecursionError:
+        raise FormatError(f"nests objects and arrays more than {MAX_DEPTH} deep",
+                          path=path, line=line) from None
     try:
-        if "\\u0000" in text:
-            reject_nul(obj)
+        if _maybe_unstorable(text):
+            check_storable(obj)
         return parse_event(obj)
     except FormatError as exc:
         raise exc.at(path, line) from None
+
+
+def _maybe_unstorable(text: str) -> bool:
+    """Whether a line's JSON may hold what `check_storable` refuses: a NUL or lone
+    surrogate is written as an escape (\\u0000, \\ud800), and deep nesting needs
+    many brackets. Most lines have neither, and are not walked."""
+    return ("\\u0000" in text or "\\ud" in text or "\\uD" in text
+            or text.count("{") + text.count("[") > MAX_DEPTH)
 
 
 def event_text(event: Event) -> str:

@@ -15,10 +15,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitmem import tokens
-from gitmem.documents import parse_decision, parse_handoff, parse_summary, parse_task, parse_view
+from gitmem.documents import (
+    field_line,
+    parse_decision,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+    parse_view,
+)
 from gitmem.errors import FormatError
 from gitmem.policies import Policies
-from gitmem.records import Event, compact_json, event_text, iter_events
+from gitmem.records import Event, check_storable, compact_json, event_text, iter_events
 from gitmem.store import StatKey
 
 EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
@@ -104,15 +111,19 @@ def time_keys(ts: datetime) -> list[str]:
 
 def search_keys(tenant: str, ts: str) -> list[str]:
     """The chunk's tenant tag, then its time keys (the search_keys column); `ts` is
-    ISO-8601 with an offset, as every record holds it."""
+    an RFC 3339 timestamp (`records.parse_ts`), as every record holds it."""
     offset = "Z" if ts.endswith("Z") else ts[-6:]
-    return [tenant_tag(tenant), *_hour_keys(ts[:13], offset)]
+    # A local hour lies in one UTC day when the offset is whole hours; at +05:30 the
+    # UTC day turns at 05:30 local time, so the keys are those of the minute
+    start = ts[:13] + ":00" if offset.endswith(("Z", ":00")) else ts[:16]
+    return [tenant_tag(tenant), *_period_keys(start, offset)]
 
 
 @functools.lru_cache(maxsize=4096)
-def _hour_keys(hour: str, offset: str) -> tuple[str, ...]:
-    """Time keys of every instant of one local hour (a reindex meets each hour often)."""
-    return tuple(time_keys(datetime.fromisoformat(f"{hour}:00:00{offset}")))
+def _period_keys(start: str, offset: str) -> tuple[str, ...]:
+    """Time keys of every instant of one local hour or minute (`start`: YYYY-MM-DDTHH:MM);
+    a reindex meets each hour often."""
+    return tuple(time_keys(datetime.fromisoformat(f"{start}:00{offset}")))
 
 
 def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
@@ -327,10 +338,26 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
         return out
     try:
         _markdown_rows(path, kind, text, tenant, out)
+        _check_storable_rows(out, path, text)
     except FormatError as exc:
         out = FileRows()
         out.errors.append(exc.at(path, 1))
     return out
+
+
+def _check_storable_rows(out: FileRows, path: str, text: str) -> None:
+    """The raw text has no NUL, but a YAML escape ("\\0") puts one into a value, which
+    COPY would refuse for the whole batch: name the field and its line instead.
+    Chunks are made of the record's values, so the record's row names the field."""
+    for table, rows in out.tables.items():
+        if table == "chunks":
+            continue
+        for row in rows:
+            for column, value in zip(TABLE_COLUMNS[table], row, strict=True):
+                try:
+                    check_storable(value, column)
+                except FormatError as exc:
+                    raise exc.at(path, field_line(text, column) or 1) from None
 
 
 def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) -> None:

@@ -16,11 +16,13 @@ import pytest
 from gitmem import lexicon
 from gitmem.config import Config
 from gitmem.db import Database
+from gitmem.errors import RpcError
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.records import content_hash
 from gitmem.rows import Appended, split_known, tenant_tag
-from tests.conftest import git
+from tests.conftest import Cli, git
+from tests.daemons import append, cleanup_dir, event_line, items, new_repo, running, short_dir
 
 DAY = "events/2026-02/2026-02-09.jsonl"
 DAY2 = "events/2026-02/2026-02-10.jsonl"
@@ -738,3 +740,99 @@ def test_a_failing_hand_off_never_fails_the_write(memory: Memory, dsn: str, sche
     assert event.id in (memory.store / DAY).read_text()
     memory.sync()
     assert event.id in event_ids(dsn, schema)
+
+
+# ----------------------------------------------------------------------------- unholdable lines
+
+# Timestamps earlier versions wrote (Python's fromisoformat reads them) that PostgreSQL
+# refuses, or that the time keys or the conversion to UTC cannot handle.
+UNHOLDABLE_TS = ["2026-02-09T10+00:00", "2026-02-09T10:00:00,5+00:00",
+                 "2026-W07-1T10:00:00+00:00", "2026-02-09T10:00:00-23:59",
+                 "20260209T100000+0000", "2026-02-09T10:00:00+05:30:15",
+                 "9999-12-31T23:59:59-12:00", "1969-12-31T23:59:59+00:00"]
+
+
+def test_a_line_whose_ts_the_index_cannot_hold_is_reported_and_skipped(
+        memory: Memory, store: Path, dsn: str, schema: str, cli: Cli) -> None:
+    data = line(1, content={"text": "otters before the odd lines"})
+    for n, ts in enumerate(UNHOLDABLE_TS, start=2):
+        data += line(n, ts=ts)
+    data += line(99, content={"text": "beavers after the odd lines"})
+    write(store, DAY, data)
+    bad = [(DAY, n) for n in range(2, len(UNHOLDABLE_TS) + 2)]
+    report = memory.sync()
+    assert sorted((e["path"], e["line"]) for e in report.errors) == bad
+    assert all(e["field"] == "ts" for e in report.errors)
+    assert set(event_ids(dsn, schema)) == {json.loads(line(n))["id"] for n in (1, 99)}
+    acb = memory.build_acb({"session_id": "s1", "query_text": "otters beavers",
+                            "now": "2026-02-10T00:00:00+00:00"})
+    sources = {item["source"] for section in acb["sections"] for item in section["items"]}
+    assert {f"{DAY}:1", f"{DAY}:{len(UNHOLDABLE_TS) + 2}"} <= sources
+    status = memory.status()
+    assert status["clean"] and sorted((e["path"], e["line"]) for e in status["errors"]) == bad
+    shown = cli("status").output
+    assert f"{DAY}:2: " in shown and "'2026-02-09T10+00:00'" in shown
+    memory.reindex()  # the same from scratch
+    assert len(event_ids(dsn, schema)) == 2
+
+
+def test_a_line_with_a_lone_surrogate_or_deep_nesting_is_reported_and_skipped(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    surrogate = line(2).replace("message number 2", "\\ud800 lone")
+    deep = line(3, content={"text": "x", "args": "DEEP"}).replace(
+        '"DEEP"', "[" * 5000 + "]" * 5000)
+    write(store, DAY, line(1) + surrogate + deep + line(4))
+    report = memory.sync()
+    assert [(e["line"], e["field"]) for e in report.errors] == [(2, "content.text"), (3, None)]
+    assert "lone surrogate" in report.errors[0]["message"]
+    assert "more than 64 deep" in report.errors[1]["message"]
+    assert set(event_ids(dsn, schema)) == {json.loads(line(n))["id"] for n in (1, 4)}
+
+
+def test_a_yaml_escape_of_a_nul_is_reported_at_its_line_and_skipped(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    ref = memory.record({"content": {"text": "a source"}}).id
+    good, bad = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
+    for dec, title in ((good, "fine"), (bad, '"nul \\0 here"')):
+        write(store, f"decisions/{dec}.md",
+              f"---\nid: {dec}\nts: 2026-02-09T05:12:33Z\nrefs: [{ref}]\ntitle: {title}\n"
+              "---\nBody.\n")
+    report = memory.sync()
+    assert [(e["path"], e["line"], e["field"]) for e in report.errors] == [
+        (f"decisions/{bad}.md", 5, "title")]
+    assert "NUL" in report.errors[0]["message"]
+    assert rows(dsn, schema, "SELECT decision_id FROM decisions") == [(good,)]
+    assert ref in event_ids(dsn, schema)
+
+
+def test_a_daemon_indexes_the_lines_after_one_whose_ts_it_cannot_hold(dsn: str,
+                                                                       schema: str) -> None:
+    root = short_dir()
+    try:
+        new_repo(root)
+        config = Config(store=root / "memory", dsn=dsn, schema=schema)
+        day = config.store / "events/2026-03/2026-03-01.jsonl"
+        with running(config) as daemon:
+            first, good = event_line("s1", "first event about otters", number=1)
+            append(day, good)
+            _, odd = event_line("s1", "odd", number=2, ts="2026-03-01T10+00:00")
+            append(day, odd)
+            later, good = event_line("s1", "later event about beavers", number=3,
+                                     ts="2026-03-01T11:00:00+00:00")
+            append(day, good)
+            acb = daemon.call("build_acb", {"session_id": "s1", "query_text": "beavers otters"})
+            texts = [i["text"] for i in items(acb) if i["source"].startswith("events/")]
+            assert any("beavers" in t for t in texts) and any("otters" in t for t in texts)
+            status = daemon.call("status")
+            assert status["clean"]
+            assert [(e["path"], e["line"], e["field"]) for e in status["errors"]] == [
+                ("events/2026-03/2026-03-01.jsonl", 2, "ts")]
+            assert daemon.call("daemon_status")["watcher"]["last_error"] is None
+            with pytest.raises(RpcError) as caught:  # and the socket refuses such a ts
+                daemon.call("record_event", {"content": {"text": "x"},
+                                             "ts": "2026-03-01T10+00:00"})
+            assert "field 'ts'" in str(caught.value)
+            ids = [json.loads(x)["id"] for x in day.read_text().splitlines()]
+            assert len(ids) == 3 and ids[0] == first and ids[2] == later  # nothing written
+    finally:
+        cleanup_dir(root)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
 
 from gitmem.documents import (
@@ -20,6 +23,8 @@ from gitmem.documents import (
     task_to_text,
 )
 from gitmem.errors import FormatError, ValidationError
+from gitmem.ids import new_id
+from gitmem.memory import Memory
 from gitmem.records import (
     Event,
     compact_json,
@@ -27,7 +32,11 @@ from gitmem.records import (
     iter_lines,
     parse_event,
     parse_event_line,
+    parse_ts,
 )
+from gitmem.rows import search_keys, time_keys
+from gitmem.store import day_file_rel
+from tests.conftest import Cli, snapshot
 
 EVT = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
 EVT2 = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4"
@@ -192,7 +201,7 @@ def test_ts_without_offset_is_refused() -> None:
 
 def test_ts_that_is_not_a_date_is_refused() -> None:
     err = line_error(obj_line(ts="last tuesday"))
-    assert err.field == "ts" and "ISO-8601" in str(err)
+    assert err.field == "ts" and "RFC 3339" in str(err) and "'last tuesday'" in str(err)
 
 
 def test_json_array_line_is_refused() -> None:
@@ -534,3 +543,200 @@ def test_compact_json_parses_back_to_the_same_value(value: dict[str, object]) ->
     assert json.loads(ordered) == value and list(json.loads(ordered)) == sorted(value)
     assert "\n" not in text and ", " not in text.replace('", "', "")
 
+
+# ----------------------------------------------------------------------------- timestamps
+
+# Forms Python's datetime.fromisoformat reads that the index cannot hold: PostgreSQL
+# refuses the first ones, the hour keys and the conversion to UTC fail on the others.
+BAD_TS = [
+    ("2026-05-01T10+00:00", "RFC 3339"),                 # hours only
+    ("2026-05-01T10:00+00:00", "RFC 3339"),              # no seconds
+    ("2026-05-01T10:00:00,5+00:00", "RFC 3339"),         # a comma before the fraction
+    ("2026-W18-5T10:00:00+00:00", "RFC 3339"),           # a week date
+    ("2026-121T10:00:00+00:00", "RFC 3339"),             # an ordinal date
+    ("20260501T100000+0000", "RFC 3339"),                # the basic form
+    ("2026-05-01T10:00:00+0000", "RFC 3339"),            # an offset without its colon
+    ("2026-05-01T10:00:00+05:30:15", "RFC 3339"),        # an offset with seconds
+    ("2026-05-01 10:00:00+00:00", "RFC 3339"),           # a space for the T
+    ("2026-05-01t10:00:00z", "RFC 3339"),
+    ("2026-05-01T10:00:00.1234567+00:00", "RFC 3339"),   # past microseconds
+    ("٢٠٢٦-05-01T10:00:00+00:00", "RFC 3339"),           # digits that are not ASCII
+    ("2026-05-01T10:00:00+00:00\n", "RFC 3339"),
+    ("2026-05-01", "RFC 3339"),
+    ("2026-05-01T10:00:00", "no UTC offset"),
+    ("2026-02-30T10:00:00+00:00", "not a date"),
+    ("2026-05-01T24:00:00+00:00", "not a date"),
+    ("2026-05-01T10:00:00-23:59", "±15:59"),            # PostgreSQL refuses offsets past it
+    ("2026-05-01T10:00:00+16:00", "±15:59"),
+    ("9999-12-31T23:59:59-12:00", "outside 1970"),       # past year 9999 in UTC
+    ("9999-01-01T00:00:00+00:00", "outside 1970"),
+    ("1969-12-31T23:59:59+00:00", "outside 1970"),       # before the time of ids
+    ("1970-01-01T00:30:00+01:00", "outside 1970"),       # 1969 in UTC
+    ("0001-01-01T00:00:00+00:00", "outside 1970"),
+]
+GOOD_TS = [
+    "2026-05-01T10:00:00Z", "2026-05-01T10:00:00+00:00", "2026-05-01T10:00:00-00:00",
+    "2026-05-01T10:00:00.5+09:00", "2026-05-01T23:59:59.999999-15:59",
+    "2026-05-01T00:00:00+15:59", "1970-01-01T00:00:00Z", "1969-12-31T19:00:00-05:00",
+    "9998-12-31T23:59:59.999999Z", "9999-01-01T10:00:00+14:00",
+]
+
+
+@pytest.mark.parametrize(("ts", "needle"), BAD_TS)
+def test_a_ts_the_index_cannot_hold_is_refused_naming_field_and_value(ts: str,
+                                                                       needle: str) -> None:
+    err = line_error(obj_line(ts=ts), line=5)
+    assert isinstance(err, ValidationError)
+    assert (err.path, err.line, err.field) == (EVENTS, 5, "ts")
+    assert needle in err.detail and repr(ts) in err.detail
+    with pytest.raises(ValidationError) as caught:
+        parse_ts(ts, "now")
+    assert caught.value.field == "now"
+
+
+def test_every_ts_accepted_is_read_alike_by_postgresql_and_keyed_by_the_index(
+        dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for ts in GOOD_TS:
+            event = parse_event(event_obj(ts=ts))
+            [(instant,)] = conn.execute("SELECT %s::text::timestamptz", (ts,)).fetchall()
+            assert instant == event.when, ts
+            assert search_keys("acme", event.ts)[1:] == time_keys(event.when), ts
+            assert day_file_rel(event.when).endswith(f"/{ts[:10]}.jsonl")
+            assert new_id("evt", event.when).startswith("evt_")
+
+
+def test_a_markdown_record_with_a_ts_the_index_cannot_hold_names_its_line() -> None:
+    err = decision_error(decision_text(ts="2026-02-09T05+09:00"))
+    assert (err.path, err.line, err.field) == (DEC_PATH, 3, "ts") and "RFC 3339" in err.detail
+    for ts in ("1960-01-01T00:00:00Z", "2026-02-09 05:12:33"):  # YAML timestamps, unquoted
+        err = decision_error(decision_text().replace('"2026-02-09T05:12:33+09:00"', ts))
+        assert (err.line, err.field) == (3, "ts")
+
+
+# ----------------------------------------------------------------------------- the write path
+
+
+def refused(memory: Memory, write: Callable[[], object]) -> ValidationError:
+    """The field error a write raises, having changed no file."""
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError) as caught:
+        write()
+    assert snapshot(memory.store) == before
+    return caught.value
+
+
+@pytest.mark.parametrize("ts", [ts for ts, _ in BAD_TS])
+def test_every_write_refuses_a_ts_the_index_cannot_hold(memory: Memory, ts: str) -> None:
+    source = memory.record({"content": {"text": "a source"}}).id
+    writes: dict[str, Callable[[], object]] = {
+        "record": lambda: memory.record({"content": {"text": "x"}, "ts": ts}),
+        "record_many": lambda: memory.record_many([{"content": {"text": "x"}},
+                                                   {"content": {"text": "y"}, "ts": ts}]),
+        "decide": lambda: memory.decide("x", [source], ts=ts),
+        "task": lambda: memory.task("x", ts=ts),
+        "summary": lambda: memory.record({"kind": "summary", "content": {"text": "x"},
+                                          "refs": [source], "ts": ts}),
+        "handoff": lambda: memory.create_handoff("reviewer", "x", ts=ts),
+    }
+    for name, write in writes.items():
+        err = refused(memory, write)
+        assert err.field == "ts" and repr(ts) in err.detail, name
+    with pytest.raises(ValidationError) as caught:
+        memory.build_acb({"now": ts})
+    assert caught.value.field == "now"
+
+
+def test_the_cli_refuses_a_ts_the_index_cannot_hold_with_a_field_error(cli: Cli) -> None:
+    source = cli("record", "a source").output.strip()
+    for ts in ("2026-05-01T10+00:00", "1969-12-31T23:59:59+00:00", "9999-12-31T23:59:59-12:00"):
+        for args, where in ((("record", "x", "--ts", ts), ""),
+                            (("decide", "x", "--ref", source, "--ts", ts), ""),
+                            (("record", "--json", "-"), "<stdin>:1: ")):
+            result = cli(*args, ok=False, input=json.dumps({"content": {"text": "x"},
+                                                            "ts": ts}) + "\n")
+            assert result.exit_code == 1, result.output
+            assert f"Error: {where}field 'ts': " in result.output and repr(ts) in result.output
+    assert len(list(cli.config.store.glob("events/*/*.jsonl"))) == 1
+
+
+def nested(depth: int) -> list[Any]:
+    """`depth` arrays, one inside the other."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(("change", "field", "needle"), [
+    ({"content": {"text": "a\ud800b"}}, "content.text", "lone surrogate (\\ud800)"),
+    ({"content": {"text": "x", "k\udfffey": 1}}, "content", "lone surrogate (\\udfff)"),
+    ({"tags": ["ok", "a\ud800b"]}, "tags", "lone surrogate"),
+    ({"content": {"text": "x", "args": nested(64)}}, "content", "more than 64 deep"),
+    ({"tags": nested(65)}, "tags", "more than 64 deep"),
+])
+def test_what_the_index_cannot_store_is_refused_in_a_line_and_in_a_write(
+        memory: Memory, change: dict[str, Any], field: str, needle: str) -> None:
+    err = line_error(json.dumps(event_obj(**change)).encode(), line=3)
+    assert (err.line, err.field) == (3, field) and needle in err.detail
+    err = refused(memory, lambda: memory.record(dict(change)))
+    assert err.field == field and needle in err.detail
+
+
+def test_content_nested_64_deep_is_kept_and_deeper_is_refused(memory: Memory) -> None:
+    deepest = {"text": "x", "args": nested(63)}  # the content object is the 64th level
+    event = memory.record({"content": deepest})
+    assert parse_event_line(event.to_line().encode()[:-1], path=EVENTS, line=1) == event
+    for depth in (64, 900, 5000):  # past the interpreter's recursion limit too
+        content = {"text": "x", "args": nested(depth)}
+        err = refused(memory, functools.partial(memory.record, {"content": content}))
+        assert err.field == "content" and "more than 64 deep" in err.detail
+    err = line_error(b'{"content": {"args": ' + b"[" * 5000 + b"]" * 5000 + b"}}", line=2)
+    assert err.line == 2 and "more than 64 deep" in err.detail
+
+
+def test_a_batch_with_a_lone_surrogate_on_its_second_day_writes_nothing(cli: Cli) -> None:
+    batch = (json.dumps({"ts": "2026-01-01T10:00:00+00:00", "content": {"text": "day one"}})
+             + "\n" + json.dumps({"ts": "2026-01-02T10:00:00+00:00",
+                                  "content": {"text": "second"}, "tags": ["a\ud800b"]}) + "\n")
+    result = cli("record", "--json", "-", input=batch, ok=False)
+    assert result.exit_code == 1
+    assert "Error: <stdin>:2: field 'tags': contains a lone surrogate" in result.output
+    assert not list(cli.config.store.glob("events/*/*.jsonl"))
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("kind", ["message"]), ("kind", {"message": 1}), ("sensitivity", ["none"]),
+    ("sensitivity", 0), ("tenant_id", False), ("session_id", 0), ("channel", ""),
+    ("kind", 0), ("kind", ""), ("actor", []), ("actor", ""), ("agent_id", {}), ("id", ""),
+    ("id", 0), ("ts", ""), ("ts", 0), ("content", []), ("content", ""), ("hash", ""),
+    ("tags", 0), ("tags", {}), ("refs", False),
+])
+def test_a_present_value_of_a_wrong_type_is_refused_never_defaulted(
+        memory: Memory, field: str, value: Any) -> None:
+    obj = {"content": {"text": "typed wrong"}, field: value}
+    err = refused(memory, lambda: memory.record(obj))
+    assert err.field is not None and err.field.split(".")[0] == field
+
+
+def test_a_falsy_content_id_is_refused_not_replaced_by_a_new_one(memory: Memory) -> None:
+    for field, kind in (("task_id", "task_update"), ("decision_id", "decision"),
+                        ("summary_id", "summary")):
+        for value in ("", 0, False, []):
+            obj = {"kind": kind, "refs": [EVT], "content": {"text": "x", "title": "x",
+                                                            field: value}}
+            err = refused(memory, functools.partial(memory.record, obj))
+            assert err.field == f"content.{field}", (kind, value)
+
+
+def test_a_missing_or_null_field_takes_its_default(memory: Memory) -> None:
+    defaults = {"tenant_id": "default", "session_id": "default", "agent_id": "agent",
+                "channel": "private", "actor": {"type": "human", "id": "user"},
+                "kind": "message", "sensitivity": "none", "refs": [], "tags": []}
+    nulls = dict.fromkeys([*defaults, "id", "ts", "hash"])
+    for obj in ({"content": {"text": "left out"}}, {**nulls, "content": {"text": "null"}}):
+        event = memory.record(obj)
+        assert {k: v for k, v in event.to_dict().items() if k in defaults} == defaults
+        assert event.id.startswith("evt_") and parse_ts(event.ts)
+    event = memory.record({"kind": "task_update", "content": {"title": "t", "task_id": None}})
+    assert event.content["task_id"].startswith("tsk_")

@@ -71,3 +71,13 @@ def test_search_keys_are_the_utc_day_iso_week_and_month() -> None:
     assert search_keys("acme", "2027-01-01T00:10:00Z") == [tag, "@d20270101", "@w202653",
                                                             "@m202701"]
     assert search_keys("acme", "2026-06-01T12:00:00.123456+02:00")[1] == "@d20260601"
+
+
+def test_search_keys_of_an_offset_of_part_of_an_hour_are_those_of_its_utc_day() -> None:
+    # at +05:30, 05:15 is 23:45 UTC the day before and 05:45 is 00:15 UTC, in May
+    assert search_keys("acme", "2026-05-01T05:15:00+05:30")[1:] == [
+        "@d20260430", "@w202618", "@m202604"]
+    assert search_keys("acme", "2026-05-01T05:45:00+05:30")[1:] == [
+        "@d20260501", "@w202618", "@m202605"]
+    assert search_keys("acme", "2026-05-01T00:50:00-00:45")[1] == "@d20260501"
+    assert search_keys("acme", "2026-04-30T23:20:00-00:45")[1] == "@d20260501"
