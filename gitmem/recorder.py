@@ -41,11 +41,11 @@ from gitmem.policies import Policies
 from gitmem.records import (
     EVENT_FIELDS,
     Event,
+    check_storable,
     content_hash,
     format_ts,
     parse_event,
     parse_ts,
-    reject_nul,
 )
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
@@ -300,7 +300,7 @@ class Recorder:
             raise ValidationError(f"unknown field; expected only {', '.join(EVENT_FIELDS)}",
                                   field=unknown[0])
         # NUL, lone surrogates, deep nesting: refused before anything walks the values
-        reject_nul(dict(obj))
+        check_storable(dict(obj))
         given = {name: value for name, value in obj.items() if value is not None}
         for name in ("id", "ts", "tenant_id", "session_id", "agent_id", "channel", "kind",
                      "sensitivity", "hash"):  # some are used before parse_event checks them
@@ -349,7 +349,6 @@ class Recorder:
         if not isinstance(full["content"], dict):
             raise ValidationError(f"expected an object, got {type(full['content']).__name__}",
                                   field="content")
-        reject_nul(full)
         full["content"] = _redact(full["content"], self.policies)
         full["tags"] = _redact(full["tags"], self.policies)
         staged: list[_Staged] = []

@@ -168,11 +168,6 @@ def _check_storable(value: Any, field_name: str, top: str, depth: int) -> None:
             _check_storable(item, name, top or name, depth + 1)
 
 
-def reject_nul(value: Any, field_name: str = "") -> None:
-    """`check_storable` under the name it had when it looked for NUL characters only."""
-    check_storable(value, field_name)
-
-
 def check_choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
     if value not in choices:
         raise ValidationError(f"expected one of {'|'.join(choices)}, got {value!r}",
