@@ -72,6 +72,12 @@ class ChannelRule:
     suppress_views: frozenset[str] = frozenset()
     event_channels: frozenset[str] | None = None  # channels whose events it may load; None: all
 
+    def loads_event(self, sensitivity: str, channel: str) -> bool:
+        """Whether this channel may load an event of that sensitivity recorded on that
+        channel ("": none), as build_acb judges it."""
+        return sensitivity not in self.suppress_sensitivity and not (
+            channel and self.event_channels is not None and channel not in self.event_channels)
+
 
 _BOUNDARY_BEFORE_LITERAL = re.compile(r"\\b[\w-]")  # a pattern beginning \b, then a literal
 
