@@ -15,11 +15,12 @@ from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
 from gitmem.documents import Handoff
-from gitmem.errors import DatabaseError
+from gitmem.errors import DatabaseError, StoreError, ValidationError
+from gitmem.ids import ARTIFACT_ID
 from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
-from gitmem.records import Event, format_ts
+from gitmem.records import CHANNELS, Event, format_ts
 from gitmem.rows import Announced, Appended
 from gitmem.store import Placed, read_artifact
 
@@ -183,8 +184,34 @@ class Memory:
         """Write a handoff packet."""
         return self.recorder.handoff(to_agent, task, **options)
 
-    def get_artifact(self, artifact_id: str) -> bytes:
-        """The full bytes of a stored tool output."""
+    def get_artifact(self, artifact_id: str, tenant_id: str | None = None,
+                     channel: str | None = None) -> bytes:
+        """The full bytes of a stored tool output.
+
+        With a tenant or a channel (agents should pass theirs; the tenant defaults to
+        the manifest's, the channel to `private`), only when an event of that tenant
+        cites the artifact and the channel may load that event (its sensitivity and
+        channel, as build_acb judges them); otherwise not found, the same whether
+        another tenant holds it or nobody does. Without either: unscoped, as before."""
+        if tenant_id is None and channel is None:
+            return read_artifact(self.store, artifact_id)
+        tenant = tenant_id or self.policies.manifest.default_tenant
+        channel = channel or "private"
+        if channel not in CHANNELS:
+            raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
+                                  field="channel")
+        if not ARTIFACT_ID.fullmatch(artifact_id):
+            raise StoreError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
+        if self.catch_up is not None:
+            self.catch_up()
+        else:
+            self.sync()
+        rule = self.policies.privacy.rule(channel)
+        rows = self.db.fetchall("artifact_events", {"artifact": artifact_id, "tenant": tenant})
+        if not any(rule.loads_event(r["sensitivity"], r["channel"]) for r in rows):
+            raise StoreError(f"artifact {artifact_id} not found for tenant {tenant!r} on "
+                             f"channel {channel!r}; pass the tenant and channel of the "
+                             "session whose tool output it holds")
         return read_artifact(self.store, artifact_id)
 
     # ------------------------------------------------------------------ index

@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -72,8 +72,28 @@ class ChannelRule:
     suppress_views: frozenset[str] = frozenset()
     event_channels: frozenset[str] | None = None  # channels whose events it may load; None: all
 
+    def loads_event(self, sensitivity: str, channel: str) -> bool:
+        """Whether this channel may load an event of that sensitivity recorded on that
+        channel ("": none), as build_acb judges it."""
+        return sensitivity not in self.suppress_sensitivity and not (
+            channel and self.event_channels is not None and channel not in self.event_channels)
+
 
 _BOUNDARY_BEFORE_LITERAL = re.compile(r"\\b[\w-]")  # a pattern beginning \b, then a literal
+
+# `store.redact_keys` when privacy.yaml has none (a store made before the setting existed
+# keeps this protection): object keys whose words name a secret.
+DEFAULT_REDACT_KEYS = (r"\b(api ?keys?|access ?keys?|private ?keys?|secrets?|token|passwords?"
+                       r"|passwd|passphrase|credentials?|authorization)\b",)
+_KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_KEY_CACHE_MAX = 4096  # keys remembered by Privacy._key
+
+
+def key_words(key: str) -> str:
+    """An object key as lower-case words, split at `_ - .`, spaces and camelCase humps:
+    what `store.redact_keys` patterns are searched in (`OPENAI_API_KEY`, `openaiApiKey`:
+    `openai api key`)."""
+    return " ".join(word.lower() for word in _KEY_WORD.findall(key))
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,7 @@ class Privacy:
     redaction: str = "[REDACTED]"
     patterns: tuple[re.Pattern[str], ...] = ()
     channel_rules: Mapping[str, ChannelRule] = field(default_factory=dict)
+    key_patterns: tuple[re.Pattern[str], ...] = ()  # store.redact_keys
 
     def rule(self, channel: str) -> ChannelRule:
         """The rule of a channel; an unlisted channel loads nothing sensitive."""
@@ -117,11 +138,114 @@ class Privacy:
         return tuple(screens)
 
     def find_secret(self, text: str) -> str | None:
-        """The first pattern that matches `text` (for verify), else None."""
+        """The first pattern that matches `text` as verify names it (on one line, a long
+        one cut short), else None."""
         for pattern in self.patterns:
             if pattern.search(text):
-                return pattern.pattern
+                shown = " ".join(pattern.pattern.split())
+                return shown if len(shown) <= 72 else shown[:69] + "..."
         return None
+
+    def names_secret(self, key: str) -> bool:
+        """Whether an object key names a secret: a `store.redact_keys` pattern is found
+        in its words (`key_words`)."""
+        return self._key(key)[1]
+
+    def _key(self, key: str) -> tuple[str, bool]:
+        """A key as it may be stored, and whether it names a secret. Keys repeat (text,
+        tool, args), so the answers for keys that hold no secret are kept."""
+        known = self._keys.get(key)
+        if known is None:
+            words = key_words(key)
+            known = (self.redact(key), any(p.search(words) for p in self.key_patterns))
+            if known[0] == key and len(self._keys) < _KEY_CACHE_MAX:
+                self._keys[key] = known
+        return known
+
+    @cached_property
+    def _keys(self) -> dict[str, tuple[str, bool]]:
+        return {}
+
+    def redact_value(self, value: Any) -> Any:
+        """A JSON value with its secrets redacted: every string, object keys included,
+        through the patterns, and whatever a key naming a secret holds replaced whole
+        (`redact_keys`). Keys that redaction makes equal are told apart by `#2`, `#3`...,
+        so no key replaces another."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self.redact_value(item) for item in value]
+        if isinstance(value, dict):
+            return self._redact_object(value, self.redact_value)
+        return value
+
+    def _redact_all(self, value: Any) -> Any:
+        """What a key naming a secret holds: every string of it replaced (an empty one
+        hides nothing and stays)."""
+        if isinstance(value, str):
+            return self.redaction if value else value
+        if isinstance(value, list):
+            return [self._redact_all(item) for item in value]
+        if isinstance(value, dict):
+            return self._redact_object(value, self._redact_all)
+        return value
+
+    def _redact_object(self, obj: Mapping[str, Any],
+                       inner: Callable[[Any], Any]) -> dict[str, Any]:
+        keys = {key: self._key(key) if isinstance(key, str) else (key, False) for key in obj}
+        taken = {key for key, (new, _) in keys.items() if new == key}
+        out: dict[str, Any] = {}
+        for key, item in obj.items():
+            new, secret = keys[key]
+            if new != key:
+                new = _unique(new, taken)
+                taken.add(new)
+            out[new] = self._redact_all(item) if secret else inner(item)
+        return out
+
+    def find_secret_in(self, value: Any) -> str | None:
+        """What in a JSON value the write path would have redacted (for verify), never
+        the secret itself, else None."""
+        if isinstance(value, str):
+            pattern = self.find_secret(value)
+            return None if pattern is None else f"matches the redaction pattern {pattern!r}"
+        if isinstance(value, list):
+            return next(filter(None, map(self.find_secret_in, value)), None)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    continue  # not JSON: the record's own validation names it
+                found = self.find_secret_in(key)
+                if found is None and self.names_secret(key) and _unredacted(item,
+                                                                          self.redaction):
+                    found = (f"key {key!r} names a secret (store.redact_keys) and holds a "
+                             "value that is not redacted")
+                found = found or self.find_secret_in(item)
+                if found is not None:
+                    return found
+        return None
+
+
+def _unique(key: str, taken: set[str]) -> str:
+    """`key`, or `key#2`, `key#3`... the first that `taken` does not hold."""
+    number = 1
+    unique = key
+    while unique in taken:
+        number += 1
+        unique = f"{key}#{number}"
+    return unique
+
+
+def _unredacted(value: Any, redaction: str) -> bool:
+    """Whether a value under a key naming a secret holds a string the write path would
+    have replaced."""
+    if isinstance(value, str):
+        return value not in ("", redaction)
+    if isinstance(value, list):
+        return any(_unredacted(item, redaction) for item in value)
+    if isinstance(value, dict):
+        return any(_unredacted(item, redaction) for item in value.values())
+    return False
 
 
 @dataclass(frozen=True)
@@ -246,7 +370,8 @@ RETRIEVAL_KEYS = ("candidate_pool_max", "retrieved_chunks_max", "recent_window_e
                   "recency_tau_days")
 PRIVACY_KEYS = ("version", "store", "load")
 CHANNEL_RULE_KEYS = ("suppress_sensitivity", "suppress_views", "load_event_channels")
-STORE_KEYS = ("never_store_sensitivity", "never_store_kinds", "redaction", "redact_patterns")
+STORE_KEYS = ("never_store_sensitivity", "never_store_kinds", "redaction", "redact_patterns",
+              "redact_keys")
 
 
 def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
@@ -303,13 +428,9 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
     r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
     r.known(store, "store", STORE_KEYS)
-    patterns = []
-    for number, source in enumerate(r.strings(store, "redact_patterns", "store.redact_patterns")):
-        try:
-            patterns.append(re.compile(source))
-        except re.error as exc:
-            raise r.fail("store.redact_patterns",
-                         f"invalid regular expression {source!r}: {exc}", number) from None
+    patterns = _regexes(r, store, "redact_patterns")
+    key_patterns = (_regexes(r, store, "redact_keys") if "redact_keys" in store
+                    else [re.compile(source) for source in DEFAULT_REDACT_KEYS])
     redaction = store.get("redaction", "[REDACTED]")
     if not isinstance(redaction, str):
         raise r.fail("store.redaction", "expected a string")
@@ -339,7 +460,19 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
     never |= frozenset(r.strings(store, "never_store_kinds", "store.never_store_kinds",
                                  SENSITIVITIES))
     return Privacy(never_store=never, redaction=redaction, patterns=tuple(patterns),
-                   channel_rules=rules)
+                   channel_rules=rules, key_patterns=tuple(key_patterns))
+
+
+def _regexes(r: _Reader, store: Mapping[str, Any], key: str) -> list[re.Pattern[str]]:
+    """`store.<key>`: a list of regular expressions, each compiled."""
+    patterns = []
+    for number, source in enumerate(r.strings(store, key, f"store.{key}")):
+        try:
+            patterns.append(re.compile(source))
+        except re.error as exc:
+            raise r.fail(f"store.{key}", f"invalid regular expression {source!r}: {exc}",
+                         number) from None
+    return patterns
 
 
 def parse_channels(text: str, path: str = "policies/channels.yaml") -> Channels:

@@ -103,13 +103,9 @@ def _now() -> datetime:
 
 
 def _redact(value: Any, policies: Policies) -> Any:
-    if isinstance(value, str):
-        return policies.privacy.redact(value)
-    if isinstance(value, list):
-        return [_redact(v, policies) for v in value]
-    if isinstance(value, dict):
-        return {k: _redact(v, policies) for k, v in value.items()}
-    return value
+    """`value` as it may be stored: strings and object keys through the redaction
+    patterns, what a key naming a secret holds replaced (`Privacy.redact_value`)."""
+    return policies.privacy.redact_value(value)
 
 
 def _as_list(value: Any) -> Any:

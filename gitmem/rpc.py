@@ -163,9 +163,13 @@ class Methods:
         return self.memory.query_decisions(tenant, **args)
 
     def get_artifact(self, params: Any) -> dict[str, Any]:
-        """An artifact's bytes: UTF-8 text when it is, else base64."""
-        args = checked("get_artifact", params, {"artifact_id": ("string", True)})
-        data = self.memory.get_artifact(args["artifact_id"])
+        """An artifact's bytes: UTF-8 text when it is, else base64. With `tenant_id` or
+        `channel`, only one that an event the channel may load cites for that tenant."""
+        args = checked("get_artifact", params, {
+            "artifact_id": ("string", True), "tenant_id": ("string", False),
+            "channel": ("string", False)})
+        data = self.memory.get_artifact(args["artifact_id"], args.get("tenant_id"),
+                                        args.get("channel"))
         try:
             return {"artifact_id": args["artifact_id"], "bytes": len(data), "encoding": "utf-8",
                     "data": data.decode("utf-8")}

@@ -8,15 +8,17 @@ Each problem is a FormatError naming `path:line`:
   no file of the tree holds, or a record removed while others still cite it;
 - a decision that supersedes, or a handoff that hands over, another tenant's
   decision (the write path refuses both);
-- a secret: `sensitivity: secret`, or text matching a redaction pattern of
-  `policies/privacy.yaml` (the write path redacts; a hand edit may not).
+- a secret: `sensitivity: secret`, text matching a redaction pattern of
+  `policies/privacy.yaml` (an event's object keys too), or an event's value under a
+  key that names a secret (`redact_keys`) left unredacted (the write path redacts; a
+  hand edit may not).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -175,9 +177,10 @@ class Checker:
                 self.located(event, rel)
                 self._secrets(rel, number, lines[number - start].decode("utf-8", "replace"))
                 continue
-            for text in _strings([event.content, list(event.tags)]):
-                if self._secrets(rel, number, text):
-                    break
+            found = self.policies.privacy.find_secret_in([event.content, list(event.tags)])
+            if found is not None:
+                self.fail(rel, number, f"{found} of policies/privacy.yaml: secrets are never "
+                          "stored; remove it")
             if event.sensitivity in self.policies.privacy.never_store:
                 self.fail(rel, number, f"sensitivity {event.sensitivity!r} is never stored "
                           "(policies/privacy.yaml); remove this line", "sensitivity")
@@ -224,12 +227,11 @@ class Checker:
         line = field_line(text, key)
         self.refs += [_Ref(rel, line, key, target, tenant) for target in ids]
 
-    def _secrets(self, rel: str, number: int, text: str) -> bool:
+    def _secrets(self, rel: str, number: int, text: str) -> None:
         pattern = self.policies.privacy.find_secret(text)
         if pattern is not None:
             self.fail(rel, number, f"matches the redaction pattern {pattern!r} of "
                       "policies/privacy.yaml: secrets are never stored; remove it")
-        return pattern is not None
 
     # ------------------------------------------------------------------ references
 
@@ -295,18 +297,6 @@ def record_paths(record_id: str) -> list[str]:
     if prefix == "sum":
         return [f"summaries/session/{record_id}.md", f"summaries/episode/{record_id}.md"]
     return []
-
-
-def _strings(value: object) -> Iterator[str]:
-    """Every string inside a JSON value (what the write path redacts)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

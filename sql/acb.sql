@@ -230,6 +230,13 @@ LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
 WHERE c.tenant_id = %(tenant)s AND c.source_id = ANY (%(ids)s)
 ORDER BY c.ts, c.chunk_id
 
+-- name: artifact_events
+-- The events of a tenant that cite an artifact: whether a channel may load one of
+-- them decides whether that tenant is served the artifact (get_artifact).
+SELECT e.event_id, e.sensitivity, e.channel
+FROM artifacts a JOIN events e ON e.event_id = a.event_id
+WHERE a.artifact_id = %(artifact)s AND a.tenant_id = %(tenant)s AND e.tenant_id = %(tenant)s
+
 -- name: decision_search
 SELECT chunk_id FROM chunks
 WHERE tenant_id = %(tenant)s AND source_type = 'decision' AND tsv @@ %(query)s::tsquery

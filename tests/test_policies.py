@@ -266,3 +266,90 @@ def test_non_utf8_policy_file(tmp_path: Path) -> None:
         load_policies(store)
     assert caught.value.path == "policies/budgets.yaml"
     assert caught.value.line == BUDGETS.count("\n") + 1 and "UTF-8" in str(caught.value)
+
+
+# The shapes of secret the default policy must catch in a string, and prose that looks
+# like them but holds none (review: env-var names, JSON text, sk-proj- keys).
+SECRET_TEXTS = [
+    ("export OPENAI_API_KEY=sk-live-Ab3dEf6hIj9kLm2nOp5q", "Ab3dEf6hIj9kLm2nOp5q"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("GITHUB_TOKEN=tok_0000111122223333 make release", "tok_0000111122223333"),
+    ("db_password: hunter2-Pr0d!", "hunter2"),
+    ('config: {"password": "hunter2 Pr0d!"}', "hunter2"),
+    ('{"api_key":"9f8e7d6c5b4a39281706","user":"bob"}', "9f8e7d6c5b4a39281706"),
+    ("const client = {accessToken: 'abc def ghi'}", "abc def ghi"),
+    ("apiKey=9f8e7d6c5b4a39281706", "9f8e7d6c5b4a39281706"),
+    ("key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z here", "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"),
+    ("sk-ant-api03-Ab3dEf_6hIj9kLm2nOp5q-Rs8tUv1wXy4zAA", "Ab3dEf_6hIj9kLm2nOp5q"),
+    ("Token: abc and secret = s3cr3t", "s3cr3t"),
+]
+PROSE = [
+    "the token bucket algorithm limits the rate",
+    "password reset flow: the user asks, we mail a link",
+    "max_tokens: 4096 and token_count: 12, tokenizer: cl100k_base",
+    "secrets are kept in the vault; a passphrase protects it",
+    "scikit-learn, not sk-learn",
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), SECRET_TEXTS)
+def test_default_patterns_redact_secret_shapes_in_text(text: str, secret: str) -> None:
+    p = parse_privacy(PRIVACY)
+    redacted = p.redact(text)
+    assert secret not in redacted and "[REDACTED]" in redacted
+    assert p.find_secret(text) is not None and p.find_secret(redacted) is None
+
+
+@pytest.mark.parametrize("text", PROSE)
+def test_default_patterns_leave_prose_about_secrets_alone(text: str) -> None:
+    p = parse_privacy(PRIVACY)
+    assert p.redact(text) == text
+    assert p.find_secret(text) is None
+
+
+def test_a_key_naming_a_secret_has_everything_it_holds_redacted() -> None:
+    p = parse_privacy(PRIVACY)
+    args = {"user": "bob", "password": "hunter2-Pr0d!", "OPENAI_API_KEY": "9f8e7d6c5b",
+            "aws_secret_access_key": "wJalrXUtnFEMI", "db-password": "pw1",
+            "clientSecret": "cs1", "Authorization": "Bearer abc123", "private_key": "",
+            "credentials": ["u1", {"pass": "p1", "n": 3}], "max_tokens": 4096,
+            "tokenizer": "cl100k_base", "secretary": "Ann"}
+    out = p.redact_value({"tool": "login", "args": args})
+    assert out == {"tool": "login", "args": {
+        "user": "bob", "password": "[REDACTED]", "OPENAI_API_KEY": "[REDACTED]",
+        "aws_secret_access_key": "[REDACTED]", "db-password": "[REDACTED]",
+        "clientSecret": "[REDACTED]", "Authorization": "[REDACTED]", "private_key": "",
+        "credentials": ["[REDACTED]", {"pass": "[REDACTED]", "n": 3}], "max_tokens": 4096,
+        "tokenizer": "cl100k_base", "secretary": "Ann"}}
+    assert p.find_secret_in(args) == ("key 'password' names a secret (store.redact_keys) and "
+                                      "holds a value that is not redacted")
+    assert p.find_secret_in(out) is None
+
+
+def test_secrets_used_as_keys_are_redacted_without_dropping_a_key() -> None:
+    """Two secret keys and a key already spelt like the redaction: all three values stay,
+    under distinct keys, in their order."""
+    p = parse_privacy(PRIVACY)
+    first, second = "sk-" + "A" * 30, "sk-" + "B" * 30
+    env = {first: "enabled", "[REDACTED]": "kept", second: "also", "x": f"note {first}"}
+    out = p.redact_value({"env": env})["env"]
+    assert list(out.items()) == [("[REDACTED]#2", "enabled"), ("[REDACTED]", "kept"),
+                                 ("[REDACTED]#3", "also"), ("x", "note [REDACTED]")]
+    assert p.find_secret_in({"env": {first: "enabled"}}) == \
+        "matches the redaction pattern '\\\\bsk-[A-Za-z0-9_-]{20,}'"
+    assert p.find_secret_in(out) is None
+
+
+def test_redact_keys_is_a_setting_with_the_default_when_absent() -> None:
+    default = parse_privacy(_privacy(r"\bnothing\b"))
+    assert default.redact_value({"db_password": "x"}) == {"db_password": "[REDACTED]"}
+    assert [k.pattern for k in parse_privacy(PRIVACY).key_patterns] == \
+        [k.pattern for k in default.key_patterns]  # the template spells out the default
+    own = parse_privacy(_privacy(r"\bnothing\b") + "  redact_keys: ['\\bpin\\b']\n")
+    assert own.redact_value({"db_password": "x", "card_PIN": "1234"}) == \
+        {"db_password": "x", "card_PIN": "[REDACTED]"}
+    text = _privacy(r"\bnothing\b") + "  redact_keys: ['(unclosed']\n"
+    with pytest.raises(ValidationError) as caught:
+        parse_privacy(text)
+    err = caught.value
+    assert (err.line, err.field) == (line_of(text, "redact_keys"), "store.redact_keys")

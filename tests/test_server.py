@@ -278,3 +278,50 @@ def test_64_concurrent_clients_recording_and_querying_all_answered_nothing_lost(
         index.close()
     writer = served.call("daemon_status")["writer"]
     assert writer["batches"] < writer["events"]  # group commit batched concurrent calls
+
+
+def test_get_artifact_with_a_tenant_serves_only_what_that_tenant_may_load(
+        served: Daemon) -> None:
+    """An artifact id is a content hash: with `tenant_id` (and `channel`) it is served
+    only when an event of that tenant cites it and the channel may load that event; any
+    other ask is refused exactly like an id nobody holds."""
+    payroll = "".join(f"B payroll row {n}: {'z' * 60}\n" for n in range(400))
+    served.call("record_event", {"kind": "tool_result", "tenant_id": "tenant-b",
+                                 "session_id": "pay", "sensitivity": "high",
+                                 "content": {"tool": "cat", "output": payroll}})
+    notes = "".join(f"B team note {n}: {'n' * 60}\n" for n in range(400))
+    served.call("record_event", {"kind": "tool_result", "tenant_id": "tenant-b",
+                                 "session_id": "notes", "channel": "team",
+                                 "content": {"tool": "cat", "output": notes}})
+    ids = {e["session_id"]: e["content"]["artifact_id"] for e in lines_of(served.config.store)
+           if e["tenant_id"] == "tenant-b"}
+    art, team_art = ids["pay"], ids["notes"]
+    own = served.call("get_artifact", {"artifact_id": art, "tenant_id": "tenant-b"})
+    assert own["data"] == payroll  # its own tenant, on the default (private) channel
+    shared = served.call("get_artifact", {"artifact_id": team_art, "tenant_id": "tenant-b",
+                                          "channel": "team"})
+    assert shared["data"] == notes
+    nobody = "art_" + "0" * 64
+    refusals = {}
+    for name, params in {
+            "another tenant": {"artifact_id": art, "tenant_id": "tenant-a"},
+            "high on public": {"artifact_id": art, "tenant_id": "tenant-b",
+                               "channel": "public"},
+            "private event on team": {"artifact_id": art, "tenant_id": "tenant-b",
+                                      "channel": "team"},
+            "team event on public": {"artifact_id": team_art, "tenant_id": "tenant-b",
+                                     "channel": "public"},
+            "a channel alone": {"artifact_id": art, "channel": "public"},
+            "nobody holds it": {"artifact_id": nobody, "tenant_id": "tenant-a"}}.items():
+        with pytest.raises(RpcError) as caught:
+            served.call("get_artifact", params)
+        assert caught.value.code == -32003, name
+        assert "payroll" not in str(caught.value) and "bytes" not in str(caught.value), name
+        refusals[name] = str(caught.value)
+    assert refusals["another tenant"].replace(art, nobody) == refusals["nobody holds it"]
+    with pytest.raises(RpcError) as bad:
+        served.call("get_artifact", {"artifact_id": art, "tenant_id": "tenant-b",
+                                     "channel": "radio"})
+    assert bad.value.code == -32602 and bad.value.data["field"] == "channel"
+    unscoped = served.call("get_artifact", {"artifact_id": art})  # as before: no scope asked
+    assert unscoped["data"] == payroll

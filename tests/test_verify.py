@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from gitmem.config import Config
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
+from gitmem.records import content_hash
 from gitmem.verify import verify_tree
 from tests.conftest import Cli, git
 from tests.daemons import append, event_line
@@ -108,3 +110,38 @@ def test_a_decision_superseding_or_a_handoff_citing_another_tenants_decision_fai
     assert any(f"memory/handoffs/{packet.id}.yaml" in p and "field 'decisions'" in p
                and "another tenant" in p for p in problems), problems
     assert len(problems) == 2
+
+
+def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flags_them(
+        cli: Cli, config: Config, memory: Memory) -> None:
+    """The write path redacts a value under a key naming a secret, a secret used as a key
+    and env-style assignments; the same content appended by hand is a problem at its
+    line, and so is such an assignment in a view, without printing the secret."""
+    key = "sk-" + "K" * 32
+    contents = [("tool_call", {"tool": "login", "args": {"user": "bob",
+                                                         "db_password": "hunter2-Pr0d!"}}),
+                ("tool_call", {"tool": "http", "args": {"env": {key: "enabled"}}}),
+                ("message", {"text": "export OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5q"})]
+    secrets = ["hunter2-Pr0d!", key, "Ab3dEf6hIj9kLm2nOp5q"]
+    for kind, content in contents:
+        memory.record({"kind": kind, "session_id": "s1", "content": content})
+    stored = b"".join(p.read_bytes() for p in config.store.rglob("*") if p.is_file())
+    acb = json.dumps(memory.build_acb({"session_id": "s1"}))
+    assert [s for s in secrets if s.encode() in stored or s in acb] == []
+    assert "enabled" in acb and "bob" in acb  # only the secrets went
+    assert "no problems" in cli("verify").output
+    for number, (kind, content) in enumerate(contents, start=1):
+        append(config.store / DAY, event_line("s2", "", number=number, kind=kind,
+                                              content=content,
+                                              hash=content_hash(kind, content))[1])
+    view = config.store / "views" / "glossary.md"
+    view.write_text(view.read_text() + "\nRun with OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5q\n")
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:1: key 'db_password' names a secret (store.redact_keys)" in out
+    assert f"memory/{DAY}:2: matches the redaction pattern '\\\\bsk-" in out
+    assert f"memory/{DAY}:3: matches the redaction pattern" in out
+    line = view.read_text().splitlines().index(
+        "Run with OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5q") + 1
+    assert f"memory/views/glossary.md:{line}: matches the redaction pattern" in out
+    assert [s for s in secrets if s in out] == []
+    assert "4 problem(s)" in out
