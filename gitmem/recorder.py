@@ -503,13 +503,15 @@ class Recorder:
                 if rel is None:
                     rel = days[p.event.ts[:10]] = day_file_rel(p.event.when)
                 by_file.setdefault(rel, []).append(p.event)
+            # Every line of every file is encoded before the first byte is written: a
+            # value UTF-8 cannot encode fails the write whole, not the files after the first.
+            encoded = {rel: [_encoded_line(e) for e in events]
+                       for rel, events in by_file.items()}
             for rel, events in by_file.items():
                 announce = (None if self.on_appending is None
                             else functools.partial(self.on_appending, rel))
                 announced.append(rel)
-                offset, data, stat = append_lines(self.store / rel,
-                                                  [e.to_line().encode("utf-8") for e in events],
-                                                  announce)
+                offset, data, stat = append_lines(self.store / rel, encoded[rel], announce)
                 appends.append((rel, Appended(offset, data, tuple(events), stat)))
         except BaseException:
             for tmp, _ in temps:
@@ -643,3 +645,38 @@ def append_lines(path: Path, lines: list[bytes],
     if created:
         fsync_dir(path.parent)
     return end - len(data), data, stat_key(st)
+
+
+def _encoded_line(event: Event) -> bytes:
+    """An event's line as UTF-8, or ValidationError naming the field that has no UTF-8
+    form (a lone surrogate such as \\ud800, which JSON input can carry)."""
+    try:
+        return event.to_line().encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        raise ValidationError(f"event {event.id}: {bad!r} is a lone surrogate, not a "
+                              "character; it has no UTF-8 form and cannot be stored",
+                              field=_unencodable(event.to_dict())) from None
+
+
+def _unencodable(value: Any, name: str = "") -> str | None:
+    """The dotted field of the first string (or key) in `value` that UTF-8 cannot encode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return name or None
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _unencodable(key, name) or _unencodable(
+                item, f"{name}.{key}" if name else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, list):
+        for item in value:
+            found = _unencodable(item, name)
+            if found:
+                return found
+    return None

@@ -505,3 +505,20 @@ def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) 
         recorder.record_many(objs, "batch.jsonl", [4, 5, 6])
     assert (caught.value.path, caught.value.line, caught.value.field) == ("batch.jsonl", 6, "id")
     assert snapshot(repo) == before
+
+
+# ----------------------------------------------------------------------------- all or nothing
+
+
+def test_a_batch_with_a_value_utf8_cannot_encode_writes_nothing(recorder: Recorder,
+                                                                repo: Path) -> None:
+    recorder.record({"ts": "2026-01-01T09:00:00+00:00", "content": {"text": "already here"}})
+    before = snapshot(repo)
+    for bad, field in (({"tags": ["a\ud800b"]}, "tags"),
+                       ({"session_id": "lone \udc00 surrogate"}, "session_id")):
+        batch = [{"ts": "2026-01-01T10:00:00+00:00", "content": {"text": "first, day one"}},
+                 {"ts": "2026-01-02T10:00:00+00:00", "content": {"text": "second"}, **bad}]
+        with pytest.raises(ValidationError) as caught:
+            recorder.record_many(batch, "batch.jsonl")
+        assert caught.value.field == field and "surrogate" in str(caught.value)
+        assert snapshot(repo) == before  # not even the first day's line
