@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -125,6 +128,31 @@ def test_record_non_utf8_input_names_the_line(cli: Cli) -> None:
     result = cli.runner.invoke(main, ["record", "--json", "-"], env=cli.env(),
                                input=b'{"content": {"text": "a"}}\n{"content": {"text": "\xff"}}\n')
     assert result.exit_code == 1 and "<stdin>:2: not valid UTF-8" in result.stderr
+
+
+def test_record_json_that_the_disk_refuses_writes_nothing_and_says_why(
+        cli: Cli, tmp_path: Path) -> None:
+    """A real file-size limit (`ulimit -f`, failing as a full disk does) stops the write
+    in the middle: the day file is cut back to what it was, and the error is a message."""
+    cli("record", "already here", "--ts", "2026-11-26T10:00:00+00:00")
+    day = cli.config.store / "events/2026-11/2026-11-26.jsonl"
+    before = snapshot(cli.config.store.parent)
+    source = tmp_path / "batch.jsonl"
+    source.write_text("".join(json.dumps({"ts": "2026-11-26T11:00:00+00:00", "content": {
+        "text": f"batch line {n} " + "x" * 300}}) + "\n" for n in range(400)))
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "gitmem", "record", "--json", str(source)], capture_output=True,
+        text=True, timeout=120, preexec_fn=limited, env={**os.environ, **cli.env(),
+                                                         "GITMEM_NO_DAEMON": "1"})
+    assert result.returncode == 1, result.stderr
+    assert f"appending to {day} failed: File too large" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert snapshot(cli.config.store.parent) == before
 
 
 def test_record_secret_and_redaction(cli: Cli) -> None:
