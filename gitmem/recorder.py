@@ -501,6 +501,14 @@ class Recorder:
         # Every line of every file is encoded before the first byte is written: a value
         # UTF-8 cannot encode fails the write whole, not the files after the first.
         encoded = {rel: [_encoded_line(e) for e in events] for rel, events in by_file.items()}
+        for p in prepared:
+            id_key = {"summary": "summary_id", "decision": "decision_id"}.get(p.event.kind)
+            if id_key is not None and p.files and p.files[-1].target.exists():
+                # a minted id never meets a file: this one is the caller's choice
+                raise ValidationError(
+                    f"{p.files[-1].target.relative_to(self.store)} already exists; "
+                    f"{p.event.kind} ids never repeat (leave content.{id_key} out and "
+                    "one is assigned)", field=f"content.{id_key}")
         staged = [f for p in prepared for f in p.files]
         temps = self._stage(staged)
         appends: list[tuple[str, Appended]] = []

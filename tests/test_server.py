@@ -18,8 +18,10 @@ import pytest
 
 from gitmem.client import Client
 from gitmem.config import Config
-from gitmem.errors import RpcError
+from gitmem.errors import RpcError, ValidationError
 from gitmem.memory import Memory
+from gitmem.rpc import Fault
+from gitmem.server import GroupWriter
 from tests.daemons import Daemon, Index, cleanup_dir, items, new_repo, running, short_dir
 
 
@@ -278,3 +280,70 @@ def test_64_concurrent_clients_recording_and_querying_all_answered_nothing_lost(
         index.close()
     writer = served.call("daemon_status")["writer"]
     assert writer["batches"] < writer["events"]  # group commit batched concurrent calls
+
+
+# ----------------------------------------------------------------------------- group commit
+
+
+def test_an_event_that_fails_fails_alone_in_its_batch(memory: Memory) -> None:
+    """Whatever one caller's event raises, the other events of its batch are written and
+    answered; the bad ones get errors of their own."""
+    first = memory.record({"content": {"text": "cited"}})
+    summary_id = memory.record({"kind": "summary", "refs": [first.id], "content": {
+        "text": "a summary", "summary_id": "sum_01KDWFZY805RBPS5ZPF38HJB1M"}}
+                               ).content["summary_id"]
+    deep: dict[str, Any] = {}
+    for _ in range(5000):
+        deep = {"d": deep}
+    bad = {
+        "kind": {"kind": ["message"], "content": {"text": "x"}},                  # TypeError
+        "tag": {"ts": "2026-01-02T10:00:00+00:00", "tags": ["x\ud800"],
+                "content": {"text": "bad tag"}},                                  # UTF-8
+        "summary": {"kind": "summary", "refs": [first.id],
+                    "content": {"text": "again", "summary_id": summary_id}},       # a clash
+        "deep": {"content": {"text": "deep", "nested": deep}},                    # recursion
+    }
+    writer = GroupWriter(memory)
+    good = [writer.submit({"ts": "2026-01-01T10:00:00+00:00",
+                           "content": {"text": f"valid {n}"}}) for n in range(3)]
+    failing = {name: writer.submit(obj) for name, obj in bad.items()}
+    good += [writer.submit({"content": {"text": f"valid {n}"}}) for n in range(3, 6)]
+    writer.start()
+    writer.stop()  # writes what is queued: all of it, as one batch
+    assert writer.batches == 1
+    written = [future.result(timeout=0) for future in good]
+    assert [e.content["text"] for e in written] == [f"valid {n}" for n in range(6)]
+    on_disk = [e["id"] for e in lines_of(memory.store)]
+    assert all(on_disk.count(e.id) == 1 for e in written)
+    errors = {name: future.exception(timeout=0) for name, future in failing.items()}
+    assert isinstance(errors["tag"], ValidationError) and errors["tag"].field == "tags"
+    assert isinstance(errors["summary"], ValidationError)
+    assert errors["summary"].field == "content.summary_id"
+    for name in ("kind", "deep"):
+        assert isinstance(errors[name], Fault) and errors[name].code == -32603, errors[name]
+    assert "TypeError" in str(errors["kind"]) and "RecursionError" in str(errors["deep"])
+    assert len(on_disk) == 2 + 6  # the cited event and the summary, then the six
+
+
+def test_a_bad_event_over_the_socket_leaves_the_others_of_its_batch_written(
+        served: Daemon) -> None:
+    cited = served.call("record_event", {"content": {"text": "cited"}})["event_id"]
+    summary_id = f"sum_01KDWFZY805RBPS5ZP{uuid.uuid4().hex[:8].upper()}"
+    summary = {"kind": "summary", "refs": [cited],
+               "content": {"text": "said once", "summary_id": summary_id}}
+    served.call("record_event", summary)
+    marker = uuid.uuid4().hex
+    params = [{"session_id": marker, "content": {"text": f"{marker} {n}"}} for n in range(4)]
+    params[2:2] = [summary, {"session_id": marker, "kind": ["message"],
+                             "content": {"text": "mistyped kind"}}]
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "record_event", "params": p}
+             for n, p in enumerate(params)]
+    answers = {a["id"]: a for a in exchange(served, json.dumps(batch).encode() + b"\n")[0]}
+    assert [n for n, a in sorted(answers.items()) if "result" in a] == [0, 1, 4, 5]
+    clash = answers[2]["error"]
+    assert clash["code"] == -32602 and clash["data"]["field"] == "content.summary_id"
+    assert "already exists" in clash["message"] and "retry" not in clash["message"]
+    assert answers[3]["error"]["code"] == -32603
+    texts = [e["content"]["text"] for e in lines_of(served.config.store)
+             if e["session_id"] == marker]
+    assert texts == [f"{marker} {n}" for n in range(4)]
