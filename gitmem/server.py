@@ -289,7 +289,8 @@ class _Connection:
                     self.send(response(None, error={
                         "code": INVALID_REQUEST,
                         "message": f"request larger than {limit} bytes; send large tool "
-                                   "output as an excerpt or split the batch"}))
+                                   "output as an excerpt or split the batch",
+                        "data": {"max_request_bytes": limit}}))  # the CLI then works locally
                     while line and not line.endswith(b"\n"):  # skip the rest of it
                         line = reader.readline(limit + 1)
                     continue

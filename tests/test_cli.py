@@ -16,9 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from gitmem.cli import main
+from gitmem.config import Config
 from gitmem.documents import parse_decision, parse_task
 from gitmem.ids import ULID_ID
 from tests.conftest import Cli, snapshot
+from tests.daemons import Index, cleanup_dir, new_repo, running, short_dir
 
 SECRET = "sk-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"
 
@@ -153,6 +155,41 @@ def test_record_json_that_the_disk_refuses_writes_nothing_and_says_why(
     assert f"appending to {day} failed: File too large" in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert snapshot(cli.config.store.parent) == before
+
+
+def test_record_json_longer_than_the_daemon_reads_is_written_all_the_same(
+        dsn: str, schema: str) -> None:
+    """A batch over the daemon's --max-request-bytes (1 MiB here) is recorded by the CLI
+    itself, as with no daemon: the same ids out, the same errors; the daemon indexes it."""
+    root = short_dir("gmcli")
+    new_repo(root)
+    config = Config(store=root / "memory", dsn=dsn, schema=schema)
+    source = root / "bulk.jsonl"
+    lines = [json.dumps({"session_id": "bulk", "content": {"text": f"bulk {n} " + "z" * 1000}})
+             for n in range(1500)]  # ~1.5 MB
+    try:
+        with running(config) as daemon:
+            source.write_text("\n".join([*lines[:-1], '{"session_id": 5}']) + "\n")
+            before = snapshot(config.store)
+            refused = daemon.cli("record", "--json", str(source), check=False)
+            assert refused.returncode == 1
+            assert f"{source}:1500: field 'session_id'" in refused.stderr
+            assert snapshot(config.store) == before  # validated whole: nothing written
+            source.write_text("\n".join(lines) + "\n")
+            ids = daemon.cli("record", "--json", str(source)).stdout.split()
+            assert len(ids) == len(set(ids)) == 1500
+            on_disk = [line["id"] for line in day_lines(config.store)]
+            assert on_disk == ids
+            small = daemon.cli("record", "--json", "-", input=lines[0] + "\n").stdout.split()
+            daemon.call("status")  # the read catches up with what the CLI wrote
+            index = Index(config)
+            try:
+                assert index.scalar("SELECT count(*) FROM events WHERE session_id = 'bulk'") \
+                    == 1501 and index.has_event(small[0])
+            finally:
+                index.close()
+    finally:
+        cleanup_dir(root)
 
 
 def test_record_secret_and_redaction(cli: Cli) -> None:

@@ -140,6 +140,7 @@ def test_an_oversized_request_is_refused_and_others_go_on(served: Daemon) -> Non
                        "params": {"content": {"text": "x" * 1_100_000}}}).encode() + b"\n"
     answer, after = exchange(served, huge, b'{"jsonrpc": "2.0", "id": 2, "method": "status"}\n')
     assert answer["error"]["code"] == -32600 and "larger than" in answer["error"]["message"]
+    assert answer["error"]["data"] == {"max_request_bytes": 1048576}  # the CLI works locally
     assert after["id"] == 2 and "clean" in after["result"]  # the connection goes on
     assert "x" * 1000 not in "".join(e["content"].get("text", "")
                                      for e in lines_of(served.config.store))
