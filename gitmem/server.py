@@ -312,6 +312,10 @@ class _Connection:
             self.send(response(None, error={"code": PARSE_ERROR,
                                              "message": f"parse error: {exc}"}))
             return
+        except RecursionError:  # else it ends this connection's reader, unanswered
+            self.send(response(None, error={"code": PARSE_ERROR, "message": "parse error: "
+                                             "nested too deeply"}))
+            return
         if isinstance(message, list):
             self._handle_batch(message)
             return

@@ -76,6 +76,11 @@ def test_malformed_json_gets_a_parse_error_and_the_connection_keeps_serving(
     assert good["id"] == 7 and good["result"]["pid"] == served.pid
     bad_utf8 = exchange(served, b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}\n')[0]
     assert bad_utf8["error"]["code"] == -32700
+    deep = b'{"jsonrpc": "2.0", "id": 1, "method": "status", "params": ' + b"[" * 100_000
+    nested, after = exchange(served, deep + b"]" * 100_000 + b"}\n",
+                             b'{"jsonrpc": "2.0", "id": 8, "method": "daemon_status"}\n')
+    assert nested["error"]["code"] == -32700 and "nested too deeply" in nested["error"]["message"]
+    assert after["id"] == 8  # the same connection goes on
 
 
 @pytest.mark.parametrize("line, needle", [
