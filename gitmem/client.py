@@ -23,6 +23,7 @@ import orjson
 
 from gitmem import errors
 from gitmem.errors import DaemonError, FormatError, GitmemError, RpcError
+from gitmem.rpc import INVALID_REQUEST
 
 CONNECT_TIMEOUT = 0.5
 CALL_TIMEOUT = 120.0
@@ -183,6 +184,13 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
         return None
     with client:
         return client.call(method, params)
+
+
+def too_large(exc: RpcError) -> bool:
+    """Whether the daemon refused a request for its length alone (longer than its
+    `--max-request-bytes`): it read none of it, so nothing was done."""
+    return (exc.code == INVALID_REQUEST and isinstance(exc.data, dict)
+            and "max_request_bytes" in exc.data)
 
 
 def local_error(exc: RpcError) -> GitmemError:

@@ -37,7 +37,8 @@ INTERNAL_ERROR = -32603
 APP_ERROR = -32000             # any other GitmemError
 DATABASE_UNAVAILABLE = -32001  # the index cannot be reached; files were still written
 PRIVACY_REFUSED = -32002       # the privacy policy refused the write; nothing was written
-NOT_FOUND = -32003             # StoreError: an artifact, decision or file that is not there
+NOT_FOUND = -32003             # StoreError: a file not there (an artifact), or a write
+                               # the disk refused (nothing was written)
 FORMAT_ERROR = -32004          # a file or record that does not parse
 BUSY = -32005                  # too many connections, or a client that never reads
 SHUTTING_DOWN = -32006

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gitmem.client import socket_address
-from gitmem.errors import DaemonError, FormatError, PrivacyError
+from gitmem.errors import DaemonError, FormatError, GitmemError, PrivacyError
 from gitmem.rpc import (
     BUSY,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -70,8 +71,9 @@ class GroupWriter:
     """One thread that appends concurrent `record_event` calls in batches.
 
     Each batch is one `Memory.record_many` (validated whole, one write and one
-    fsync per day file). If the batch holds a bad event, its events are
-    recorded one by one so that only the bad one fails.
+    fsync per day file, all or nothing). If it fails, whatever the reason, the
+    batch is split until the event that fails is alone: only its caller gets
+    an error, and every other event is written and answered.
     """
 
     def __init__(self, memory: Memory, *, max_batch: int = 2048,
@@ -136,24 +138,12 @@ class GroupWriter:
         try:
             if self.before_write is not None:
                 self.before_write()
-            written = self.memory.record_many([obj for obj, _ in batch])
-            for (_, future), event in zip(batch, written, strict=True):
-                future.set_result(event)
-        except (FormatError, PrivacyError):
-            written = []
-            for obj, future in batch:
-                try:
-                    event = self.memory.record(obj)
-                except Exception as exc:  # each caller gets its own error
-                    future.set_exception(exc)
-                else:
-                    written.append(event)
-                    future.set_result(event)
-        except Exception as exc:  # disk full, bug: every caller of the batch is told
-            logger.error("writing a batch of %d event(s) failed", len(batch), exc_info=exc)
+        except Exception as exc:  # the policies could not be brought up to date: no write
+            logger.error("preparing a batch of %d event(s) failed", len(batch), exc_info=exc)
             for _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
+                future.set_exception(exc)
+        else:
+            written = self._record(batch)
         self.batches += 1
         self.events += len(written)
         if written and self.on_written is not None:
@@ -161,6 +151,41 @@ class GroupWriter:
                 self.on_written(written)
             except Exception:
                 logger.exception("the after-write callback failed")
+
+    def _record(self, batch: list[tuple[Any, Future[Event]]]) -> list[Event]:
+        """Record `batch` with one `record_many`, which writes all or nothing. When it
+        fails, each half is recorded on its own, down to single events: whatever one
+        caller's event raises (bad input, a clash, a bug) fails that call alone, and
+        the others are still written in as few groups as it allows."""
+        if len(batch) == 1:
+            obj, future = batch[0]
+            try:
+                event = self.memory.record(obj)
+            except Exception as exc:
+                future.set_exception(_own_error(exc))
+                return []
+            future.set_result(event)
+            return [event]
+        try:
+            events = self.memory.record_many([obj for obj, _ in batch])
+        except Exception:
+            middle = len(batch) // 2
+            return self._record(batch[:middle]) + self._record(batch[middle:])
+        for (_, future), event in zip(batch, events, strict=True):
+            future.set_result(event)
+        return events
+
+
+def _own_error(exc: Exception) -> Exception:
+    """What a caller whose event failed is answered with; what is not its input is logged."""
+    if isinstance(exc, FormatError | PrivacyError | Fault):
+        return exc
+    if isinstance(exc, GitmemError):  # the disk, the store: the daemon's state, not the input
+        logger.warning("an event was not written: %s", exc)
+        return exc
+    logger.error("recording an event failed", exc_info=exc)
+    return Fault(INTERNAL_ERROR, f"internal error ({type(exc).__name__}: {exc}); "
+                 "see .gitmem/daemon.log")
 
 
 # --------------------------------------------------------------------------- connections
@@ -264,7 +289,8 @@ class _Connection:
                     self.send(response(None, error={
                         "code": INVALID_REQUEST,
                         "message": f"request larger than {limit} bytes; send large tool "
-                                   "output as an excerpt or split the batch"}))
+                                   "output as an excerpt or split the batch",
+                        "data": {"max_request_bytes": limit}}))  # the CLI then works locally
                     while line and not line.endswith(b"\n"):  # skip the rest of it
                         line = reader.readline(limit + 1)
                     continue
@@ -285,6 +311,10 @@ class _Connection:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             self.send(response(None, error={"code": PARSE_ERROR,
                                              "message": f"parse error: {exc}"}))
+            return
+        except RecursionError:  # else it ends this connection's reader, unanswered
+            self.send(response(None, error={"code": PARSE_ERROR, "message": "parse error: "
+                                             "nested too deeply"}))
             return
         if isinstance(message, list):
             self._handle_batch(message)

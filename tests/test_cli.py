@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,9 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from gitmem.cli import main
+from gitmem.config import Config
 from gitmem.documents import parse_decision, parse_task
 from gitmem.ids import ULID_ID
 from tests.conftest import Cli, snapshot
+from tests.daemons import Index, cleanup_dir, new_repo, running, short_dir
 
 SECRET = "sk-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"
 
@@ -125,6 +130,66 @@ def test_record_non_utf8_input_names_the_line(cli: Cli) -> None:
     result = cli.runner.invoke(main, ["record", "--json", "-"], env=cli.env(),
                                input=b'{"content": {"text": "a"}}\n{"content": {"text": "\xff"}}\n')
     assert result.exit_code == 1 and "<stdin>:2: not valid UTF-8" in result.stderr
+
+
+def test_record_json_that_the_disk_refuses_writes_nothing_and_says_why(
+        cli: Cli, tmp_path: Path) -> None:
+    """A real file-size limit (`ulimit -f`, failing as a full disk does) stops the write
+    in the middle: the day file is cut back to what it was, and the error is a message."""
+    cli("record", "already here", "--ts", "2026-11-26T10:00:00+00:00")
+    day = cli.config.store / "events/2026-11/2026-11-26.jsonl"
+    before = snapshot(cli.config.store.parent)
+    source = tmp_path / "batch.jsonl"
+    source.write_text("".join(json.dumps({"ts": "2026-11-26T11:00:00+00:00", "content": {
+        "text": f"batch line {n} " + "x" * 300}}) + "\n" for n in range(400)))
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    result = subprocess.run(
+        [sys.executable, "-m", "gitmem", "record", "--json", str(source)], capture_output=True,
+        text=True, timeout=120, preexec_fn=limited, env={**os.environ, **cli.env(),
+                                                         "GITMEM_NO_DAEMON": "1"})
+    assert result.returncode == 1, result.stderr
+    assert f"appending to {day} failed: File too large" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert snapshot(cli.config.store.parent) == before
+
+
+def test_record_json_longer_than_the_daemon_reads_is_written_all_the_same(
+        dsn: str, schema: str) -> None:
+    """A batch over the daemon's --max-request-bytes (1 MiB here) is recorded by the CLI
+    itself, as with no daemon: the same ids out, the same errors; the daemon indexes it."""
+    root = short_dir("gmcli")
+    new_repo(root)
+    config = Config(store=root / "memory", dsn=dsn, schema=schema)
+    source = root / "bulk.jsonl"
+    lines = [json.dumps({"session_id": "bulk", "content": {"text": f"bulk {n} " + "z" * 1000}})
+             for n in range(1500)]  # ~1.5 MB
+    try:
+        with running(config) as daemon:
+            source.write_text("\n".join([*lines[:-1], '{"session_id": 5}']) + "\n")
+            before = snapshot(config.store)
+            refused = daemon.cli("record", "--json", str(source), check=False)
+            assert refused.returncode == 1
+            assert f"{source}:1500: field 'session_id'" in refused.stderr
+            assert snapshot(config.store) == before  # validated whole: nothing written
+            source.write_text("\n".join(lines) + "\n")
+            ids = daemon.cli("record", "--json", str(source)).stdout.split()
+            assert len(ids) == len(set(ids)) == 1500
+            on_disk = [line["id"] for line in day_lines(config.store)]
+            assert on_disk == ids
+            small = daemon.cli("record", "--json", "-", input=lines[0] + "\n").stdout.split()
+            daemon.call("status")  # the read catches up with what the CLI wrote
+            index = Index(config)
+            try:
+                assert index.scalar("SELECT count(*) FROM events WHERE session_id = 'bulk'") \
+                    == 1501 and index.has_event(small[0])
+            finally:
+                index.close()
+    finally:
+        cleanup_dir(root)
 
 
 def test_record_secret_and_redaction(cli: Cli) -> None:

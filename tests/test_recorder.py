@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -11,7 +15,7 @@ import psycopg
 import pytest
 
 from gitmem.documents import parse_decision, parse_task
-from gitmem.errors import FormatError, PrivacyError, ValidationError
+from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.ids import ULID_ID
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
@@ -545,3 +549,67 @@ def test_a_record_id_twice_in_one_write_is_refused(recorder: Recorder, repo: Pat
     recorder.record(summary)
     with pytest.raises(ValidationError, match="never rewritten"):  # not a clash to retry
         recorder.record(summary)
+
+
+# ----------------------------------------------------------------------------- all or nothing
+
+
+def test_a_batch_with_a_value_utf8_cannot_encode_writes_nothing(recorder: Recorder,
+                                                                repo: Path) -> None:
+    recorder.record({"ts": "2026-01-01T09:00:00+00:00", "content": {"text": "already here"}})
+    before = snapshot(repo)
+    for bad, field in (({"tags": ["a\ud800b"]}, "tags"),
+                       ({"session_id": "lone \udc00 surrogate"}, "session_id")):
+        batch = [{"ts": "2026-01-01T10:00:00+00:00", "content": {"text": "first, day one"}},
+                 {"ts": "2026-01-02T10:00:00+00:00", "content": {"text": "second"}, **bad}]
+        with pytest.raises(ValidationError) as caught:
+            recorder.record_many(batch, "batch.jsonl")
+        assert caught.value.field == field and "surrogate" in str(caught.value)
+        assert snapshot(repo) == before  # not even the first day's line
+
+
+@contextmanager
+def file_size_limit(nbytes: int) -> Iterator[None]:
+    """A real limit on file sizes (RLIMIT_FSIZE, as `ulimit -f`): a write past `nbytes`
+    fails with EFBIG, as on a full disk; SIGXFSZ ignored, as Python does."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (nbytes, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_failed_append_leaves_the_file_byte_identical(tmp_path: Path) -> None:
+    target = tmp_path / "events" / "2026-02" / "2026-02-09.jsonl"
+    append_lines(target, [b'{"a": 1}\n'])
+    with target.open("ab") as handle:
+        handle.write(b'{"torn')  # a writer crashed mid-line
+    before = target.read_bytes()
+    lines = [b'{"n": "' + b"x" * 990 + b'"}\n' for _ in range(10)]
+    with file_size_limit(len(before) + 3000), pytest.raises(StoreError) as caught:
+        append_lines(target, lines)  # 3,000 bytes go in, then EFBIG
+    assert str(target) in str(caught.value) and "File too large" in str(caught.value)
+    assert target.read_bytes() == before  # no partial lines, not even the newline
+    offset, _, _ = append_lines(target, lines[:1])
+    assert target.read_bytes() == before + b"\n" + lines[0]  # the fragment stays its own
+    assert offset == len(before) + 1
+
+
+def test_a_batch_over_two_day_files_is_written_to_both_or_neither(recorder: Recorder,
+                                                                 repo: Path) -> None:
+    day2 = "events/2026-01/2026-01-02.jsonl"
+    recorder.record({"ts": "2026-01-01T09:00:00+00:00", "content": {"text": "day one"}})
+    recorder.record_many([{"ts": "2026-01-02T09:00:00+00:00", "content": {"text": "y" * 2000}}
+                          for _ in range(20)])
+    before = snapshot(repo)
+    batch = [{"ts": "2026-01-01T10:00:00+00:00", "content": {"text": "fits on day one"}},
+             {"ts": "2026-01-02T10:00:00+00:00", "content": {"text": "z" * 2000}}]
+    with file_size_limit((repo / "memory" / day2).stat().st_size + 500), \
+            pytest.raises(StoreError) as caught:
+        recorder.record_many(batch)
+    assert day2 in str(caught.value) and "nothing was written" in str(caught.value)
+    assert snapshot(repo) == before  # day one's line, appended first, was taken out
+    assert len(recorder.record_many(batch)) == 2  # once there is room, the same batch goes in

@@ -18,8 +18,9 @@ import pytest
 
 from gitmem.client import Client
 from gitmem.config import Config
-from gitmem.errors import RpcError
+from gitmem.errors import RpcError, ValidationError
 from gitmem.memory import Memory
+from gitmem.server import GroupWriter
 from tests.daemons import Daemon, Index, cleanup_dir, items, new_repo, running, short_dir
 
 
@@ -74,6 +75,11 @@ def test_malformed_json_gets_a_parse_error_and_the_connection_keeps_serving(
     assert good["id"] == 7 and good["result"]["pid"] == served.pid
     bad_utf8 = exchange(served, b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}\n')[0]
     assert bad_utf8["error"]["code"] == -32700
+    deep = b'{"jsonrpc": "2.0", "id": 1, "method": "status", "params": ' + b"[" * 100_000
+    nested, after = exchange(served, deep + b"]" * 100_000 + b"}\n",
+                             b'{"jsonrpc": "2.0", "id": 8, "method": "daemon_status"}\n')
+    assert nested["error"]["code"] == -32700 and "nested too deeply" in nested["error"]["message"]
+    assert after["id"] == 8  # the same connection goes on
 
 
 @pytest.mark.parametrize("line, needle", [
@@ -138,6 +144,7 @@ def test_an_oversized_request_is_refused_and_others_go_on(served: Daemon) -> Non
                        "params": {"content": {"text": "x" * 1_100_000}}}).encode() + b"\n"
     answer, after = exchange(served, huge, b'{"jsonrpc": "2.0", "id": 2, "method": "status"}\n')
     assert answer["error"]["code"] == -32600 and "larger than" in answer["error"]["message"]
+    assert answer["error"]["data"] == {"max_request_bytes": 1048576}  # the CLI works locally
     assert after["id"] == 2 and "clean" in after["result"]  # the connection goes on
     assert "x" * 1000 not in "".join(e["content"].get("text", "")
                                      for e in lines_of(served.config.store))
@@ -325,3 +332,69 @@ def test_get_artifact_with_a_tenant_serves_only_what_that_tenant_may_load(
     assert bad.value.code == -32602 and bad.value.data["field"] == "channel"
     unscoped = served.call("get_artifact", {"artifact_id": art})  # as before: no scope asked
     assert unscoped["data"] == payroll
+
+
+# ----------------------------------------------------------------------------- group commit
+
+
+def test_an_event_that_fails_fails_alone_in_its_batch(memory: Memory) -> None:
+    """Whatever one caller's event raises, the other events of its batch are written and
+    answered; the bad ones get errors of their own."""
+    first = memory.record({"content": {"text": "cited"}})
+    summary_id = memory.record({"kind": "summary", "refs": [first.id], "content": {
+        "text": "a summary", "summary_id": "sum_01KDWFZY805RBPS5ZPF38HJB1M"}}
+                               ).content["summary_id"]
+    deep: dict[str, Any] = {}
+    for _ in range(5000):
+        deep = {"d": deep}
+    bad = {
+        "kind": {"kind": ["message"], "content": {"text": "x"}},                  # a list
+        "tag": {"ts": "2026-01-02T10:00:00+00:00", "tags": ["x\ud800"],
+                "content": {"text": "bad tag"}},                                  # UTF-8
+        "summary": {"kind": "summary", "refs": [first.id],
+                    "content": {"text": "again", "summary_id": summary_id}},       # a clash
+        "deep": {"content": {"text": "deep", "nested": deep}},                    # recursion
+    }
+    writer = GroupWriter(memory)
+    good = [writer.submit({"ts": "2026-01-01T10:00:00+00:00",
+                           "content": {"text": f"valid {n}"}}) for n in range(3)]
+    failing = {name: writer.submit(obj) for name, obj in bad.items()}
+    good += [writer.submit({"content": {"text": f"valid {n}"}}) for n in range(3, 6)]
+    writer.start()
+    writer.stop()  # writes what is queued: all of it, as one batch
+    assert writer.batches == 1
+    written = [future.result(timeout=0) for future in good]
+    assert [e.content["text"] for e in written] == [f"valid {n}" for n in range(6)]
+    on_disk = [e["id"] for e in lines_of(memory.store)]
+    assert all(on_disk.count(e.id) == 1 for e in written)
+    errors = {name: future.exception(timeout=0) for name, future in failing.items()}
+    assert isinstance(errors["tag"], ValidationError) and errors["tag"].field == "tags"
+    assert isinstance(errors["summary"], ValidationError)
+    assert errors["summary"].field == "content.summary_id"
+    assert isinstance(errors["kind"], ValidationError) and errors["kind"].field == "kind"
+    assert isinstance(errors["deep"], ValidationError) and errors["deep"].field == "content"
+    assert len(on_disk) == 2 + 6  # the cited event and the summary, then the six
+
+
+def test_a_bad_event_over_the_socket_leaves_the_others_of_its_batch_written(
+        served: Daemon) -> None:
+    cited = served.call("record_event", {"content": {"text": "cited"}})["event_id"]
+    summary_id = f"sum_01KDWFZY805RBPS5ZP{uuid.uuid4().hex[:8].upper()}"
+    summary = {"kind": "summary", "refs": [cited],
+               "content": {"text": "said once", "summary_id": summary_id}}
+    served.call("record_event", summary)
+    marker = uuid.uuid4().hex
+    params = [{"session_id": marker, "content": {"text": f"{marker} {n}"}} for n in range(4)]
+    params[2:2] = [summary, {"session_id": marker, "kind": ["message"],
+                             "content": {"text": "mistyped kind"}}]
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "record_event", "params": p}
+             for n, p in enumerate(params)]
+    answers = {a["id"]: a for a in exchange(served, json.dumps(batch).encode() + b"\n")[0]}
+    assert [n for n, a in sorted(answers.items()) if "result" in a] == [0, 1, 4, 5]
+    clash = answers[2]["error"]
+    assert clash["code"] == -32602 and clash["data"]["field"] == "content.summary_id"
+    assert "already exists" in clash["message"] and "retry" not in clash["message"]
+    assert answers[3]["error"]["code"] == -32602
+    texts = [e["content"]["text"] for e in lines_of(served.config.store)
+             if e["session_id"] == marker]
+    assert texts == [f"{marker} {n}" for n in range(4)]
