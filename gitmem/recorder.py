@@ -351,10 +351,16 @@ class Recorder:
         kind = full["kind"]
         id_field = {"decision": "decision_id", "task_update": "task_id"}.get(kind)
         minted = id_field is not None and not full["content"].get(id_field)
-        if kind == "tool_result":
-            staged += self._excerpt(full["content"])
-        elif kind == "artifact":
-            staged += self._artifact(full["content"])
+        if kind in ("tool_result", "artifact"):
+            claimed = full["content"].get("artifact_id")
+            made = (self._excerpt if kind == "tool_result" else self._artifact)(full["content"])
+            if claimed is not None and (not made or full["content"]["artifact_id"] != claimed):
+                # an artifact is named by the output this write stores, never by the
+                # caller: a named one could be another tenant's
+                raise ValidationError("is set by the write path from the output it stores; "
+                                      "leave it out and give `output` (`data` for an "
+                                      "artifact)", field="content.artifact_id")
+            staged += made
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
         event = parse_event(full)  # every type and enum checked before files are derived

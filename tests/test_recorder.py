@@ -613,3 +613,25 @@ def test_a_batch_over_two_day_files_is_written_to_both_or_neither(recorder: Reco
     assert day2 in str(caught.value) and "nothing was written" in str(caught.value)
     assert snapshot(repo) == before  # day one's line, appended first, was taken out
     assert len(recorder.record_many(batch)) == 2  # once there is room, the same batch goes in
+
+
+def test_an_artifact_id_is_never_the_callers(recorder: Recorder, store: Path) -> None:
+    """An artifact is named by the output the write stores: an id a caller names (maybe
+    another tenant's, whose events cite it) is refused, whatever the output."""
+    output = "".join(f"row {n}: {'x' * 60}\n" for n in range(400))
+    stored = recorder.record({"kind": "tool_result", "tenant_id": "b",
+                              "content": {"tool": "cat", "output": output}})
+    art = stored.content["artifact_id"]
+    before = snapshot(store)
+    for content in ({"tool": "cat", "excerpt_text": "short", "artifact_id": art},
+                    {"tool": "cat", "output": "short", "artifact_id": art},
+                    {"tool": "cat", "output": output + "more\n", "artifact_id": art}):
+        with pytest.raises(ValidationError) as caught:
+            recorder.record({"kind": "tool_result", "tenant_id": "a", "content": content})
+        assert caught.value.field == "content.artifact_id"
+    with pytest.raises(ValidationError):
+        recorder.record({"kind": "artifact", "content": {"data": "other", "artifact_id": art}})
+    assert snapshot(store) == before
+    same = recorder.record({"kind": "tool_result", "tenant_id": "a",
+                            "content": {"tool": "cat", "output": output, "artifact_id": art}})
+    assert same.content["artifact_id"] == art  # the id of what it stores: allowed
