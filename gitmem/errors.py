@@ -76,6 +76,10 @@ class StoreError(GitmemError):
     """The memory tree cannot be read or written."""
 
 
+class NotFoundError(StoreError):
+    """What was asked for is not in the store (an artifact id nobody holds)."""
+
+
 class DatabaseError(GitmemError):
     """The PostgreSQL index cannot be reached or used."""
 

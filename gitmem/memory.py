@@ -15,7 +15,7 @@ from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
 from gitmem.documents import Handoff
-from gitmem.errors import DatabaseError, StoreError, ValidationError
+from gitmem.errors import DatabaseError, NotFoundError, ValidationError
 from gitmem.ids import ARTIFACT_ID
 from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
@@ -201,7 +201,7 @@ class Memory:
             raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
                                   field="channel")
         if not ARTIFACT_ID.fullmatch(artifact_id):
-            raise StoreError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
+            raise NotFoundError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
         if self.catch_up is not None:
             self.catch_up()
         else:
@@ -209,7 +209,7 @@ class Memory:
         rule = self.policies.privacy.rule(channel)
         rows = self.db.fetchall("artifact_events", {"artifact": artifact_id, "tenant": tenant})
         if not any(rule.loads_event(r["sensitivity"], r["channel"]) for r in rows):
-            raise StoreError(f"artifact {artifact_id} not found for tenant {tenant!r} on "
+            raise NotFoundError(f"artifact {artifact_id} not found for tenant {tenant!r} on "
                              f"channel {channel!r}; pass the tenant and channel of the "
                              "session whose tool output it holds")
         return read_artifact(self.store, artifact_id)

@@ -19,6 +19,7 @@ from gitmem.errors import (
     DatabaseError,
     FormatError,
     GitmemError,
+    NotFoundError,
     PrivacyError,
     StoreError,
     ValidationError,
@@ -37,16 +38,17 @@ INTERNAL_ERROR = -32603
 APP_ERROR = -32000             # any other GitmemError
 DATABASE_UNAVAILABLE = -32001  # the index cannot be reached; files were still written
 PRIVACY_REFUSED = -32002       # the privacy policy refused the write; nothing was written
-NOT_FOUND = -32003             # StoreError: a file not there (an artifact), or a write
-                               # the disk refused (nothing was written)
+NOT_FOUND = -32003             # NotFoundError: not in the store (an artifact)
 FORMAT_ERROR = -32004          # a file or record that does not parse
 BUSY = -32005                  # too many connections, or a client that never reads
 SHUTTING_DOWN = -32006
+STORE_FAILED = -32007          # StoreError: the store could not be written (disk full, file
+                               # too large, I/O error): nothing was written
 
 _ERROR_CODES: tuple[tuple[type[GitmemError], int], ...] = (
     (ValidationError, INVALID_PARAMS), (FormatError, FORMAT_ERROR),
     (PrivacyError, PRIVACY_REFUSED), (DatabaseError, DATABASE_UNAVAILABLE),
-    (StoreError, NOT_FOUND), (GitmemError, APP_ERROR),
+    (NotFoundError, NOT_FOUND), (StoreError, STORE_FAILED), (GitmemError, APP_ERROR),
 )
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
-from gitmem.errors import StoreError
+from gitmem.errors import NotFoundError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
 
 TEMPLATE_FILES = (
@@ -199,13 +199,13 @@ def artifact_path(store: Path, artifact_id: str) -> Path:
 
 
 def read_artifact(store: Path, artifact_id: str) -> bytes:
-    """The bytes of an artifact, or StoreError naming the id."""
+    """The bytes of an artifact, or NotFoundError naming the id."""
     if not re.fullmatch(r"art_[0-9a-f]{64}", artifact_id):
-        raise StoreError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
+        raise NotFoundError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
     try:
         return artifact_path(store, artifact_id).read_bytes()
     except FileNotFoundError:
-        raise StoreError(f"artifact {artifact_id} not found under "
+        raise NotFoundError(f"artifact {artifact_id} not found under "
                          f"{artifact_path(store, artifact_id)}") from None
 
 

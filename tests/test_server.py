@@ -398,3 +398,13 @@ def test_a_bad_event_over_the_socket_leaves_the_others_of_its_batch_written(
     texts = [e["content"]["text"] for e in lines_of(served.config.store)
              if e["session_id"] == marker]
     assert texts == [f"{marker} {n}" for n in range(4)]
+
+
+def test_a_write_the_disk_refused_is_not_a_not_found() -> None:
+    from gitmem.errors import NotFoundError, StoreError
+    from gitmem.rpc import error_object
+
+    refused = error_object(StoreError("appending to x failed: File too large"))
+    missing = error_object(NotFoundError("artifact art_0 not found"))
+    assert (refused["code"], missing["code"]) == (-32007, -32003)
+    assert (refused["data"]["type"], missing["data"]["type"]) == ("StoreError", "NotFoundError")
