@@ -55,6 +55,7 @@ from gitmem.store import (
     content_digest,
     day_file_rel,
     file_stat,
+    record_paths,
     stat_key,
 )
 
@@ -364,6 +365,7 @@ class Recorder:
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
         event = parse_event(full)  # every type and enum checked before files are derived
+        self._require_records(event.refs, staging)
         derive = {"decision": self._decision_file, "task_update": self._task_file,
                   "summary": self._summary_file}.get(kind)
         if derive is not None:
@@ -417,6 +419,17 @@ class Recorder:
             return (self.store / rel).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+
+    def _require_records(self, refs: Iterable[str], staging: _Staging) -> None:
+        """Every record an event cites (a decision, task, summary, handoff, artifact) is in
+        the store or in this write: a line is never rewritten, so a typo in a ref would be
+        a dangling reference for good. (Events cited are checked by `gitmem verify`: the
+        index may trail the writes that made them.)"""
+        for ref in refs:
+            paths = [self.store / rel for rel in record_paths(ref)]
+            if paths and not any(p in staging or p.exists() for p in paths):
+                raise ValidationError(f"{ref} is not in the store (a dangling reference); "
+                                      "cite an id that exists", field="refs")
 
     def _require_decision(self, dec: str, field_name: str, tenant: str,
                           staging: _Staging) -> None:

@@ -290,6 +290,23 @@ def stat_store_files(store: Path) -> dict[str, tuple[str, os.stat_result | None]
     return found
 
 
+def record_paths(record_id: str) -> list[str]:
+    """Where the record `record_id` would live in the store."""
+    if record_id.startswith("art_"):
+        digest = record_id[4:]
+        return [f"artifacts/{digest[:2]}/{digest}"]
+    prefix = record_id[:3]
+    if prefix == "dec":
+        return [f"decisions/{record_id}.md"]
+    if prefix == "tsk":
+        return [f"tasks/{record_id}.md"]
+    if prefix == "hof":
+        return [f"handoffs/{record_id}.yaml"]
+    if prefix == "sum":
+        return [f"summaries/session/{record_id}.md", f"summaries/episode/{record_id}.md"]
+    return []
+
+
 def iter_store_files(store: Path) -> Iterator[tuple[str, str]]:
     """(relative path, kind) of every indexed file, in a stable order."""
     yield from sorted((rel, kind) for rel, kind, _ in _indexed_files(store))

@@ -35,7 +35,7 @@ from gitmem.policies import (
 )
 from gitmem.records import iter_events
 from gitmem.rows import parse_file
-from gitmem.store import classify
+from gitmem.store import classify, record_paths
 
 if TYPE_CHECKING:
     import git
@@ -280,23 +280,6 @@ class Checker:
             if found >= wanted:
                 break
         return found
-
-
-def record_paths(record_id: str) -> list[str]:
-    """Where the record `record_id` would live in the store."""
-    if record_id.startswith("art_"):
-        digest = record_id[4:]
-        return [f"artifacts/{digest[:2]}/{digest}"]
-    prefix = record_id[:3]
-    if prefix == "dec":
-        return [f"decisions/{record_id}.md"]
-    if prefix == "tsk":
-        return [f"tasks/{record_id}.md"]
-    if prefix == "hof":
-        return [f"handoffs/{record_id}.yaml"]
-    if prefix == "sum":
-        return [f"summaries/session/{record_id}.md", f"summaries/episode/{record_id}.md"]
-    return []
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

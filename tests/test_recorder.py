@@ -635,3 +635,20 @@ def test_an_artifact_id_is_never_the_callers(recorder: Recorder, store: Path) ->
     same = recorder.record({"kind": "tool_result", "tenant_id": "a",
                             "content": {"tool": "cat", "output": output, "artifact_id": art}})
     assert same.content["artifact_id"] == art  # the id of what it stores: allowed
+
+
+def test_a_record_cited_must_be_in_the_store(recorder: Recorder, repo: Path) -> None:
+    """An event line is never rewritten: a ref to a record that does not exist would
+    dangle for good, so it is refused (events cited are checked by `gitmem verify`)."""
+    before = snapshot(repo)
+    for ref in ("dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z9", "tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z9",
+                "sum_01JKZ3N4Q5R6S7T8V9W0X1Y2Z9", "art_" + "0" * 64):
+        with pytest.raises(ValidationError, match="dangling") as caught:
+            recorder.record({"content": {"text": "see"}, "refs": [ref]})
+        assert caught.value.field == "refs" and ref in str(caught.value)
+    assert snapshot(repo) == before
+    dec = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z5"
+    recorder.record_many([  # a record made earlier in the same write counts
+        {"kind": "decision", "refs": [EVT], "content": {"decision_id": dec, "text": "One"}},
+        {"content": {"text": "as decided"}, "refs": [dec]}])
+    recorder.record({"content": {"text": "and again"}, "refs": [dec, EVT]})

@@ -99,7 +99,7 @@ def status(obj: Context, as_json: bool) -> None:
 @click.option("--tenant", "tenant_id", default=None, help="Tenant (default from manifest).")
 @click.option("--intent", default="", help="What the call is for (recorded in provenance).")
 @click.option("--max-tokens", type=int, default=None, help="Budget (default from budgets.yaml).")
-@click.option("--now", default=None, help="Fixed clock, RFC 3339, e.g. 2026-06-01T12:00:00Z (default: now).")
+@click.option("--now", default=None, help="Fixed clock, RFC 3339 (default: now).")
 @click.option("--handoff", "handoff_id", default=None, help="Build from this handoff packet only.")
 @click.option("--format", "fmt", type=click.Choice(["json", "text"]), default="json",
               show_default=True, help="JSON bundle, or the rendered prompt text.")

@@ -68,7 +68,7 @@ def _event_options(func: F) -> F:
         click.option("--tag", "tags", multiple=True, help="A tag; repeatable."),
         click.option("--sensitivity", default=None, help="none|low|high|secret"),
         click.option("--ref", "refs", multiple=True, help="A cited id; repeatable."),
-        click.option("--ts", default=None, help="RFC 3339 timestamp, e.g. 2026-06-01T12:00:00Z (default now)."),
+        click.option("--ts", default=None, help="RFC 3339 time (default now)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -194,7 +194,7 @@ def _content(kind: str, text: str | None, content_json: str | None,
 @click.option("--session", "session_id", default=None, help="Session id.")
 @click.option("--agent", "agent_id", default=None, help="Agent id.")
 @click.option("--tenant", "tenant_id", default=None, help="Tenant.")
-@click.option("--ts", default=None, help="RFC 3339 timestamp, e.g. 2026-06-01T12:00:00Z (default now).")
+@click.option("--ts", default=None, help="RFC 3339 time, e.g. 2026-06-01T12:00:00Z (default now).")
 @click.pass_obj
 def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) -> None:
     """Record a decision (decisions/dec_<id>.md plus a decision event); print its id.
