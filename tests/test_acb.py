@@ -285,15 +285,19 @@ def test_a_bundle_with_a_summary_is_packed_again_after_any_task_write(memory: Me
     """A packed summary's conflicts cite records of any status: a task written done
     (not among the open tasks) still changes them."""
     from gitmem import ids
+    from gitmem.documents import Summary, summary_to_text
     done = ids.new_id("tsk", datetime(2026, 3, 1, 9, tzinfo=UTC))
-    summary = memory.record({"kind": "summary", "session_id": "s1", "refs": [done],
-                             "tags": ["pinned"], "ts": "2026-03-01T10:00:00+00:00",
-                             "content": {"text": "The rollout checklist is finished"}})
+    summary_id = ids.new_id("sum", datetime(2026, 3, 1, 10, tzinfo=UTC))
+    # written by hand: the write path refuses a ref to a record that does not exist
+    (memory.store / "summaries" / "session").mkdir(parents=True, exist_ok=True)
+    (memory.store / "summaries" / "session" / f"{summary_id}.md").write_text(summary_to_text(
+        Summary(id=summary_id, ts="2026-03-01T10:00:00+00:00", tenant_id="default",
+                scope="session", refs=(done,), text="The rollout checklist is finished",
+                session_id="s1", tags=("pinned",))))
     request = {"session_id": "s1", "now": NOW}
 
     def conflicts() -> list[dict[str, Any]]:
-        [item] = [i for i in all_items(memory.build_acb(request))
-                  if i["id"] == summary.content["summary_id"]]
+        [item] = [i for i in all_items(memory.build_acb(request)) if i["id"] == summary_id]
         return list(item.get("conflicts", []))
     assert conflicts() == [{"kind": "missing_ref", "ref": done}]
     memory.task("Finish the rollout checklist", task_id=done, status="done")
