@@ -6,6 +6,8 @@ Each problem is a FormatError naming `path:line`:
   handoffs, views, policies), an events file whose last line has no newline;
 - a dangling reference: `refs`, `supersedes` or `decisions` naming an id that
   no file of the tree holds, or a record removed while others still cite it;
+- an event in two day files, or in another day's file than its ts's (the index
+  keeps one copy of an event, and would lose it with that copy's file);
 - a decision that supersedes, or a handoff that hands over, another tenant's
   decision (the write path refuses both);
 - a secret: `sensitivity: secret`, text matching a redaction pattern of
@@ -35,7 +37,7 @@ from gitmem.policies import (
 )
 from gitmem.records import iter_events
 from gitmem.rows import parse_file
-from gitmem.store import classify, record_paths
+from gitmem.store import classify, day_file_rel, record_paths
 
 if TYPE_CHECKING:
     import git
@@ -188,6 +190,14 @@ class Checker:
             if seen is not None and seen[2] != event.hash:
                 self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]} with other "
                           "content; ids never repeat", "id")
+            elif seen is not None and seen[0] != self.display + rel:
+                self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]}; an event "
+                          "lives in one day file (the index keeps one copy, and loses it "
+                          "with that file)", "id")
+            home = day_file_rel(event.when)
+            if home != rel:
+                self.fail(rel, number, f"{event.id} belongs in {home}, the file of its ts's "
+                          "date, not here", "ts")
             self.event_ids.setdefault(event.id, (self.display + rel, number, event.hash))
             self.refs += [_Ref(rel, number, "refs", ref) for ref in event.refs]
 

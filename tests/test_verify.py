@@ -145,3 +145,24 @@ def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flag
     assert f"memory/views/glossary.md:{line}: matches the redaction pattern" in out
     assert [s for s in secrets if s in out] == []
     assert "4 problem(s)" in out
+
+
+def test_an_event_in_two_day_files_or_in_another_days_file_fails(cli: Cli,
+                                                                 config: Config) -> None:
+    """The index keeps one copy of an event: removing the file of that copy would lose
+    it, though another file still holds it. An event lives in its ts's day file only."""
+    store = config.store
+    event_id, line = event_line("s", "said once", number=1)  # ts 2026-03-01
+    append(store / DAY, line)
+    append(store / "events/2026-03/2026-03-02.jsonl", line)  # copied into another day
+    _, early = event_line("s", "filed a day late", number=2, ts="2026-02-28T23:30:00+00:00")
+    append(store / DAY, early)
+    _, offset = event_line("s", "its own date", number=3, ts="2026-03-01T23:30:00-02:00")
+    append(store / "events/2026-03/2026-03-01.jsonl", offset)  # UTC 03-02, local 03-01
+    out = cli("verify", ok=False).output
+    assert (f"memory/events/2026-03/2026-03-02.jsonl:1: field 'id': {event_id} is also "
+            f"memory/{DAY}:1") in out
+    assert (f"memory/events/2026-03/2026-03-02.jsonl:1: field 'ts': {event_id} belongs in "
+            f"{DAY}") in out  # the copy is misfiled too
+    assert f"memory/{DAY}:2: field 'ts':" in out and "belongs in events/2026-02/2026-02-28" in out
+    assert f"memory/{DAY}:3" not in out
