@@ -295,11 +295,16 @@ class Memory:
             raise
 
     def query_decisions(self, tenant_id: str | None = None, *, active_only: bool = True,
-                        query_text: str = "") -> list[dict[str, Any]]:
-        """A tenant's decisions (active ones by default), newest first or by relevance."""
+                        query_text: str = "", channel: str | None = None
+                        ) -> list[dict[str, Any]]:
+        """A tenant's decisions (active ones by default), newest first or by relevance;
+        with `channel`, only those its rules may load (their sensitivity decides)."""
         tenant = tenant_id or self.policies.manifest.default_tenant
         acb.check_searchable(tenant, "tenant_id")
         acb.check_searchable(query_text, "query_text")
+        if channel is not None and channel not in CHANNELS:
+            raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
+                                  field="channel")
         if self.catch_up is not None:
             self.catch_up()
         else:
@@ -312,6 +317,9 @@ class Memory:
             wanted = {r["chunk_id"] for t in terms for r in self.db.fetchall(
                 "decision_search", {"tenant": tenant, "query": t.query})}
             rows = [r for r in rows if r["decision_id"] in wanted]
+        if channel is not None:
+            hidden = self.policies.privacy.rule(channel).suppress_sensitivity
+            rows = [r for r in rows if r["sensitivity"] not in hidden]
         return [{
             "decision_id": r["decision_id"], "ts": format_ts(r["ts"]),
             "status": "active" if r["decision_id"] not in chain.superseded_by else "superseded",

@@ -161,7 +161,7 @@ class Methods:
         """Decisions of a tenant (active only by default), optionally matching a query."""
         args = checked("query_decisions", params, {
             "tenant_id": ("string", False), "active_only": ("boolean", False),
-            "query_text": ("string", False)})
+            "query_text": ("string", False), "channel": ("string", False)})
         tenant = args.pop("tenant_id", None)
         return self.memory.query_decisions(tenant, **args)
 

@@ -843,3 +843,17 @@ def test_decision_queries_refuse_text_no_stored_text_holds(memory: Memory) -> No
         with pytest.raises(ValidationError, match="unpaired surrogate") as caught:
             memory.query_decisions(**params)
         assert caught.value.field == field
+
+
+def test_decision_queries_keep_to_the_channel_asked_for(memory: Memory) -> None:
+    evt = say(memory, "Who reviews the salaries?")
+    high = memory.decide("Dana reviews the salaries", [evt], sensitivity="high")
+    plain = memory.decide("Reviews happen in March", [evt])
+    ids = {c: [d["decision_id"] for d in memory.query_decisions(channel=c)]
+           for c in ("private", "public", None)}
+    assert ids["public"] == [plain.content["decision_id"]]
+    assert set(ids["private"]) == set(ids[None]) == {high.content["decision_id"],
+                                                     plain.content["decision_id"]}
+    with pytest.raises(ValidationError) as caught:
+        memory.query_decisions(channel="radio")
+    assert caught.value.field == "channel"
