@@ -123,6 +123,11 @@ def test_record_json_with_a_bad_line_writes_nothing(cli: Cli, tmp_path: Path) ->
     assert result.exit_code == 1 and "<stdin>:2: malformed JSON" in result.stderr
     result = cli("record", "--json", str(tmp_path / "missing.jsonl"), ok=False)
     assert result.exit_code == 2 and "cannot read" in result.stderr
+    deep = '{"content": {"text": "x", "n": ' + "[" * 100_000 + "]" * 100_000 + "}}\n"
+    result = cli("record", "--json", "-", input='{"content": {"text": "ok"}}\n' + deep,
+                 ok=False)
+    assert result.exit_code == 1 and "<stdin>:2: nests objects and arrays too deep" in (
+        result.stderr)
     assert snapshot(cli.config.store.parent) == before
 
 

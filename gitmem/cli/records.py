@@ -113,6 +113,9 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
         except json.JSONDecodeError as exc:
             raise fail(FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
                                     path=name, line=number)) from None
+        except RecursionError:
+            raise fail(FormatError("nests objects and arrays too deep to read; flatten it",
+                                   path=name, line=number)) from None
     return objs, numbers
 
 
