@@ -290,6 +290,12 @@ def stat_store_files(store: Path) -> dict[str, tuple[str, os.stat_result | None]
     return found
 
 
+def linked_files(store: Path) -> list[str]:
+    """The indexed files that are symbolic links (their targets may change with no file
+    event inside the store)."""
+    return [rel for rel, _, entry in _indexed_files(store) if entry.is_symlink()]
+
+
 def record_paths(record_id: str) -> list[str]:
     """Where the record `record_id` would live in the store."""
     if record_id.startswith("art_"):

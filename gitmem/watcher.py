@@ -62,7 +62,15 @@ from gitmem.handover import Handover, Wait
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
 from gitmem.rows import Announced, Appended
-from gitmem.store import INDEXED_KINDS, Placed, StatKey, classify, stat_key
+from gitmem.store import (
+    INDEXED_KINDS,
+    Placed,
+    StatKey,
+    classify,
+    file_stat,
+    linked_files,
+    stat_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +176,7 @@ class Watcher:
         self._changes_covered = 0
         self._logged: dict[str, set[str]] = {}
         self._policy_seen: dict[str, StatKey | None] = {}
+        self._links: dict[str, StatKey | None] = {}  # symlinked files: their targets' stats
         # Starts the database again when its process has gone (the daemon's embedded one)
         self.revive: Callable[[], object] | None = None
         self.stats: dict[str, Any] = {
@@ -199,6 +208,7 @@ class Watcher:
             observer.start()
             self.mode = "polling"
         self._observer = observer
+        self._note_links()
         self._thread.start()
 
     def _change_counter(self) -> ChangeCounter | None:
@@ -227,6 +237,26 @@ class Watcher:
         self.mode = "stopped"
 
     # ------------------------------------------------------------------ queueing
+
+    def _note_links(self) -> None:
+        """Keep the stats of the store's symlinked files: their targets can change with
+        no file event in the store, so each read compares them (`_check_links`)."""
+        links = {rel: file_stat(self.store / rel) for rel in linked_files(self.store)}
+        with self._cond:
+            self._links = links
+
+    def _check_links(self) -> None:
+        """Queue each symlinked file whose target changed since it was last seen."""
+        if not self._links:
+            return
+        changed = []
+        for rel, seen in list(self._links.items()):
+            now = file_stat(self.store / rel)
+            if now != seen:
+                self._links[rel] = now
+                changed.append(rel)
+        if changed:
+            self.enqueue(changed)
 
     def enqueue(self, paths: Iterable[str]) -> None:
         """Queue store-relative paths for indexing."""
@@ -327,6 +357,7 @@ class Watcher:
         """
         timeout = self.flush_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        self._check_links()
         if self.stats["db_ok"] is False:
             raise DatabaseError(f"the index is unavailable ({self.stats['db_error']}); events "
                                 "are still written to the files and indexed when it returns")
@@ -487,11 +518,15 @@ class Watcher:
                 self._problem(str(exc))
         report: SyncReport | None
         if full or policies:  # a policy may change how rows are made: every file checked
+            self._note_links()
             report = self.memory.sync(None, appended)
             self.stats["reconciles"] += 1
             self.stats["last_reconcile"] = time.time()
         else:
             files = sorted(p for p in batch if classify(p) in INDEXED_KINDS)
+            for rel in files:  # a symlink made since the last reconcile: compared from now on
+                if rel not in self._links and (self.store / rel).is_symlink():
+                    self._links[rel] = file_stat(self.store / rel)
             report = self.memory.sync(files, appended) if files else None
         changed = [item["path"] for item in report.changed] if report is not None else []
         if report is not None:

@@ -664,3 +664,19 @@ def test_a_new_task_of_another_tenant_is_not_waited_for(
         mine = memory.build_acb({"session_id": "a", "tenant_id": "acme",
                                  "now": "2026-03-02T00:00:00+00:00"})
         assert "Rotate the keys" in texts(mine, "task_state")
+
+
+def test_a_symlinked_file_edited_through_its_target_is_caught_up(daemon: Daemon,
+                                                                 tmp_path: Path) -> None:
+    """The target lies outside the store: no file event in the store says it changed,
+    so each read compares the stat of the store's symlinked files."""
+    target = tmp_path / "ext.md"
+    target.write_text("---\nsection: rules\npinned: true\n---\n# Cluster\n\n"
+                      "The zebra cluster is named Orion.\n")
+    (daemon.config.store / "views" / "ext.md").symlink_to(target)
+    request = {"session_id": "s1", "query_text": "what is the zebra cluster called"}
+    wait_for(lambda: "named Orion" in texts(daemon.call("build_acb", request)))
+    time.sleep(0.05)
+    target.write_text(target.read_text().replace("Orion", "Vegas"))
+    answer = texts(daemon.call("build_acb", request))  # the very next read, no waiting
+    assert "named Vegas" in answer and "Orion" not in answer
