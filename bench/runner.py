@@ -25,7 +25,7 @@ from bench.plan import SHAPES
 from bench.registry import MEASUREMENTS, Measurement
 from bench.report import machine, source_state, table
 from bench.stats import Metric, timed
-from gitmem.db import redact_dsn
+from gitmem.config import redact_dsn
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

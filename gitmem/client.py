@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -22,8 +23,11 @@ from typing import Any
 import orjson
 
 from gitmem import errors
+from gitmem.config import Config, redact_dsn
 from gitmem.errors import DaemonError, FormatError, GitmemError, RpcError
 from gitmem.rpc import INVALID_REQUEST
+
+logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 0.5
 CALL_TIMEOUT = 120.0
@@ -173,8 +177,11 @@ def call(socket_path: Path, method: str, params: Any = None, *,
 
 
 def call_if_running(socket_path: Path, method: str, params: Any = None, *,
-                    timeout: float | None = CALL_TIMEOUT) -> Any | None:
-    """The daemon's answer, or None when no daemon listens on `socket_path`."""
+                    timeout: float | None = CALL_TIMEOUT,
+                    serving: Config | None = None) -> Any | None:
+    """The daemon's answer, or None when no daemon listens on `socket_path` (or, with
+    `serving`, when the daemon serves another index than that config's: another
+    schema or database; the caller then works locally)."""
     if not socket_path.exists():
         return None
     client = Client(socket_path, timeout=timeout)
@@ -183,7 +190,20 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
     except DaemonError:
         return None
     with client:
+        if serving is not None:
+            served = client.call("daemon_status")
+            if (served.get("schema"), served.get("database")) != index_of(serving):
+                logger.warning("the daemon serves schema %s on %s, not %s on %s: working "
+                               "without it", served.get("schema"), served.get("database"),
+                               *index_of(serving))
+                return None
         return client.call(method, params)
+
+
+def index_of(config: Config) -> tuple[str, str]:
+    """The schema and database (DSN without its password, or "embedded") a config
+    names: what a daemon's `daemon_status` reports it serves."""
+    return config.schema, "embedded" if config.dsn is None else redact_dsn(config.dsn)
 
 
 def too_large(exc: RpcError) -> bool:

@@ -49,6 +49,11 @@ class Config:
         return replace(self, store=store.resolve())
 
 
+def redact_dsn(dsn: str) -> str:
+    """A DSN fit for messages: the password removed."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+
+
 def find_store(start: Path) -> Path | None:
     """`memory/` in `start` or its nearest ancestor that has one."""
     for directory in (start, *start.parents):

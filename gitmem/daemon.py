@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitmem import client, gctune
-from gitmem.config import Config
+from gitmem.config import Config, redact_dsn
 from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
 from gitmem.server import ServerOptions
 
@@ -261,6 +261,7 @@ def run(config: Config, options: DaemonOptions) -> None:
 
     def daemon_status() -> dict[str, Any]:
         return {"pid": os.getpid(), "store": str(config.store), "schema": config.schema,
+                "database": "embedded" if embedded else redact_dsn(config.dsn or ""),
                 "socket": str(config.socket_path), "log": str(log_path(config)),
                 "started": started, "uptime_s": round(time.time() - started, 3),
                 "connections": server.connections, "accepted": server.accepted,

@@ -27,7 +27,7 @@ from psycopg.adapt import Dumper
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from gitmem.config import Config
+from gitmem.config import Config, redact_dsn
 from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
@@ -163,11 +163,6 @@ def _tune_embedded(server: Any) -> None:
     _commands.pg_ctl(["-w", "-m", "fast", "restart"],  # type: ignore[attr-defined]
                      pgdata=server.pgdata, user=server.system_user, timeout=60)
     server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(server.pgdata)
-
-
-def redact_dsn(dsn: str) -> str:
-    """A DSN fit for messages: the password removed."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
 
 
 class Database:

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from gitmem.client import Client, socket_address
-from gitmem.config import Config
+from gitmem.config import Config, redact_dsn
 from gitmem.daemon import running_pid
 from gitmem.errors import DaemonError, RpcError
 from tests.daemons import (
@@ -541,3 +541,21 @@ def test_the_daemon_starts_its_embedded_database_again_after_a_crash() -> None:
             assert "starting it again" in daemon.log()
     finally:
         cleanup_dir(root)
+
+
+def test_a_cli_asking_for_another_index_is_not_answered_by_the_daemon(
+        store_config: Config) -> None:
+    """The daemon serves one schema of one database; a command that names another
+    (GITMEM_SCHEMA, --dsn) works on that one itself, and says so."""
+    other = f"t_{uuid.uuid4().hex[:12]}"
+    with running(store_config) as daemon:
+        same = json.loads(daemon.cli("acb", "anything").stdout)
+        assert same["provenance"]["index_state"]["freshness"] == "watcher"
+        assert daemon.call("daemon_status")["database"] == redact_dsn(store_config.dsn or "")
+        asked = daemon.cli("acb", "anything", env={**daemon.env(), "GITMEM_SCHEMA": other})
+        bundle = json.loads(asked.stdout)
+        assert bundle["provenance"]["index_state"]["schema"] == other
+        assert bundle["provenance"]["index_state"]["freshness"] == "sync-on-read"
+        assert f"the daemon serves schema {store_config.schema}" in asked.stderr
+    with psycopg.connect(store_config.dsn or "", autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')

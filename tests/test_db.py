@@ -7,13 +7,13 @@ import threading
 import psycopg
 import pytest
 
+from gitmem.config import redact_dsn
 from gitmem.db import (
     FEW_ROWS,
     Database,
     TextArray,
     embedded_settings,
     named_queries,
-    redact_dsn,
 )
 
 

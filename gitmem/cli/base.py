@@ -55,8 +55,11 @@ def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
     from gitmem import client
     from gitmem.errors import RpcError
 
+    config = obj.config()
+    # asked for an index of its own (a schema, a DSN): the daemon must be serving it
+    wanted = (config if obj.dsn_option or os.environ.get("GITMEM_SCHEMA") else None)
     try:
-        return client.call_if_running(obj.config().socket_path, method, params)
+        return client.call_if_running(config.socket_path, method, params, serving=wanted)
     except RpcError as exc:
         raise client.local_error(exc) from None
 
