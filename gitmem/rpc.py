@@ -249,6 +249,18 @@ class Methods:
         return self._daemon_status()
 
 
+def _echoable(request_id: str | int) -> bool:
+    """Whether an id can be sent back as it came: an integer within 64 bits, a string
+    without unpaired surrogates (what every JSON encoder takes)."""
+    if isinstance(request_id, int):
+        return -(2**63) <= request_id < 2**64
+    try:
+        request_id.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_request(message: Any) -> tuple[Any, str, Any]:
     """(id, method, params) of a request object, or Fault -32600."""
     if not isinstance(message, dict):
@@ -256,9 +268,10 @@ def parse_request(message: Any) -> tuple[Any, str, Any]:
                     f"{{jsonrpc, method, params, id}}, got {type(message).__name__}")
     request_id = message.get("id")
     if request_id is not None and (isinstance(request_id, bool)
-                                   or not isinstance(request_id, str | int)):
+                                   or not isinstance(request_id, str | int)
+                                   or not _echoable(request_id)):
         raise Fault(INVALID_REQUEST, "invalid request: 'id' must be a string, an integer "
-                    "or null")
+                    "of at most 64 bits or null")
     if message.get("jsonrpc") != "2.0":
         raise Fault(INVALID_REQUEST, "invalid request: 'jsonrpc' must be \"2.0\"")
     method = message.get("method")
