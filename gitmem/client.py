@@ -24,8 +24,8 @@ import orjson
 
 from gitmem import errors
 from gitmem.config import Config, redact_dsn
-from gitmem.errors import DaemonError, FormatError, GitmemError, RpcError
-from gitmem.rpc import INVALID_REQUEST
+from gitmem.errors import DaemonError, FormatError, GitmemError, RequestNotSent, RpcError
+from gitmem.rpc import BUSY, INVALID_REQUEST
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class Client:
             self._sock.sendall(data)
         except OSError as exc:
             self.close()
-            raise DaemonError(f"lost the connection to {self.socket_path}: {exc}") from None
+            raise RequestNotSent(f"lost the connection to {self.socket_path}: {exc}") from None
 
     def read_response(self) -> Any:
         """The next response object (or batch list) from the daemon."""
@@ -190,14 +190,21 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
     except DaemonError:
         return None
     with client:
-        if serving is not None:
-            served = client.call("daemon_status")
-            if (served.get("schema"), served.get("database")) != index_of(serving):
-                logger.warning("the daemon serves schema %s on %s, not %s on %s: working "
-                               "without it", served.get("schema"), served.get("database"),
-                               *index_of(serving))
-                return None
-        return client.call(method, params)
+        try:
+            if serving is not None:
+                served = client.call("daemon_status")
+                if (served.get("schema"), served.get("database")) != index_of(serving):
+                    logger.warning("the daemon serves schema %s on %s, not %s on %s: "
+                                   "working without it", served.get("schema"),
+                                   served.get("database"), *index_of(serving))
+                    return None
+            return client.call(method, params)
+        except RequestNotSent:
+            return None  # it never had the request: done here instead
+        except RpcError as exc:
+            if exc.code == BUSY or too_large(exc):
+                return None  # refused unread (too many connections, too long)
+            raise
 
 
 def index_of(config: Config) -> tuple[str, str]:

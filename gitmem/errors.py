@@ -88,6 +88,11 @@ class DaemonError(GitmemError):
     """The daemon cannot be started, stopped or reached."""
 
 
+class RequestNotSent(DaemonError):
+    """The connection broke before the request reached the daemon whole: the daemon
+    did none of it (it acts on complete lines only)."""
+
+
 class RpcError(DaemonError):
     """A JSON-RPC call answered with an error object."""
 

@@ -134,6 +134,7 @@ def _serve(config: Config, conn: Connection) -> None:
                                                  paths))
             except DatabaseError as exc:
                 answer = ("database", str(exc))
+                memory.close()  # its connections may be to a server that is gone: new ones
             except Exception as exc:  # the daemon logs it and retries with a reconcile
                 answer = ("error", f"{type(exc).__name__}: {exc}")
             try:

@@ -199,8 +199,25 @@ def encode(message: Any) -> bytes:
     the standard library, escaped."""
     try:
         return orjson.dumps(message, default=str, option=orjson.OPT_APPEND_NEWLINE)
-    except (TypeError, orjson.JSONEncodeError):
-        return json.dumps(message, default=str, ensure_ascii=True).encode("ascii") + b"\n"
+    except TypeError:  # orjson.JSONEncodeError is one
+        pass
+    clean = _well_formed(message)
+    try:
+        return orjson.dumps(clean, default=str, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # an integer beyond 64 bits (the bundle's own pieces never are)
+        return json.dumps(clean, default=str).encode("utf-8") + b"\n"
+
+
+def _well_formed(value: Any) -> Any:
+    """`value` with every unpaired surrogate in its strings replaced (by `?`), so that
+    its JSON is UTF-8 any decoder takes."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_well_formed(k): _well_formed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_well_formed(v) for v in value]
+    return value
 
 
 class _Connection:
@@ -299,7 +316,7 @@ class _Connection:
                 line = reader.readline(limit + 1)
                 if not line:
                     break
-                if len(line) > limit:
+                if len(line) > limit and not line.endswith(b"\n"):  # the newline is free
                     self.send(response(None, error={
                         "code": INVALID_REQUEST,
                         "message": f"request larger than {limit} bytes; send large tool "
@@ -388,6 +405,14 @@ class _Connection:
             self._pending += 1
 
         def done(future: Future[Event]) -> None:
+            try:
+                answer_with(future)
+            finally:  # whatever answering did, the write is not pending any more
+                with self._pending_cond:
+                    self._pending -= 1
+                    self._pending_cond.notify_all()
+
+        def answer_with(future: Future[Event]) -> None:
             exc = future.exception()
             answer: dict[str, Any] | None = None
             if notification:
@@ -397,9 +422,6 @@ class _Connection:
             else:
                 answer = response(request_id, result={"event_id": future.result().id})
             reply(answer)
-            with self._pending_cond:
-                self._pending -= 1
-                self._pending_cond.notify_all()
 
         self.server.writer.submit(params).add_done_callback(done)
 

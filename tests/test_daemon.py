@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -522,7 +523,10 @@ def test_the_daemon_starts_its_embedded_database_again_after_a_crash() -> None:
             first = daemon.call("build_acb", {"query_text": "anything at all"})
             pgdata = config.state_dir / "pg"
             postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
-            os.kill(postmaster, signal.SIGKILL)
+            children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                                      text=True).stdout.split()
+            for pid in [postmaster, *map(int, children)]:  # the server and its backends
+                os.kill(pid, signal.SIGKILL)
 
             def answers() -> bool:
                 try:
@@ -533,11 +537,15 @@ def test_the_daemon_starts_its_embedded_database_again_after_a_crash() -> None:
                 return True
 
             wait_for(answers, timeout=60, step=0.2)
+            # the connections the pool held to the old server fail once each, until the
+            # watcher, back from its wait for the database, has dropped that pool
+            wait_for(lambda: daemon.call("daemon_status")["watcher"]["db_ok"] is True,
+                     timeout=30)
+            wait_for(answers, timeout=10, step=0.1)
             again = daemon.call("build_acb", {"query_text": "anything at all"})
             assert again["sections"] == first["sections"]
             revived = int((pgdata / "postmaster.pid").read_text().split()[0])
             assert revived != postmaster
-            wait_for(lambda: daemon.call("daemon_status")["watcher"]["db_ok"] is True)
             assert "starting it again" in daemon.log()
     finally:
         cleanup_dir(root)

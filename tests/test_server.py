@@ -18,7 +18,7 @@ import pytest
 
 from gitmem.client import Client
 from gitmem.config import Config
-from gitmem.errors import RpcError, ValidationError
+from gitmem.errors import DaemonError, RpcError, ValidationError
 from gitmem.memory import Memory
 from gitmem.server import GroupWriter
 from tests.daemons import Daemon, Index, cleanup_dir, items, new_repo, running, short_dir
@@ -408,3 +408,45 @@ def test_a_write_the_disk_refused_is_not_a_not_found() -> None:
     missing = error_object(NotFoundError("artifact art_0 not found"))
     assert (refused["code"], missing["code"]) == (-32007, -32003)
     assert (refused["data"]["type"], missing["data"]["type"]) == ("StoreError", "NotFoundError")
+
+
+def test_an_id_no_encoder_echoes_is_refused_and_the_connection_goes_on(
+        served: Daemon) -> None:
+    """An integer id beyond 64 bits, or a name with an unpaired surrogate echoed in an
+    error: answered, never a dead reader or a written but unanswered event."""
+    marker = uuid.uuid4().hex
+    big = (b'{"jsonrpc":"2.0","id":18446744073709551616,"method":"record_event",'
+           b'"params":{"session_id":"' + marker.encode() + b'","content":{"text":"x"}}}\n')
+    surrogate = b'{"jsonrpc":"2.0","id":2,"method":"status","params":{"\\ud800":1}}\n'
+    utf16 = '{"jsonrpc":"2.0","id":3,"method":"daemon_status"}\n'.encode("utf-16-be")
+    after = b'{"jsonrpc":"2.0","id":4,"method":"daemon_status"}\n'
+    refused, echoed, parse, fine = exchange(served, big, surrogate, utf16, after)
+    assert refused["error"]["code"] == -32600 and "64 bits" in refused["error"]["message"]
+    assert echoed["id"] == 2 and echoed["error"]["code"] == -32602
+    assert parse["error"]["code"] == -32700
+    assert fine["id"] == 4 and "pid" in fine["result"]
+    assert not [e for e in lines_of(served.config.store) if e["session_id"] == marker]
+
+
+def test_a_daemon_that_turns_a_call_away_unread_leaves_it_to_the_caller(
+        served: Daemon) -> None:
+    """Too many connections, or a request longer than the daemon reads: it did none of
+    it, so the CLI's call_if_running returns None and the command works locally."""
+    from gitmem.client import call_if_running
+
+    socket_path = served.config.socket_path
+    long_query = {"query_text": "word " * 250_000}  # over the served daemon's 1 MiB
+    assert call_if_running(socket_path, "build_acb", long_query) is None
+    crowd: list[Client] = []
+    try:
+        while len(crowd) < 256:  # the daemon's limit
+            try:
+                crowd.append(Client(socket_path, timeout=10).connect())
+            except DaemonError:  # the listen backlog is full for a moment
+                time.sleep(0.01)
+        time.sleep(0.2)  # all accepted
+        assert call_if_running(socket_path, "status") is None
+    finally:
+        for client in crowd:
+            client.close()
+    assert "pid" in served.call("daemon_status")  # and serves again once they leave

@@ -50,7 +50,7 @@ def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
     `GITMEM_NO_DAEMON=1` always works locally. An error the daemon answers with
     is raised as the same GitmemError the local work would have raised.
     """
-    if os.environ.get("GITMEM_NO_DAEMON"):
+    if os.environ.get("GITMEM_NO_DAEMON", "").lower() not in ("", "0", "false", "no"):
         return None
     from gitmem import client
     from gitmem.errors import RpcError

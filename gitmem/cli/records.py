@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
-from gitmem.errors import FormatError, RpcError
+from gitmem.errors import FormatError
 
 
 @main.command()
@@ -39,20 +39,6 @@ def init(directory: Path, tenant: str) -> None:
     if not report.created:
         say(f"{report.store} is already a gitmem store; nothing changed")
     click.echo(str(report.store))
-
-
-def _ask_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
-    """`via_daemon`, except that a request longer than the daemon reads (its
-    `--max-request-bytes`) is done here too, with the same output: the day files'
-    locks order the writes, and the daemon's watcher indexes the lines."""
-    from gitmem.client import too_large
-
-    try:
-        return via_daemon(obj, method, params)
-    except RpcError as exc:
-        if too_large(exc):
-            return None
-        raise
 
 
 def _event_options(func: F) -> F:
@@ -144,7 +130,7 @@ def record(obj: Context, /, text: str | None, content_json: str | None, tool: st
         objs, numbers = _read_jsonl(json_source)
         name = "<stdin>" if json_source == "-" else json_source
         with reported():
-            answer = _ask_daemon(obj, "record_events",
+            answer = via_daemon(obj, "record_events",
                                   {"events": objs, "source": name, "lines": numbers})
             if answer is None:
                 with obj.memory() as memory:
@@ -156,7 +142,7 @@ def record(obj: Context, /, text: str | None, content_json: str | None, tool: st
     fields = _event_fields(**values)
     fields["content"] = _content(fields.get("kind", "message"), text, content_json, tool)
     with reported():
-        answer = _ask_daemon(obj, "record_event", fields)
+        answer = via_daemon(obj, "record_event", fields)
         if answer is None:
             with obj.memory() as memory:
                 answer = {"event_id": memory.record(fields).id}
@@ -211,7 +197,7 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
         if key in kwargs:
             kwargs[key] = list(kwargs[key])
     with reported():
-        answer = _ask_daemon(obj, "decide", {"text": text, "refs": list(refs), **kwargs})
+        answer = via_daemon(obj, "decide", {"text": text, "refs": list(refs), **kwargs})
         if answer is None:
             with obj.memory() as memory:
                 answer = {"decision_id": memory.decide(text, list(refs), **kwargs)
@@ -243,7 +229,7 @@ def task(obj: Context, /, title: str, refs: tuple[str, ...], **options: Any) -> 
     if refs:
         kwargs["refs"] = list(refs)
     with reported():
-        answer = _ask_daemon(obj, "task", {"title": title, **kwargs})
+        answer = via_daemon(obj, "task", {"title": title, **kwargs})
         if answer is None:
             with obj.memory() as memory:
                 answer = {"task_id": memory.task(title, **kwargs).content["task_id"]}
