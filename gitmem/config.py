@@ -73,6 +73,9 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
     if store_value:
         store_path = (cwd / Path(store_value).expanduser()).resolve()
         if must_exist and not (store_path / "manifest.json").is_file():
+            if (store_path / STORE_DIRNAME / "manifest.json").is_file():
+                raise ConfigError(f"{store_path} is not a gitmem store but holds one: pass "
+                                  f"--store {store_path / STORE_DIRNAME}")
             raise ConfigError(f"{store_path} is not a gitmem store (no manifest.json); "
                               f"run `gitmem init {store_path.parent}` to create one")
     else:

@@ -14,7 +14,7 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
-from gitmem.errors import NotFoundError
+from gitmem.errors import NotFoundError, StoreError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
 
 TEMPLATE_FILES = (
@@ -99,6 +99,10 @@ def _ensure_line(path: Path, line: str) -> bool:
 def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
     """Create the memory tree in `directory/memory`; never touches existing files."""
     root = directory.resolve()
+    for path in (root, root / "memory"):
+        if path.exists() and not path.is_dir():
+            raise StoreError(f"{path} is a file, not a directory: nothing was created; "
+                             "move it away or init another directory")
     root.mkdir(parents=True, exist_ok=True)
     git_initialized = False
     if not _inside_git(root):

@@ -35,7 +35,7 @@ from gitmem.policies import (
     parse_manifest,
     parse_privacy,
 )
-from gitmem.records import iter_events
+from gitmem.records import content_hash, iter_events
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, record_paths
 
@@ -120,6 +120,7 @@ class Checker:
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
     event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    written: list[_Ref] = field(default_factory=list)  # the record files events wrote
 
     def fail(self, rel: str, line: int | None, message: str,
              field_name: str | None = None) -> None:
@@ -198,8 +199,16 @@ class Checker:
             if home != rel:
                 self.fail(rel, number, f"{event.id} belongs in {home}, the file of its ts's "
                           "date, not here", "ts")
+            expected = content_hash(event.kind, event.content)
+            if event.hash != expected:  # the dedupe key: a wrong one hides another event
+                self.fail(rel, number, f"does not match the content (expected {expected})",
+                          "hash")
             self.event_ids.setdefault(event.id, (self.display + rel, number, event.hash))
             self.refs += [_Ref(rel, number, "refs", ref) for ref in event.refs]
+            key = _RECORD_KEYS.get(event.kind)
+            record = event.content.get(key) if key else None
+            if isinstance(record, str) and record_paths(record):
+                self.written.append(_Ref(rel, number, f"content.{key}", record))
 
     def _check_record(self, rel: str, kind: str, data: bytes) -> None:
         try:
@@ -209,6 +218,9 @@ class Checker:
             return
         for number, line in enumerate(text.splitlines(), start=1):
             self._secrets(rel, number, line)
+            if line.startswith(("<<<<<<< ", ">>>>>>> ", "||||||| ")):
+                self.fail(rel, number, "an unresolved merge conflict marker; resolve the "
+                          "conflict and remove the markers")
         tenant = self.policies.manifest.default_tenant
         try:
             if kind == "decision":
@@ -252,6 +264,11 @@ class Checker:
         otherwise the tree's events files are scanned, newest first, until found.
         """
         paths = set(self.tree.paths())
+        for made in self.written:
+            if not any(p in paths for p in record_paths(made.target)):
+                self.fail(made.path, made.line, f"this event wrote {made.target}, which is "
+                          "not in the store: a write that did not finish (a `.tmp-` file "
+                          "beside it may hold it) or a record removed; restore it", made.field)
         wanted = {r.target for r in self.refs if r.target.startswith("evt_")}
         missing_events = wanted - set(self.event_ids)
         if missing_events and not complete:
@@ -290,6 +307,10 @@ class Checker:
             if found >= wanted:
                 break
         return found
+
+
+# The record file an event of each kind writes, by the content key naming it.
+_RECORD_KEYS = {"decision": "decision_id", "task_update": "task_id", "summary": "summary_id"}
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

@@ -68,6 +68,27 @@ def test_init_creates_a_store_and_is_idempotent(tmp_path: Path) -> None:
     assert snapshot(target) == before
 
 
+def test_init_where_memory_is_a_file_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    target = tmp_path / "proj"
+    target.mkdir()
+    (target / "memory").write_text("my notes")
+    result = CliRunner().invoke(main, ["init", str(target)], env={"GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"{target / 'memory'} is a file, not a directory" in result.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["memory"]  # not even git init
+
+
+def test_a_store_option_naming_the_repository_points_at_its_store(tmp_path: Path) -> None:
+    runner = CliRunner()
+    target = tmp_path / "proj"
+    assert runner.invoke(main, ["init", str(target)], env={"GITMEM_NO_DAEMON": "1"}
+                         ).exit_code == 0
+    result = runner.invoke(main, ["--store", str(target), "status"],
+                           env={"GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1
+    assert f"pass --store {target.resolve() / 'memory'}" in result.stderr
+
+
 # ----------------------------------------------------------------------------- record
 
 

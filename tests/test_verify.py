@@ -166,3 +166,23 @@ def test_an_event_in_two_day_files_or_in_another_days_file_fails(cli: Cli,
             f"{DAY}") in out  # the copy is misfiled too
     assert f"memory/{DAY}:2: field 'ts':" in out and "belongs in events/2026-02/2026-02-28" in out
     assert f"memory/{DAY}:3" not in out
+
+
+def test_a_wrong_hash_a_conflict_marker_and_a_record_never_placed_fail(
+        cli: Cli, memory: Memory) -> None:
+    store = memory.store
+    cited = memory.record({"content": {"text": "the staging cluster is in Frankfurt"}})
+    decided = memory.decide("Stage in Frankfurt", [cited.id]).content["decision_id"]
+    lost = memory.decide("Stage in Berlin", [cited.id]).content["decision_id"]
+    (store / "decisions" / f"{lost}.md").unlink()  # as a crash before the rename leaves it
+    _, copy = event_line("s", "a line claiming another's hash", number=7)
+    append(store / DAY, copy.replace(json.loads(copy)["hash"], cited.hash))
+    path = store / "decisions" / f"{decided}.md"
+    text = path.read_text()
+    path.write_text(text + "<<<<<<< HEAD\nUse red\n=======\nUse green\n>>>>>>> branch\n")
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:1: field 'hash': does not match the content" in out
+    marker = len(text.splitlines()) + 1
+    assert f"memory/decisions/{decided}.md:{marker}: an unresolved merge conflict" in out
+    assert f"field 'content.decision_id': this event wrote {lost}" in out
+    assert f"this event wrote {decided}" not in out
