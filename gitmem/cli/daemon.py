@@ -148,6 +148,14 @@ def daemon_status(obj: Context, as_json: bool) -> None:
                        f"{watcher['pending_paths']} pending, database {db}")
             for problem in watcher.get("problems", []):
                 click.echo(f"  skipped {problem}")
+        committer = info.get("autocommit") or {}
+        if committer.get("enabled"):
+            waiting = (f", waiting: {committer['last_skipped']}"
+                       if committer.get("last_skipped") else "")
+            click.echo(f"autocommit  {committer.get('commits', 0)} commits{waiting}")
+            for problems in (committer.get("held_back") or {}).values():
+                for problem in problems:
+                    click.echo(f"  not committed: {problem}")
         click.echo(f"log      {report['log']}")
     if not report["running"]:
         sys.exit(3)
