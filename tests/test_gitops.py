@@ -3,6 +3,7 @@ messages, never mid-merge, mid-rebase or on a detached HEAD; and the daemon's ba
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,3 +208,47 @@ def test_the_daemon_never_commits_what_the_pre_commit_hook_refuses(daemon_root: 
         in status
     assert daemon_log.count("secrets are never stored") == 1
     assert daemon_log.count("this one is deleted") == 1
+
+
+def test_autocommit_waits_for_a_persons_git_commit_running_its_hooks(
+        daemon_root: Config) -> None:
+    import subprocess
+
+    from gitmem.hooks import install
+
+    root = daemon_root.root
+    install(daemon_root.store)
+    slow = root / ".git" / "hooks" / "pre-commit.pre-gitmem"  # a slow linter, chained
+    slow.write_text("#!/bin/sh\nsleep 2\n")
+    slow.chmod(0o755)
+    (root / "work.txt").write_text("a person's work\n")
+    git(root, "add", "work.txt")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x",
+           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@x"}
+    env.pop("GITMEM_STORE", None)
+    with running(daemon_root, "--autocommit", "--commit-interval", "0.2") as daemon:
+        user = subprocess.Popen(["git", "commit", "-q", "-m", "user commit"], cwd=root,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(0.3)
+        daemon.call("record_event", {"session_id": "s", "content": {"text": "meanwhile"}})
+        _, stderr = user.communicate(timeout=60)
+        assert user.returncode == 0, stderr
+        deadline = time.monotonic() + 10
+        while len(log(root)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "a `git commit` is running its hooks" in daemon.log()
+    assert log(root) == ["gitmem: 1 event in 1 session", "user commit", "init"]
+    assert not (root / ".git" / gitops.COMMIT_MARKER).exists()  # post-commit cleared it
+
+
+def test_a_commit_marker_of_a_commit_that_died_is_ignored(root: Path) -> None:
+    git_dir = root / ".git"
+    gitops.mark_commit(git_dir, 999_999_999)  # no such process
+    assert gitops.commit_in_progress(git_dir) is not None  # fresh: honoured anyway
+    later = time.time() + gitops.COMMIT_MARKER_FRESH_S + 1
+    assert gitops.commit_in_progress(git_dir, now=later) is None
+    gitops.mark_commit(git_dir, os.getpid())  # the committing process still runs
+    assert gitops.commit_in_progress(git_dir, now=later) is not None
+    assert gitops.commit_in_progress(
+        git_dir, now=time.time() + gitops.COMMIT_MARKER_MAX_S + 1) is None
