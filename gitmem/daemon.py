@@ -131,6 +131,7 @@ class Autocommit:
         self._events = 0
         self._stopping = False
         self._last_skip: str | None = None
+        self._held_back: dict[str, list[str]] = {}
         self.commits = 0
         self.last_commit: str | None = None
         self._thread = threading.Thread(target=self._run, name="gitmem-autocommit",
@@ -203,7 +204,19 @@ class Autocommit:
                     self._dirty_since = time.monotonic()
             return
         self._last_skip = None
-        if result is not None:
+        held = result.held_back if result is not None else {}
+        logged = {(path, problem) for path, problems in self._held_back.items()
+                  for problem in problems}
+        for path, problems in held.items():
+            for problem in problems:
+                if (path, problem) not in logged:  # once per distinct problem
+                    logger.warning("autocommit holds back %s", problem)
+        self._held_back = held
+        if held:
+            with self._cond:  # look again after another interval (a person may fix it)
+                if self._dirty_since is None:
+                    self._dirty_since = time.monotonic()
+        if result is not None and result.sha is not None:
             self.commits += 1
             self.last_commit = result.sha
             logger.info("committed %s: %s", result.sha[:12], result.message.splitlines()[0])
@@ -216,7 +229,7 @@ class Autocommit:
         return {"enabled": True, "interval": self.interval, "max_events": self.max_events,
                 "commits": self.commits, "last_commit": self.last_commit,
                 "uncommitted_changes": waiting, "uncommitted_events": events,
-                "last_skipped": self._last_skip}
+                "last_skipped": self._last_skip, "held_back": dict(self._held_back)}
 
 
 # --------------------------------------------------------------------------- run

@@ -5,7 +5,14 @@ index from HEAD plus the store's changed paths only, HEAD moves with a
 compare-and-swap (`update-ref NEW OLD`), and afterwards only those paths of
 the person's index are reset to the new HEAD, so whatever else they staged
 stays staged. It never commits during a merge, rebase, cherry-pick, revert,
-bisect or with conflicts, nor on a detached HEAD.
+bisect or with conflicts, nor on a detached HEAD, nor while a person's `git commit`
+runs its hooks (gitmem's pre-commit hook leaves a marker that post-commit clears).
+
+What it commits passes the checks the pre-commit hook makes (`gitmem.verify`):
+a file with a problem (a rewritten event line, a secret, a record that does not
+parse, a dangling reference) is held back and reported, the clean files are
+committed; a deletion is never committed (it is left for a person to commit,
+through the hook's checks).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +36,8 @@ from gitmem.store import classify
 
 if TYPE_CHECKING:  # gitpython costs ~0.1 s to import; `head` (every sync) does without it
     import git
+
+    from gitmem.policies import Policies
 
 # Machine-written parts of the store; views and policies are left for people to commit.
 AUTOCOMMIT_DIRS = ("events", "decisions", "tasks", "summaries", "handoffs", "artifacts")
@@ -126,7 +136,56 @@ def busy_state(repo: git.Repo) -> str | None:
             return "HEAD is detached (no branch to commit to)"
     except (TypeError, ValueError):
         return "HEAD is not a branch"
-    return None
+    return commit_in_progress(git_dir)
+
+
+# Written by gitmem's pre-commit hook (the git process's pid), removed by its
+# post-commit hook: while `git commit` runs its hooks it holds no lock, and a
+# HEAD moved meanwhile makes the commit fail ("cannot lock ref 'HEAD'").
+COMMIT_MARKER = "gitmem-commit-in-progress"
+COMMIT_MARKER_FRESH_S = 60.0       # honoured this long whatever the pid says
+COMMIT_MARKER_MAX_S = 3600.0       # and while the committing git process runs, up to this
+
+
+def commit_in_progress(git_dir: Path, now: float | None = None) -> str | None:
+    """Why a person's `git commit` seems to be running in this work tree, or None.
+
+    A marker of a commit that died (its git process is gone and it is over
+    COMMIT_MARKER_FRESH_S old, or over COMMIT_MARKER_MAX_S) is ignored.
+    """
+    marker = git_dir / COMMIT_MARKER
+    try:
+        age = (time.time() if now is None else now) - marker.stat().st_mtime
+        text = marker.read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return None
+    if age >= COMMIT_MARKER_MAX_S:
+        return None
+    if age >= COMMIT_MARKER_FRESH_S:
+        pid = int(text[0]) if text and text[0].isdigit() else 0
+        if pid <= 1 or not _alive(pid):
+            return None
+    return "a `git commit` is running its hooks"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def mark_commit(git_dir: Path, pid: int) -> None:
+    """Note that `git commit` (process `pid`) runs its hooks (see COMMIT_MARKER)."""
+    (git_dir / COMMIT_MARKER).write_text(f"{pid}\n", encoding="utf-8")
+
+
+def unmark_commit(git_dir: Path) -> None:
+    """The commit finished (post-commit) or was refused."""
+    (git_dir / COMMIT_MARKER).unlink(missing_ok=True)
 
 
 def has_head(repo: git.Repo) -> bool:
@@ -176,10 +235,11 @@ def hooks_dir(repo: git.Repo) -> Path:
 class CommitResult:
     """What an autocommit recorded."""
 
-    sha: str
+    sha: str | None            # None: every changed file was held back
     message: str
     paths: list[str] = field(default_factory=list)
     events: int = 0
+    held_back: dict[str, list[str]] = field(default_factory=dict)  # path: its problems
 
 
 @contextmanager
@@ -220,34 +280,109 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
         if not paths:
             return None
         old = repo.head.commit.hexsha if has_head(repo) else None
+        root = Path(str(repo.working_tree_dir))
+        held: dict[str, list[str]] = {}
+        for path in paths:
+            if not os.path.lexists(root / path):
+                held[path] = [f"{path}: " + (_DELETED_EVENTS if classify(path[len(prefix):])
+                                             == "events" else _DELETED)]
+        policies = _policies(store)
         with _temporary_index(repo) as (env, tmp):
-            pathspec = tmp / "paths"
-            pathspec.write_bytes(b"\0".join(p.encode() for p in paths))
-            if old:
-                repo.git.read_tree(old, env=env)
-            repo.git.add("-A", f"--pathspec-from-file={pathspec}", "--pathspec-file-nul",
-                         env=env)
-            tree = repo.git.write_tree(env=env)
-            if old and tree == repo.git.rev_parse(f"{old}^{{tree}}"):
-                return None
-            message, events = describe(repo, prefix, paths, old, tree)
+            candidates = [p for p in paths if p not in held]
+            tree = None
+            while candidates:  # drop the files with problems until what is left is clean
+                tree = _stage(repo, env, tmp, old, candidates)
+                problems = _check(repo, prefix, policies, old, tree, candidates)
+                if not problems:
+                    break
+                for path, found in problems.items():
+                    held.setdefault(path, []).extend(found)
+                candidates = [p for p in candidates if p not in problems]
+                tree = None
+            if tree is None or (old and tree == repo.git.rev_parse(f"{old}^{{tree}}")):
+                return (CommitResult(sha=None, message="", held_back=_shown(held))
+                        if held else None)
+            message, events = describe(repo, prefix, candidates, old, tree)
             (tmp / "message").write_text(message, encoding="utf-8")
             parents = ["-p", old] if old else []
             sha = repo.git.commit_tree(tree, *parents, "-F", str(tmp / "message"),
                                        env=_identity(repo))
+        reason = commit_in_progress(Path(repo.git_dir))  # began while this one was built
+        if reason:
+            raise GitError(f"not committing the store now: {reason}")
         try:
             repo.git.update_ref("-m", "gitmem: autocommit", "HEAD", sha, old or ZERO_OID)
         except git.GitCommandError as exc:
             raise GitError(f"HEAD moved while committing the store; will retry: "
                            f"{exc.stderr.strip()}") from None
-        _sync_index(repo, paths, pathspec_dir=Path(repo.git_dir))
+        _sync_index(repo, candidates, pathspec_dir=Path(repo.git_dir))
         return CommitResult(sha=sha, message=message,
-                            paths=[p[len(prefix):] for p in paths], events=events)
+                            paths=[p[len(prefix):] for p in candidates], events=events,
+                            held_back=_shown(held))
     except git.GitCommandError as exc:
         raise GitError(f"autocommit failed: git {' '.join(map(str, exc.command[1:3]))}: "
                        f"{str(exc.stderr).strip()}") from None
     finally:
         repo.close()
+
+
+_DELETED_EVENTS = ("events files are append-only, but this one is deleted; restore it with "
+                   "`git checkout HEAD -- <path>`")
+_DELETED = ("deleted; autocommit never commits a deletion: commit it yourself (the "
+            "pre-commit hook checks it) or restore the file")
+
+
+def _policies(store: Path) -> Policies:
+    from gitmem.errors import GitmemError
+    from gitmem.policies import load_policies
+
+    try:
+        return load_policies(store)
+    except GitmemError as exc:
+        raise GitError(f"not committing the store now: its policies do not load: {exc}") \
+            from None
+
+
+def _stage(repo: git.Repo, env: dict[str, str], tmp: Path, old: str | None,
+           paths: list[str]) -> str:
+    """The tree of HEAD plus `paths` as they are on disk (built in the temporary index)."""
+    pathspec = tmp / "paths"
+    pathspec.write_bytes(b"\0".join(p.encode() for p in paths))
+    if old:
+        repo.git.read_tree(old, env=env)
+    else:
+        repo.git.read_tree("--empty", env=env)
+    repo.git.add("-A", f"--pathspec-from-file={pathspec}", "--pathspec-file-nul", env=env)
+    return str(repo.git.write_tree(env=env))
+
+
+def _check(repo: git.Repo, prefix: str, policies: Policies, old: str | None, tree: str,
+           paths: list[str]) -> dict[str, list[str]]:
+    """The pre-commit hook's checks on `tree` against `old`: {path: problems}.
+
+    A problem that names no path of `paths` holds all of them back.
+    """
+    from gitmem.verify import Checker, GitTree
+
+    base = GitTree(repo, prefix, old) if old else None
+    checker = Checker(GitTree(repo, prefix, tree), policies, display=prefix, base=base,
+                      only_new=True)
+    for path in paths:
+        checker.check_file(path[len(prefix):])
+    checker.check_refs(complete=False)
+    found: dict[str, list[str]] = {}
+    known = set(paths)
+    for problem in checker.problems:
+        text = str(problem)
+        named = problem.path if problem.path in known else None
+        for path in [named] if named else paths:
+            found.setdefault(path, []).append(text)
+    return found
+
+
+def _shown(held: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Held-back files by their path in the work tree (as `git status` names them)."""
+    return {path: sorted(set(problems)) for path, problems in sorted(held.items())}
 
 
 def _sync_index(repo: git.Repo, paths: list[str], pathspec_dir: Path) -> None:

@@ -4,15 +4,25 @@ The files git runs are shims (`hooks/*` in the package, or the ones `install`
 writes) that exec `gitmem hook NAME`; everything else lives here:
 
 - pre-commit: the checks of `gitmem verify` over what is staged for the store;
+  the installed hook first marks a commit in progress (`$GIT_DIR/
+  gitmem-commit-in-progress`, the git process's pid) so that the daemon's
+  autocommit does not move HEAD under it; post-commit removes the mark;
 - post-merge, post-checkout, post-rewrite: an incremental sync, through the
   daemon when one runs, else locally when an index exists. A database that is
   down only warns: a hook never fails a git operation that already happened.
+
+Git runs hooks at the top of the work tree, where a store in a subdirectory
+(`gitmem init proj` in a larger repository) is not found by looking upward:
+`install` records every store it is run for in the repository's git config
+(`gitmem.store`, a path from the top of the work tree, one entry per store),
+and the hooks run for each of them.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,10 +35,11 @@ from gitmem.memory import Memory
 from gitmem.policies import load_policies
 from gitmem.verify import verify_staged
 
-HOOK_NAMES = ("pre-commit", "post-merge", "post-checkout", "post-rewrite")
+HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout", "post-rewrite")
 SYNC_HOOKS = ("post-merge", "post-checkout", "post-rewrite", "sync")
 CHAINED_SUFFIX = ".pre-gitmem"
 MARKER = "# gitmem-hook v1"
+STORE_KEY = "gitmem.store"
 HOOK_DB_TIMEOUT = 1.5
 
 
@@ -42,9 +53,17 @@ def hook_script(name: str, python: str) -> str:
     head = (f"#!/bin/sh\n{MARKER}: written by `gitmem hooks install`; the logic is in "
             f"`gitmem hook {name}`.\n# A hook that was here before is kept as "
             f"{name}{CHAINED_SUFFIX} and runs first.\nhook_dir=$(dirname \"$0\")\n")
-    if name == "pre-commit":
-        return (head + f'if [ -x {chained} ]; then {chained} "$@" || exit $?; fi\n'
+    marker = f'"$git_dir/{gitops.COMMIT_MARKER}"'
+    head += "git_dir=$(git rev-parse --git-dir 2>/dev/null) || git_dir=\n" \
+        if name in ("pre-commit", "post-commit") else ""
+    if name == "pre-commit":  # mark first: a chained hook (a linter) may take a while
+        return (head + f'[ -n "$git_dir" ] && echo $PPID > {marker} 2>/dev/null\n'
+                f'if [ -x {chained} ]; then {chained} "$@" || {{ status=$?; '
+                f'[ -z "$git_dir" ] || rm -f {marker}; exit $status; }}; fi\n'
                 + run_gitmem.replace("{cmd}", "exec") + "\n")
+    if name == "post-commit":  # only the mark to clear: no Python started for it
+        return (head + f'[ -n "$git_dir" ] && rm -f {marker}\nstatus=0\n'
+                f'if [ -x {chained} ]; then {chained} "$@" || status=$?; fi\nexit $status\n')
     return (head + f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
             + run_gitmem.replace("{cmd} ", "") + "\nexit $status\n")
 
@@ -59,6 +78,10 @@ def install(path: Path, python: str | None = None) -> list[str]:
     repo = gitops.open_repo(path)
     try:
         directory = gitops.hooks_dir(repo)
+        rel = gitops.store_prefix(repo, path).rstrip("/") or "."
+        known = repo.git.config("--get-all", STORE_KEY, with_exceptions=False).splitlines()
+        if rel not in known:
+            repo.git.config("--add", STORE_KEY, rel)
     finally:
         repo.close()
     directory.mkdir(parents=True, exist_ok=True)
@@ -88,13 +111,35 @@ def install(path: Path, python: str | None = None) -> list[str]:
     return messages
 
 
+def hook_stores(cwd: Path | None = None) -> list[Path]:
+    """The stores `install` recorded for the repository git runs the hook in (git config
+    `gitmem.store`, from the top of the work tree) that still exist; [] when none does."""
+    _absolute_git_env()
+    cwd = cwd or Path.cwd()
+    found = subprocess.run(["git", "config", "--get-all", STORE_KEY], cwd=cwd,
+                           capture_output=True, text=True)
+    entries = [e for e in found.stdout.splitlines() if e.strip()]
+    if not entries:
+        return []
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                         capture_output=True, text=True).stdout.strip()
+    base = Path(top) if top else cwd
+    stores = dict.fromkeys((base / entry).resolve() for entry in entries)
+    return [store for store in stores if (store / "manifest.json").is_file()]
+
+
 def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:
     """Run hook `name`; the warnings to show. Raises VerifyError when pre-commit rejects."""
     _absolute_git_env()
     if name == "pre-commit":
+        _commit_starts(config.store)
         problems = verify_staged(config.store, load_policies(config.store))
         if problems:
+            _commit_done(config.store)
             raise VerifyError(problems)
+        return []
+    if name == "post-commit":
+        _commit_done(config.store)
         return []
     if name in SYNC_HOOKS:
         return sync_after_git(config)
@@ -116,6 +161,32 @@ def sync_after_git(config: Config) -> list[str]:
         return [f"gitmem: the index was not updated ({exc}); it catches up on the next "
                 "read, or run `gitmem sync`"]
     return []
+
+
+def _commit_starts(store: Path) -> None:
+    """Mark a commit in progress when the hook runs without the installed shim (the
+    pre-commit framework): the mark is then honoured for COMMIT_MARKER_FRESH_S."""
+    try:
+        repo = gitops.open_repo(store)
+    except GitError:
+        return
+    try:
+        if not (Path(repo.git_dir) / gitops.COMMIT_MARKER).exists():
+            gitops.mark_commit(Path(repo.git_dir), os.getppid())
+    finally:
+        repo.close()
+
+
+def _commit_done(store: Path) -> None:
+    """Clear the commit-in-progress mark the installed pre-commit hook left."""
+    try:
+        repo = gitops.open_repo(store)
+    except GitError:
+        return
+    try:
+        gitops.unmark_commit(Path(repo.git_dir))
+    finally:
+        repo.close()
 
 
 def _absolute_git_env() -> None:

@@ -3,6 +3,7 @@ messages, never mid-merge, mid-rebase or on a detached HEAD; and the daemon's ba
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +166,89 @@ def test_the_daemon_commits_once_the_interval_has_passed(daemon_root: Config) ->
         assert log(root)[0] == "gitmem: 1 event in 1 session"
         assert daemon.call("daemon_status")["autocommit"]["commits"] == 1
         assert git(root, "status", "--porcelain", "--", "memory/events") == ""
+
+
+def test_the_daemon_never_commits_what_the_pre_commit_hook_refuses(daemon_root: Config) -> None:
+    from tests.daemons import append, event_line
+
+    root, store = daemon_root.root, daemon_root.store
+    rewritten = store / "events/2026-03/2026-03-01.jsonl"
+    secret = store / "events/2026-03/2026-03-02.jsonl"
+    deleted = store / "events/2026-03/2026-03-03.jsonl"
+    append(rewritten, event_line("s", "deploy runs in Frankfurt", number=1)[1])
+    append(deleted, event_line("s", "keep me", ts="2026-03-03T10:00:00+00:00", number=2)[1])
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "events")
+    committed = git(root, "show", "HEAD:memory/events/2026-03/2026-03-01.jsonl")
+    with running(daemon_root, "--autocommit", "--commit-interval", "0.3") as daemon:
+        rewritten.write_text(rewritten.read_text().replace("Frankfurt", "Paris"))
+        append(secret, event_line("s", "aws key AKIAIOSFODNN7EXAMPLE",
+                                  ts="2026-03-02T10:00:00+00:00", number=3)[1])
+        deleted.unlink()
+        daemon.call("record_event", {"session_id": "clean", "content": {"text": "fine"}})
+        deadline = time.monotonic() + 10
+        while len(log(root)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert log(root)[0] == "gitmem: 1 event in 1 session"  # the clean event only
+        time.sleep(1.2)  # a few more rounds: the problems are logged once each
+        state = daemon.call("daemon_status")["autocommit"]
+        status = daemon.cli("daemon", "status").stdout
+        daemon_log = daemon.log()
+    assert len(log(root)) == 3  # nor on stop
+    assert git(root, "show", "HEAD:memory/events/2026-03/2026-03-01.jsonl") == committed
+    assert "2026-03-03.jsonl" in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert "2026-03-02.jsonl" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    held = state["held_back"]
+    assert sorted(held) == [f"memory/events/2026-03/2026-03-0{n}.jsonl" for n in (1, 2, 3)]
+    assert "append-only, but this line differs" in held[
+        "memory/events/2026-03/2026-03-01.jsonl"][0]
+    assert "secrets are never stored" in held["memory/events/2026-03/2026-03-02.jsonl"][0]
+    assert "this one is deleted" in held["memory/events/2026-03/2026-03-03.jsonl"][0]
+    assert "not committed: memory/events/2026-03/2026-03-02.jsonl:1: matches the redaction" \
+        in status
+    assert daemon_log.count("secrets are never stored") == 1
+    assert daemon_log.count("this one is deleted") == 1
+
+
+def test_autocommit_waits_for_a_persons_git_commit_running_its_hooks(
+        daemon_root: Config) -> None:
+    import subprocess
+
+    from gitmem.hooks import install
+
+    root = daemon_root.root
+    install(daemon_root.store)
+    slow = root / ".git" / "hooks" / "pre-commit.pre-gitmem"  # a slow linter, chained
+    slow.write_text("#!/bin/sh\nsleep 2\n")
+    slow.chmod(0o755)
+    (root / "work.txt").write_text("a person's work\n")
+    git(root, "add", "work.txt")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x",
+           "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@x"}
+    env.pop("GITMEM_STORE", None)
+    with running(daemon_root, "--autocommit", "--commit-interval", "0.2") as daemon:
+        user = subprocess.Popen(["git", "commit", "-q", "-m", "user commit"], cwd=root,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(0.3)
+        daemon.call("record_event", {"session_id": "s", "content": {"text": "meanwhile"}})
+        _, stderr = user.communicate(timeout=60)
+        assert user.returncode == 0, stderr
+        deadline = time.monotonic() + 10
+        while len(log(root)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "a `git commit` is running its hooks" in daemon.log()
+    assert log(root) == ["gitmem: 1 event in 1 session", "user commit", "init"]
+    assert not (root / ".git" / gitops.COMMIT_MARKER).exists()  # post-commit cleared it
+
+
+def test_a_commit_marker_of_a_commit_that_died_is_ignored(root: Path) -> None:
+    git_dir = root / ".git"
+    gitops.mark_commit(git_dir, 999_999_999)  # no such process
+    assert gitops.commit_in_progress(git_dir) is not None  # fresh: honoured anyway
+    later = time.time() + gitops.COMMIT_MARKER_FRESH_S + 1
+    assert gitops.commit_in_progress(git_dir, now=later) is None
+    gitops.mark_commit(git_dir, os.getpid())  # the committing process still runs
+    assert gitops.commit_in_progress(git_dir, now=later) is not None
+    assert gitops.commit_in_progress(
+        git_dir, now=time.time() + gitops.COMMIT_MARKER_MAX_S + 1) is None

@@ -282,3 +282,66 @@ def test_pre_commit_framework_manifest_lists_the_hooks() -> None:
         shim = (Path(__file__).parent.parent / "hooks" / name).read_text()
         assert shim.startswith("#!/bin/sh") and f'exec gitmem hook {name} "$@"' in shim
     assert json.dumps(manifest)
+
+
+# --------------------------------------------------------------------------- store in a subdir
+
+def test_hooks_find_a_store_in_a_subdirectory_of_the_repository(
+        tmp_path: Path, dsn: str, schema: str) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "README").write_text("x\n")
+    assert commit(root, "init").returncode == 0
+    result = subprocess.run([sys.executable, "-m", "gitmem", "init", "proj"], cwd=root,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert git(root, "config", "--get-all", "gitmem.store").split() == ["proj/memory"]
+    store = root / "proj" / "memory"
+    env = {"GITMEM_DSN": dsn, "GITMEM_SCHEMA": schema, "GITMEM_NO_DAEMON": ""}
+    config = Config(store=store, dsn=dsn, schema=schema)
+    with Memory(config) as memory:
+        first = memory.record({"content": {"text": "first"},
+                               "ts": "2026-03-01T09:00:00+00:00"}).id
+    assert commit(root, "store").returncode == 0
+    path = store / "events/2026-03/2026-03-01.jsonl"
+    path.write_text(path.read_text().replace('"first"', '"rewritten"'))
+    refused = commit(root, "rewrite an event line")
+    assert refused.returncode == 1, refused.stderr
+    assert "proj/memory/events/2026-03/2026-03-01.jsonl:1: events files are append-only" \
+        in refused.stderr
+    run_git(root, "checkout", "-q", "HEAD", "--", ".")
+    with Memory(config) as memory:
+        second = memory.record({"content": {"text": "second"}}).id
+        memory.sync()
+    run_git(root, "add", "-A")
+    assert run_git(root, "commit", "-q", "-m", "second", env=env).returncode == 0
+    index = Index(config)
+    try:
+        assert index.has_event(second)
+        checkout = run_git(root, "checkout", "-q", "HEAD~1", env=env)  # post-checkout syncs
+        assert checkout.returncode == 0 and "skipped" not in checkout.stderr, checkout.stderr
+        assert index.has_event(first) and not index.has_event(second)
+    finally:
+        index.close()
+
+
+def test_hooks_run_for_every_store_of_the_repository(tmp_path: Path) -> None:
+    root = new_repo(tmp_path / "repo")
+    install(root / "memory")
+    subprocess.run([sys.executable, "-m", "gitmem", "init", "sub"], cwd=root, check=True,
+                   capture_output=True)
+    assert git(root, "config", "--get-all", "gitmem.store").split() == ["memory",
+                                                                        "sub/memory"]
+    for store in (root / "memory", root / "sub" / "memory"):
+        with Memory(Config(store=store)) as memory:
+            memory.record({"content": {"text": "x"}, "ts": "2026-03-01T09:00:00+00:00"})
+    assert commit(root, "both").returncode == 0
+    for prefix in ("", "sub/"):
+        path = root / f"{prefix}{DAY}"
+        original = path.read_text()
+        path.write_text(original.replace('"x"', '"y"'))
+        result = commit(root, "rewrite")
+        assert result.returncode == 1 and f"{prefix}{DAY}:1: events files are append-only" \
+            in result.stderr
+        path.write_text(original)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gitmem.cli.base import Context, F, emit, fail, main, reported, say
 from gitmem.errors import GitmemError
+
+if TYPE_CHECKING:
+    from gitmem.config import Config
 
 
 def _daemon_options(func: F) -> F:
@@ -148,6 +151,14 @@ def daemon_status(obj: Context, as_json: bool) -> None:
                        f"{watcher['pending_paths']} pending, database {db}")
             for problem in watcher.get("problems", []):
                 click.echo(f"  skipped {problem}")
+        committer = info.get("autocommit") or {}
+        if committer.get("enabled"):
+            waiting = (f", waiting: {committer['last_skipped']}"
+                       if committer.get("last_skipped") else "")
+            click.echo(f"autocommit  {committer.get('commits', 0)} commits{waiting}")
+            for problems in (committer.get("held_back") or {}).values():
+                for problem in problems:
+                    click.echo(f"  not committed: {problem}")
         click.echo(f"log      {report['log']}")
     if not report["running"]:
         sys.exit(3)
@@ -222,14 +233,34 @@ def hook(obj: Context, name: str, args: tuple[str, ...]) -> None:
       gitmem hook pre-commit            # what `git commit` runs
       gitmem hook post-checkout OLD NEW 1
     """
-    from gitmem.errors import ConfigError, VerifyError
+    from gitmem.config import load_config
+    from gitmem.errors import ConfigError
+    from gitmem.hooks import hook_stores
+
+    # git runs hooks at the top of the work tree: the stores `hooks install` recorded
+    # (a store in a subdirectory is not found by looking upward from there)
+    stores = [] if obj.store_option else hook_stores()
+    if not stores:
+        try:
+            configs = [obj.config()]
+        except ConfigError as exc:  # the hooks stay, the store moved: never block git for it
+            say(f"gitmem {name} hook skipped: {exc}")
+            return
+    else:
+        configs = []
+        for store in stores:
+            try:
+                configs.append(load_config(str(store), obj.dsn_option))
+            except ConfigError as exc:
+                say(f"gitmem {name} hook skipped {store}: {exc}")
+    for config in configs:
+        _run_hook(name, args, config)
+
+
+def _run_hook(name: str, args: tuple[str, ...], config: Config) -> None:
+    from gitmem.errors import VerifyError
     from gitmem.hooks import SYNC_HOOKS, run_hook
 
-    try:
-        config = obj.config()
-    except ConfigError as exc:  # the hooks stay, the store moved: never block git for it
-        say(f"gitmem {name} hook skipped: {exc}")
-        return
     try:
         warnings = run_hook(name, args, config)
     except VerifyError as exc:
