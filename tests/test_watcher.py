@@ -411,10 +411,12 @@ def watching(config: Config) -> Iterator[tuple[Memory, Watcher]]:
 
 def waits(watcher: Watcher, **request: Any) -> bool:
     """Whether a read of `request` waits for the watcher (a flush that cannot finish
-    while a sync is held times out), or answers at once."""
+    while a sync is held times out), or answers at once. The bound leaves a loaded
+    machine time to deliver the read's barrier: a barrier not seen in time makes the
+    read ask for a reconcile, which waits for every file."""
     scope = acb.read_scope(acb.AcbRequest.from_mapping(request, "default"))
     try:
-        watcher.flush(0.3, scope=scope)
+        watcher.flush(1.0, scope=scope)
     except DatabaseError as exc:
         assert "did not catch up" in str(exc)
         return True
