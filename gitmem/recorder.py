@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gitmem import ids
+from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir
 from gitmem.documents import (
     Decision,
     Handoff,
@@ -50,13 +51,11 @@ from gitmem.records import (
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
-    StatKey,
     artifact_path,
     content_digest,
     day_file_rel,
     file_stat,
     record_paths,
-    stat_key,
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -551,9 +550,10 @@ class Recorder:
             if rel is None:
                 rel = days[p.event.ts[:10]] = day_file_rel(p.event.when)
             by_file.setdefault(rel, []).append(p.event)
-        # Every line of every file is encoded before the first byte is written: a value
-        # UTF-8 cannot encode fails the write whole, not the files after the first.
-        encoded = {rel: [_encoded_line(e) for e in events] for rel, events in by_file.items()}
+        # Every line of every file is encoded before the first byte is written (what was
+        # validated encodes: check_storable refuses unpaired surrogates)
+        encoded = {rel: [e.to_line().encode("utf-8") for e in events]
+                   for rel, events in by_file.items()}
         staged = [f for p in prepared for f in p.files]
         temps = self._stage(staged)
         appends: list[tuple[str, Appended]] = []
@@ -563,7 +563,7 @@ class Recorder:
                 # Every day file of the write stays locked until all are appended, so a
                 # failed one can take the others back out: all lines or none. Locked in
                 # one order, so two writers never wait for each other.
-                files = [(rel, locks.enter_context(_append_lock(self.store / rel)))
+                files = [(rel, locks.enter_context(append_lock(self.store / rel)))
                          for rel in sorted(by_file)]
                 done: list[tuple[int, Path, int]] = []  # appended: fd, path, where it began
                 try:
@@ -571,13 +571,13 @@ class Recorder:
                         announce = (None if self.on_appending is None
                                     else functools.partial(self.on_appending, rel))
                         announced.append(rel)
-                        start, offset, data, stat = _append_locked(
+                        start, offset, data, stat = append_locked(
                             fd, self.store / rel, encoded[rel], announce)
                         done.append((fd, self.store / rel, start))
                         appends.append((rel, Appended(offset, data, tuple(by_file[rel]), stat)))
                 except BaseException:
                     for fd, path, start in done:
-                        _cut_back(fd, path, start)
+                        cut_back(fd, path, start)
                     raise
         except BaseException:
             for tmp, _ in temps:
@@ -663,132 +663,3 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
         raise ValidationError(f"expected a list of strings, got {value!r}",
                               field=f"content.{key}")
     return tuple(value)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a directory entry (a new or renamed file) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def append_lines(path: Path, lines: list[bytes],
-                 announce: Callable[[Announced], None] | None = None,
-                 ) -> tuple[int, bytes, StatKey]:
-    """Append complete lines with one write under an exclusive lock, then fsync.
-
-    If the file ends in a torn line (a writer crashed mid-write), a newline is
-    written first so the fragment stays a line of its own, reported by the
-    indexer, and never glued to a good record. Returns where the lines begin
-    in the file, their bytes, and the file's (size, ctime_ns, inode) right after
-    the write (taken under the lock, so no other writer's append is in it).
-    `announce` is told, under the lock and before the write, the file's (size,
-    ctime_ns, inode) and the size it will have once the lines are in.
-
-    All or nothing: when the write or the fsync fails (disk full, file too
-    large, I/O error), the file is cut back to where the append began, still
-    under the lock, and StoreError names the file and the system's reason.
-    """
-    with _append_lock(path) as fd:
-        _, offset, data, stat = _append_locked(fd, path, lines, announce)
-    return offset, data, stat
-
-
-@contextmanager
-def _append_lock(path: Path) -> Iterator[int]:
-    """A descriptor of `path` (created if need be) for appending, under an exclusive lock."""
-    created = not path.exists()
-    try:
-        if created:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
-                         "nothing was written") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-    finally:
-        os.close(fd)  # closing releases the lock
-    if created:
-        fsync_dir(path.parent)
-
-
-def _append_locked(fd: int, path: Path, lines: list[bytes],
-                   announce: Callable[[Announced], None] | None,
-                   ) -> tuple[int, int, bytes, StatKey]:
-    """`append_lines` on a locked descriptor: (where its bytes begin, where the lines
-    begin, their bytes, the stat after). A failure leaves the file as it was."""
-    before = os.fstat(fd)
-    size = before.st_size
-    data = b"".join(lines)
-    torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
-    payload = b"\n" + data if torn else data
-    if announce is not None:
-        announce((stat_key(before), size + len(payload)))
-    if not payload:  # nothing to write (and a write of nothing would not move the offset)
-        return size, size, data, stat_key(before)
-    start: int | None = None  # where O_APPEND put the first bytes, once some are written
-    try:
-        written = os.write(fd, payload)
-        start = os.lseek(fd, 0, os.SEEK_CUR) - written
-        while written < len(payload):  # a short write (signal, size limit): finish it
-            written += os.write(fd, payload[written:])
-        os.fsync(fd)
-        st = os.fstat(fd)
-    except BaseException as exc:
-        if start is not None:
-            _cut_back(fd, path, start)
-        if isinstance(exc, OSError):
-            raise StoreError(f"appending to {path} failed: {exc.strerror or exc}; the file "
-                             "is as it was, nothing was written") from exc
-        raise
-    return start, start + len(payload) - len(data), data, stat_key(st)
-
-
-def _cut_back(fd: int, path: Path, size: int) -> None:
-    """Take an append back out (its lock still held): the file as it was before it."""
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    except OSError as exc:  # the caller raises the first error; this one is logged
-        logger.error("cannot cut %s back to %d bytes after a failed write: %s; a partial "
-                     "line may remain (the next append starts a new line)", path, size,
-                     exc.strerror or exc)
-
-
-def _encoded_line(event: Event) -> bytes:
-    """An event's line as UTF-8, or ValidationError naming the field that has no UTF-8
-    form (a lone surrogate such as \\ud800, which JSON input can carry)."""
-    try:
-        return event.to_line().encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = exc.object[exc.start:exc.end]
-        raise ValidationError(f"event {event.id}: {bad!r} is a lone surrogate, not a "
-                              "character; it has no UTF-8 form and cannot be stored",
-                              field=_unencodable(event.to_dict())) from None
-
-
-def _unencodable(value: Any, name: str = "") -> str | None:
-    """The dotted field of the first string (or key) in `value` that UTF-8 cannot encode."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return name or None
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found = _unencodable(key, name) or _unencodable(
-                item, f"{name}.{key}" if name else str(key))
-            if found:
-                return found
-        return None
-    if isinstance(value, list):
-        for item in value:
-            found = _unencodable(item, name)
-            if found:
-                return found
-    return None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gitmem.appends import append_lines
 from gitmem.handover import Handover
-from gitmem.recorder import append_lines
 from gitmem.rows import Announced, Appended
 from gitmem.store import stat_key
 

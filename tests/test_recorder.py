@@ -14,12 +14,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from gitmem.appends import append_lines
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.ids import ULID_ID
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
-from gitmem.recorder import Recorder, append_lines, cut_excerpt
+from gitmem.recorder import Recorder, cut_excerpt
 from gitmem.records import content_hash, parse_event_line
 from gitmem.store import artifact_path, day_file
 from tests.conftest import snapshot

@@ -1,0 +1,111 @@
+"""Durable appends to the day files: complete lines, one write under an exclusive
+lock, fsync; all or nothing (a failed append is cut back out under its lock)."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from gitmem.errors import StoreError
+from gitmem.rows import Announced
+from gitmem.store import StatKey, stat_key
+
+logger = logging.getLogger(__name__)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory entry (a new or renamed file) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def append_lines(path: Path, lines: list[bytes],
+                 announce: Callable[[Announced], None] | None = None,
+                 ) -> tuple[int, bytes, StatKey]:
+    """Append complete lines with one write under an exclusive lock, then fsync.
+
+    If the file ends in a torn line (a writer crashed mid-write), a newline is
+    written first so the fragment stays a line of its own, reported by the
+    indexer, and never glued to a good record. Returns where the lines begin
+    in the file, their bytes, and the file's (size, ctime_ns, inode) right after
+    the write (taken under the lock, so no other writer's append is in it).
+    `announce` is told, under the lock and before the write, the file's (size,
+    ctime_ns, inode) and the size it will have once the lines are in.
+
+    All or nothing: when the write or the fsync fails (disk full, file too
+    large, I/O error), the file is cut back to where the append began, still
+    under the lock, and StoreError names the file and the system's reason.
+    """
+    with append_lock(path) as fd:
+        _, offset, data, stat = append_locked(fd, path, lines, announce)
+    return offset, data, stat
+
+
+@contextmanager
+def append_lock(path: Path) -> Iterator[int]:
+    """A descriptor of `path` (created if need be) for appending, under an exclusive lock."""
+    created = not path.exists()
+    try:
+        if created:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
+                         "nothing was written") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+    if created:
+        fsync_dir(path.parent)
+
+
+def append_locked(fd: int, path: Path, lines: list[bytes],
+                   announce: Callable[[Announced], None] | None,
+                   ) -> tuple[int, int, bytes, StatKey]:
+    """`append_lines` on a locked descriptor: (where its bytes begin, where the lines
+    begin, their bytes, the stat after). A failure leaves the file as it was."""
+    before = os.fstat(fd)
+    size = before.st_size
+    data = b"".join(lines)
+    torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+    payload = b"\n" + data if torn else data
+    if announce is not None:
+        announce((stat_key(before), size + len(payload)))
+    if not payload:  # nothing to write (and a write of nothing would not move the offset)
+        return size, size, data, stat_key(before)
+    start: int | None = None  # where O_APPEND put the first bytes, once some are written
+    try:
+        written = os.write(fd, payload)
+        start = os.lseek(fd, 0, os.SEEK_CUR) - written
+        while written < len(payload):  # a short write (signal, size limit): finish it
+            written += os.write(fd, payload[written:])
+        os.fsync(fd)
+        st = os.fstat(fd)
+    except BaseException as exc:
+        if start is not None:
+            cut_back(fd, path, start)
+        if isinstance(exc, OSError):
+            raise StoreError(f"appending to {path} failed: {exc.strerror or exc}; the file "
+                             "is as it was, nothing was written") from exc
+        raise
+    return start, start + len(payload) - len(data), data, stat_key(st)
+
+
+def cut_back(fd: int, path: Path, size: int) -> None:
+    """Take an append back out (its lock still held): the file as it was before it."""
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    except OSError as exc:  # the caller raises the first error; this one is logged
+        logger.error("cannot cut %s back to %d bytes after a failed write: %s; a partial "
+                     "line may remain (the next append starts a new line)", path, size,
+                     exc.strerror or exc)
