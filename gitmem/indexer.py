@@ -23,12 +23,14 @@ import json
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ from gitmem.rows import (
 from gitmem.store import (
     TENANT_FILE_KINDS,
     classify,
+    day_file_rel,
     iter_store_files,
     stat_key,
     stat_store_files,
@@ -297,22 +300,57 @@ def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies
 
 
 def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies,
-               appended: Sequence[Appended] = ()) -> tuple[Assessment, FileRows, int | None]:
+               appended: Sequence[Appended] = (), *, force: bool = False,
+               homes: set[str] | None = None) -> tuple[Assessment, FileRows, int | None]:
     """Sync one file; what was found, the rows made, and the byte offset the index
-    reflects afterwards (None: the file is not indexed)."""
+    reflects afterwards (None: the file is not indexed). `force`: read it whole, as if
+    never indexed. `homes`: gets the other day files that may hold an event whose rows
+    this file's took away (`_copies_elsewhere`)."""
     with db.transaction() as conn:
         with conn.pipeline():  # the lock, then the state it guards: one round trip
             db.execute("lock_sync_shared", {"path": rel}, conn)
             cursor = conn.execute(named_queries()["file_state"], {"path": rel})
         state = cursor.fetchone()
-        found = assess(store, rel, kind, state, policies)
-        if found.action == "unchanged" or (
+        found = assess(store, rel, kind, None if force else state, policies)
+        if not force and (found.action == "unchanged" or (
                 found.action == "touched" and state is not None
-                and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode"))):
+                and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode")))):
             # nothing new to record (a recent file stays racy)
             return found, FileRows(), state["byte_offset"] if state else None
+        if found.action == "unchanged":  # forced, and gone
+            return found, FileRows(), None
+        held = (db.fetchall("file_events", {"path": rel}, conn)
+                if homes is not None and kind == "events" and state is not None
+                and found.action in ("rewrite", "deleted") else [])
         rows = apply(db, conn, found, policies, appended)
+        if held and homes is not None:
+            homes.update(_copies_elsewhere(db, conn, store, rel, held))
     return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
+
+
+_EVENT_ID = re.compile(rb'"id": ?"(evt_[0-9A-Za-z]{26})"')
+
+
+def _copies_elsewhere(db: Database, conn: psycopg.Connection[Row], store: Path, rel: str,
+                      held: Sequence[Row]) -> set[str]:
+    """The day files (other than `rel`) that hold a line of an event whose rows `rel`
+    held and no longer does. The index keeps one copy of an event; when a line moves
+    to another file (its own day's, where verify wants it), the file it left takes the
+    rows away after the other's copy was skipped as a repeat. An event's day file is
+    its ts's date in its own offset: within a day of its UTC date."""
+    gone = {r["event_id"] for r in held} - {r["event_id"] for r in db.fetchall(
+        "events_present", {"ids": [r["event_id"] for r in held]}, conn)}
+    candidates = {day_file_rel(r["ts"] + timedelta(days=shift))
+                  for r in held if r["event_id"] in gone for shift in (-1, 0, 1)}
+    found = set()
+    for home in sorted(candidates - {rel}):
+        try:
+            data = (store / home).read_bytes()
+        except OSError:
+            continue
+        if gone & {m.decode() for m in _EVENT_ID.findall(data)}:
+            found.add(home)
+    return found
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -348,17 +386,27 @@ def sync(db: Database, store: Path, policies: Policies,
         todo = [(p, k) for p, k in todo if k in ("events", "decision", "task", "summary",
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
-    for rel, kind in todo:
+    homes: set[str] = set()  # day files holding an event another file's rows took away
+    queue = [(rel, kind, False) for rel, kind in todo]
+    while queue:
+        rel, kind, force = queue.pop(0)
         found, rows, offset = _sync_file(db, store, rel, kind, policies,
-                                         appended.get(rel, ()) if appended else ())
+                                         appended.get(rel, ()) if appended else (),
+                                         force=force, homes=None if force else homes)
+        if not queue and homes:  # read those again, whole, once the rest is done
+            queue = [(home, "events", True) for home in sorted(homes)]
+            homes.clear()
         if kind == "events" and offset is not None:
             report.offsets[rel] = offset
         report.errors.extend(_errors_json(rows.errors))
         report.known_lines += rows.known
+        if force and found.stale:
+            found = replace(found, action="rewrite", reason="holds an event another file "
+                            "gave up (a line moved to its own day's file)")
         if found.stale:
             change: dict[str, Any] = {"path": rel, "action": found.action,
                                       "reason": found.reason}
-            if kind == "events" and found.action in ("new", "append"):
+            if kind == "events" and (force or found.action in ("new", "append")):
                 # who the new lines belong to, so caches can forget just those
                 events = rows.tables["events"]
                 change["sessions"] = sorted({(row[1], row[3]) for row in events})

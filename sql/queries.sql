@@ -31,6 +31,13 @@ SELECT path, kind, size, ctime_ns, inode FROM source_files
 -- repeat another event's).
 SELECT event_id, tenant_id, ts, hash FROM events WHERE event_id = ANY (%(ids)s)
 
+-- name: file_events
+-- The events whose rows a file holds (before it is read again).
+SELECT event_id, ts FROM events WHERE path = %(path)s
+
+-- name: events_present
+SELECT event_id FROM events WHERE event_id = ANY (%(ids)s)
+
 -- name: file_state
 SELECT path, kind, content_hash, byte_offset, line_count, head_hash, prefix_crc, errors,
        size, ctime_ns, inode

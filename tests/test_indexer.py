@@ -836,3 +836,29 @@ def test_a_daemon_indexes_the_lines_after_one_whose_ts_it_cannot_hold(dsn: str,
             assert len(ids) == 3 and ids[0] == first and ids[2] == later  # nothing written
     finally:
         cleanup_dir(root)
+
+
+def test_a_line_moved_to_its_own_days_file_stays_indexed(memory: Memory, store: Path,
+                                                         dsn: str, schema: str) -> None:
+    """A line filed under another day (verify refuses it) moved home by a person: the
+    index keeps one copy of an event, and the file the line left gave its rows up after
+    the other file's copy had been skipped as a repeat."""
+    keep = line(1, day="2026-02-10")
+    moved = line(2, day="2026-02-09", content={"text": "refiled to its own day"})
+    write(store, DAY2, keep + moved)  # misfiled under the 10th
+    write(store, DAY, line(3))
+    memory.sync()
+    write(store, DAY2, keep)                       # cut ...
+    write(store, DAY, moved, mode="a")              # ... and pasted home, at the end
+    report = memory.sync()
+    assert changed(report) == {DAY2: "rewrite", DAY: "rewrite"}
+    moved_id = json.loads(moved)["id"]
+    assert rows(dsn, schema, "SELECT path, line FROM events WHERE event_id = %s",
+                (moved_id,)) == [(DAY, 2)]
+    fresh = replace(memory.config, schema=f"{schema}_r")
+    with Memory(fresh) as rebuilt:
+        rebuilt.reindex()
+        try:
+            assert index_digest(rebuilt.db) == index_digest(memory.db)
+        finally:
+            rows(dsn, schema, f'DROP SCHEMA "{schema}_r" CASCADE')
