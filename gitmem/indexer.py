@@ -178,9 +178,10 @@ def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) 
         handle.seek(max(0, offset - ANCHOR_BYTES))
         tail = handle.read(offset - max(0, offset - ANCHOR_BYTES))
         appendable = (_sha(head) == state["head_hash"] and _sha(tail) == state["content_hash"])
-        if appendable and st.st_size == state["size"]:
-            # nothing added, yet the stat moved: bytes may have changed in place (a
-            # redaction of the same length) where the anchors do not reach
+        if appendable and st.st_size <= state["size"]:
+            # nothing added (a torn tail may even have gone), yet the stat moved: bytes
+            # may have changed in place (a redaction of the same length) where the
+            # anchors do not reach
             handle.seek(0)
             appendable = _crc(handle, offset) == state["prefix_crc"]
             if not appendable:
@@ -200,7 +201,7 @@ def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) 
         elif st.st_size < state["byte_offset"]:
             action, reason = "rewrite", "shorter than the indexed prefix (checkout or rewrite)"
         elif changed_in_place:
-            action, reason = "rewrite", "indexed prefix changed in place, same size"
+            action, reason = "rewrite", "indexed prefix changed in place"
         else:
             action, reason = "rewrite", "indexed prefix changed (checkout or rewrite)"
     rest = handle.read()

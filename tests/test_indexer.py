@@ -278,6 +278,16 @@ def test_same_size_edit_in_the_middle_of_a_day_file_is_seen(memory: Memory, stor
     found = rows(dsn, schema, "SELECT content ->> 'text' FROM events WHERE line = 60")
     assert found == [("note 60: the cluster lives in Amsterdam",)]
     assert memory.status()["clean"] and not memory.sync().changed
+    with path.open("ab") as handle:  # a torn tail, indexed as pending ...
+        handle.write(b'{"torn": ')
+    memory.sync()
+    data = path.read_bytes()
+    middle = data.index(b"note 61: the cluster lives in Frankfurt")
+    path.write_bytes(data[:middle] + data[middle:].replace(b"Frankfurt", b"Amsterdam", 1)
+                     [:len(data) - middle - len(b'{"torn": ')])  # ... gone with the edit
+    assert changed(memory.sync()) == {DAY: "rewrite"}
+    found = rows(dsn, schema, "SELECT content ->> 'text' FROM events WHERE line = 61")
+    assert found == [("note 61: the cluster lives in Amsterdam",)]
 
 
 def test_a_rewrite_that_sets_the_mtime_back_is_seen(memory: Memory, store: Path, dsn: str,
