@@ -23,19 +23,11 @@ from typing import Any
 
 from gitmem import ids
 from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir
+from gitmem.derived import RecordFiles, Staged, Staging
 from gitmem.documents import (
-    Decision,
     Handoff,
-    Summary,
-    Task,
-    decision_to_text,
     handoff_to_text,
-    parse_decision,
     parse_handoff,
-    parse_summary,
-    parse_task,
-    summary_to_text,
-    task_to_text,
 )
 from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.policies import Policies
@@ -55,7 +47,6 @@ from gitmem.store import (
     content_digest,
     day_file_rel,
     file_stat,
-    record_paths,
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -64,25 +55,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Staged:
-    """A file that becomes visible only once its event line is durable."""
-
-    target: Path
-    data: bytes
-    replace_existing: bool = False
-    tenant: str = ""  # a task's or decision's tenant: the only one its rows concern
-    fresh: bool = False  # its id minted here: no rows of its path can be indexed yet
-
-
-# The files a write has staged so far, by path: a later event of the same write builds
-# on them (a task created, then updated; a decision, then one superseding it).
-_Staging = dict[Path, _Staged]
-
-
-@dataclass
 class _Prepared:
     event: Event
-    files: list[_Staged] = field(default_factory=list)
+    files: list[Staged] = field(default_factory=list)
 
 
 # An event the index holds: its tenant, time and content hash.
@@ -136,6 +111,7 @@ class Recorder:
     def __init__(self, store: Path, policies: Policies, *, now: Any = _now) -> None:
         self.store = store
         self.policies = policies
+        self.files = RecordFiles(store, policies)
         self._now = now
         # Told of each durable append (store-relative path, what was written): the
         # daemon hands it to its indexer, which then need not decode those lines.
@@ -187,7 +163,7 @@ class Recorder:
         """
         objs = list(objs)
         prepared: list[_Prepared] = []
-        staging: _Staging = {}
+        staging: Staging = {}
         with self._task_lock(objs):
             for position, obj in enumerate(objs):
                 number = lines[position] if lines is not None else position + 1
@@ -279,8 +255,8 @@ class Recorder:
         rel = f"handoffs/{packet.id}.yaml"
         parse_handoff(text, rel, packet.tenant_id)
         for dec in packet.decisions:
-            self._require_decision(dec, "decisions", packet.tenant_id, {})
-        self._publish([_Staged(self.store / rel, text.encode())])
+            self.files.require_decision(dec, "decisions", packet.tenant_id, {})
+        self._publish([Staged(self.store / rel, text.encode())])
         return packet
 
     # ------------------------------------------------------------------ preparation
@@ -335,7 +311,7 @@ class Recorder:
                                       field="hash")
         return full
 
-    def _prepare(self, obj: Mapping[str, Any], staging: _Staging) -> _Prepared:
+    def _prepare(self, obj: Mapping[str, Any], staging: Staging) -> _Prepared:
         full = self._complete(obj)
         if full["sensitivity"] in self.policies.privacy.never_store:
             raise PrivacyError(
@@ -347,7 +323,7 @@ class Recorder:
                                   field="content")
         full["content"] = _redact(full["content"], self.policies)
         full["tags"] = _redact(full["tags"], self.policies)
-        staged: list[_Staged] = []
+        staged: list[Staged] = []
         kind = full["kind"]
         id_field = {"decision": "decision_id", "task_update": "task_id"}.get(kind)
         minted = id_field is not None and not full["content"].get(id_field)
@@ -364,9 +340,9 @@ class Recorder:
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
         event = parse_event(full)  # every type and enum checked before files are derived
-        self._require_records(event.refs, staging)
-        derive = {"decision": self._decision_file, "task_update": self._task_file,
-                  "summary": self._summary_file}.get(kind)
+        self.files.require_records(event.refs, staging)
+        derive = {"decision": self.files.decision, "task_update": self.files.task,
+                  "summary": self.files.summary}.get(kind)
         if derive is not None:
             item = derive(full, parse_ts(full["ts"]), staging)  # may add its id to the content
             staging[item.target] = item
@@ -377,7 +353,7 @@ class Recorder:
             return _Prepared(replace(event, hash=full["hash"]), staged)
         return _Prepared(parse_event(full), staged)
 
-    def _excerpt(self, content: dict[str, Any]) -> list[_Staged]:
+    def _excerpt(self, content: dict[str, Any]) -> list[Staged]:
         output = content.pop("output", None)
         if output is None:
             output = content.get("excerpt_text", "")
@@ -396,9 +372,9 @@ class Recorder:
         content["artifact_id"] = art
         content["bytes"] = len(data)
         content["total_lines"] = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        return [_Staged(artifact_path(self.store, art), data)]
+        return [Staged(artifact_path(self.store, art), data)]
 
-    def _artifact(self, content: dict[str, Any]) -> list[_Staged]:
+    def _artifact(self, content: dict[str, Any]) -> list[Staged]:
         data = content.pop("data", None)
         if data is None:
             return []
@@ -407,138 +383,7 @@ class Recorder:
         raw = data.encode("utf-8")
         content["artifact_id"] = ids.artifact_id(raw)
         content["bytes"] = len(raw)
-        return [_Staged(artifact_path(self.store, content["artifact_id"]), raw)]
-
-    def _current(self, rel: str, staging: _Staging) -> str | None:
-        """A record file's text as this write leaves it so far (None: there is none)."""
-        staged = staging.get(self.store / rel)
-        if staged is not None:
-            return staged.data.decode("utf-8")
-        try:
-            return (self.store / rel).read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return None
-
-    def _require_records(self, refs: Iterable[str], staging: _Staging) -> None:
-        """Every record an event cites (a decision, task, summary, handoff, artifact) is in
-        the store or in this write: a line is never rewritten, so a typo in a ref would be
-        a dangling reference for good. (Events cited are checked by `gitmem verify`: the
-        index may trail the writes that made them.)"""
-        for ref in refs:
-            paths = [self.store / rel for rel in record_paths(ref)]
-            if paths and not any(p in staging or p.exists() for p in paths):
-                raise ValidationError(f"{ref} is not in the store (a dangling reference); "
-                                      "cite an id that exists", field="refs")
-
-    def _require_decision(self, dec: str, field_name: str, tenant: str,
-                          staging: _Staging) -> None:
-        """A decision cited as superseded or handed over must be one of the tenant's."""
-        rel = f"decisions/{dec}.md"
-        text = self._current(rel, staging)
-        if text is None:
-            raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
-                                  field=field_name)
-        try:
-            owner = parse_decision(text, rel, self.policies.manifest.default_tenant).tenant_id
-        except FormatError as exc:
-            raise ValidationError(f"decision {dec} cannot be read: {exc}",
-                                  field=field_name) from None
-        if owner != tenant:
-            raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
-                                  field=field_name)
-
-    def _decision_file(self, full: dict[str, Any], when: datetime,
-                       staging: _Staging) -> _Staged:
-        content = full["content"]
-        content.setdefault("decision_id", ids.new_id("dec", when))
-        decision = Decision(
-            id=content["decision_id"], ts=full["ts"], tenant_id=full["tenant_id"],
-            scope=content.get("scope", "project"), status="active",
-            refs=tuple(full["refs"]), text=content["text"],
-            title=content.get("title", ""),
-            rationale=_strings(content, "rationale"),
-            constraints=_strings(content, "constraints"),
-            alternatives=_strings(content, "alternatives"),
-            consequences=_strings(content, "consequences"),
-            confidence=content.get("confidence"),
-            supersedes=_strings(content, "supersedes"),
-            sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
-        rel = f"decisions/{decision.id}.md"
-        text = decision_to_text(decision)
-        try:
-            parse_decision(text, rel, full["tenant_id"])
-        except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field, "decision_id")) \
-                from None
-        for dec in decision.supersedes:
-            self._require_decision(dec, "content.supersedes", decision.tenant_id, staging)
-        if (self.store / rel).exists() or self.store / rel in staging:
-            raise ValidationError(f"decision {decision.id} already exists and is never "
-                                  "rewritten; record a new decision that supersedes it",
-                                  field="content.decision_id")
-        return _Staged(self.store / rel, text.encode(), tenant=decision.tenant_id)
-
-    def _task_file(self, full: dict[str, Any], when: datetime, staging: _Staging) -> _Staged:
-        content = full["content"]
-        task_id = content["task_id"]
-        existing: Task | None = None
-        rel = f"tasks/{task_id}.md"
-        path = self.store / rel
-        current = self._current(rel, staging)
-        if current is not None:
-            existing = parse_task(current, rel, full["tenant_id"])
-            if existing.tenant_id != full["tenant_id"]:  # never another tenant's task
-                raise ValidationError(f"task {task_id} is not a task of tenant "
-                                      f"{full['tenant_id']!r}", field="content.task_id")
-        if existing is None:
-            if not content.get("title"):
-                raise ValidationError("a new task needs a title", field="content.title")
-            task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
-                        status=content.get("status", "open"), title=content["title"],
-                        details=content.get("text", ""), owner=content.get("owner", ""),
-                        refs=tuple(full["refs"]), session_id=full["session_id"],
-                        sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
-        else:
-            task = replace(
-                existing, status=content.get("status", existing.status),
-                title=content.get("title", existing.title),
-                details=content.get("text", existing.details),
-                owner=content.get("owner", existing.owner),
-                refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
-        text = task_to_text(task)
-        try:  # the file must stay valid: a person reads it and the indexer parses it
-            parse_task(text, rel, full["tenant_id"])
-        except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field, "task_id")) \
-                from None
-        return _Staged(path, text.encode(), replace_existing=existing is not None,
-                       tenant=task.tenant_id)
-
-    def _summary_file(self, full: dict[str, Any], when: datetime,
-                      staging: _Staging) -> _Staged:
-        content = full["content"]
-        if not full["refs"]:
-            raise ValidationError("a summary must cite the events it summarises (P4)",
-                                  field="refs")
-        content.setdefault("summary_id", ids.new_id("sum", when))
-        scope = content.get("scope", "session")
-        summary = Summary(
-            id=content["summary_id"], ts=full["ts"], tenant_id=full["tenant_id"],
-            scope=scope, refs=tuple(full["refs"]), text=content["text"],
-            session_id=full["session_id"], decisions=_strings(content, "decisions"),
-            sensitivity=full["sensitivity"], tags=tuple(full["tags"]),
-            channel=full["channel"])
-        rel = f"summaries/{scope}/{summary.id}.md"
-        if (self.store / rel).exists() or self.store / rel in staging:
-            raise ValidationError(f"summary {summary.id} already exists and is never "
-                                  "rewritten", field="content.summary_id")
-        text = summary_to_text(summary)
-        try:
-            parse_summary(text, rel, full["tenant_id"])
-        except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field, "summary_id")) \
-                from None
-        return _Staged(self.store / rel, text.encode())
+        return [Staged(artifact_path(self.store, content["artifact_id"]), raw)]
 
     # ------------------------------------------------------------------ commit
 
@@ -594,11 +439,11 @@ class Recorder:
                 except Exception:  # the lines are durable: the indexer reads them
                     logger.exception("handing %s's new lines to the indexer failed", rel)
 
-    def _publish(self, staged: list[_Staged]) -> None:
+    def _publish(self, staged: list[Staged]) -> None:
         self._place(self._stage(staged))
 
-    def _stage(self, staged: list[_Staged]) -> list[tuple[Path, _Staged]]:
-        temps: list[tuple[Path, _Staged]] = []
+    def _stage(self, staged: list[Staged]) -> list[tuple[Path, Staged]]:
+        temps: list[tuple[Path, Staged]] = []
         try:
             for item in staged:
                 if item.target.exists() and not item.replace_existing:
@@ -619,7 +464,7 @@ class Recorder:
             raise
         return temps
 
-    def _place(self, temps: list[tuple[Path, _Staged]]) -> None:
+    def _place(self, temps: list[tuple[Path, Staged]]) -> None:
         dirs = set()
         for tmp, item in temps:
             os.replace(tmp, item.target)
@@ -636,30 +481,3 @@ class Recorder:
             self.on_place(placed)
         except Exception:  # the files are durable: their file events queue them
             logger.exception("handing the files put in place to the indexer failed")
-
-
-_EVENT_LEVEL = ("refs", "tags", "sensitivity", "session_id", "tenant_id", "ts")
-
-
-def _event_field(name: str | None, id_key: str) -> str:
-    """The event field behind a field of the Markdown file an event produces."""
-    if name is None:
-        return "content"
-    if name in _EVENT_LEVEL:
-        return name
-    if name == "body":
-        return "content.text"
-    return f"content.{id_key}" if name == "id" else f"content.{name}"
-
-
-def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
-    """A list-of-strings content field (a single string becomes a one-item list)."""
-    value = content.get(key)
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = content[key] = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValidationError(f"expected a list of strings, got {value!r}",
-                              field=f"content.{key}")
-    return tuple(value)

@@ -1,0 +1,210 @@
+"""The record files a write derives from its events: a decision's, a task's (the file
+as the update leaves it), a summary's; and the checks that the records an event cites
+exist and are its tenant's. Each sees the files the same write staged before it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gitmem import ids
+from gitmem.documents import (
+    Decision,
+    Summary,
+    Task,
+    decision_to_text,
+    parse_decision,
+    parse_summary,
+    parse_task,
+    summary_to_text,
+    task_to_text,
+)
+from gitmem.errors import FormatError, ValidationError
+from gitmem.policies import Policies
+from gitmem.store import record_paths
+
+
+@dataclass
+class Staged:
+    """A file that becomes visible only once its event line is durable."""
+
+    target: Path
+    data: bytes
+    replace_existing: bool = False
+    tenant: str = ""  # a task's or decision's tenant: the only one its rows concern
+    fresh: bool = False  # its id minted here: no rows of its path can be indexed yet
+
+
+# The files a write has staged so far, by path: a later event of the same write builds
+# on them (a task created, then updated; a decision, then one superseding it).
+Staging = dict[Path, Staged]
+
+
+
+class RecordFiles:
+    """Derives and checks record files for one store under its policies."""
+
+    def __init__(self, store: Path, policies: Policies) -> None:
+        self.store = store
+        self.policies = policies
+
+    def current(self, rel: str, staging: Staging) -> str | None:
+        """A record file's text as this write leaves it so far (None: there is none)."""
+        staged = staging.get(self.store / rel)
+        if staged is not None:
+            return staged.data.decode("utf-8")
+        try:
+            return (self.store / rel).read_text(encoding="utf-8")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def require_records(self, refs: Iterable[str], staging: Staging) -> None:
+        """Every record an event cites (a decision, task, summary, handoff, artifact) is in
+        the store or in this write: a line is never rewritten, so a typo in a ref would be
+        a dangling reference for good. (Events cited are checked by `gitmem verify`: the
+        index may trail the writes that made them.)"""
+        for ref in refs:
+            paths = [self.store / rel for rel in record_paths(ref)]
+            if paths and not any(p in staging or p.exists() for p in paths):
+                raise ValidationError(f"{ref} is not in the store (a dangling reference); "
+                                      "cite an id that exists", field="refs")
+
+    def require_decision(self, dec: str, field_name: str, tenant: str,
+                          staging: Staging) -> None:
+        """A decision cited as superseded or handed over must be one of the tenant's."""
+        rel = f"decisions/{dec}.md"
+        text = self.current(rel, staging)
+        if text is None:
+            raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
+                                  field=field_name)
+        try:
+            owner = parse_decision(text, rel, self.policies.manifest.default_tenant).tenant_id
+        except FormatError as exc:
+            raise ValidationError(f"decision {dec} cannot be read: {exc}",
+                                  field=field_name) from None
+        if owner != tenant:
+            raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
+                                  field=field_name)
+
+    def decision(self, full: dict[str, Any], when: datetime,
+                       staging: Staging) -> Staged:
+        content = full["content"]
+        content.setdefault("decision_id", ids.new_id("dec", when))
+        decision = Decision(
+            id=content["decision_id"], ts=full["ts"], tenant_id=full["tenant_id"],
+            scope=content.get("scope", "project"), status="active",
+            refs=tuple(full["refs"]), text=content["text"],
+            title=content.get("title", ""),
+            rationale=_strings(content, "rationale"),
+            constraints=_strings(content, "constraints"),
+            alternatives=_strings(content, "alternatives"),
+            consequences=_strings(content, "consequences"),
+            confidence=content.get("confidence"),
+            supersedes=_strings(content, "supersedes"),
+            sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
+        rel = f"decisions/{decision.id}.md"
+        text = decision_to_text(decision)
+        try:
+            parse_decision(text, rel, full["tenant_id"])
+        except FormatError as exc:
+            raise ValidationError(exc.detail, field=_event_field(exc.field, "decision_id")) \
+                from None
+        for dec in decision.supersedes:
+            self.require_decision(dec, "content.supersedes", decision.tenant_id, staging)
+        if (self.store / rel).exists() or self.store / rel in staging:
+            raise ValidationError(f"decision {decision.id} already exists and is never "
+                                  "rewritten; record a new decision that supersedes it",
+                                  field="content.decision_id")
+        return Staged(self.store / rel, text.encode(), tenant=decision.tenant_id)
+
+    def task(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
+        content = full["content"]
+        task_id = content["task_id"]
+        existing: Task | None = None
+        rel = f"tasks/{task_id}.md"
+        path = self.store / rel
+        current = self.current(rel, staging)
+        if current is not None:
+            existing = parse_task(current, rel, full["tenant_id"])
+            if existing.tenant_id != full["tenant_id"]:  # never another tenant's task
+                raise ValidationError(f"task {task_id} is not a task of tenant "
+                                      f"{full['tenant_id']!r}", field="content.task_id")
+        if existing is None:
+            if not content.get("title"):
+                raise ValidationError("a new task needs a title", field="content.title")
+            task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
+                        status=content.get("status", "open"), title=content["title"],
+                        details=content.get("text", ""), owner=content.get("owner", ""),
+                        refs=tuple(full["refs"]), session_id=full["session_id"],
+                        sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
+        else:
+            task = replace(
+                existing, status=content.get("status", existing.status),
+                title=content.get("title", existing.title),
+                details=content.get("text", existing.details),
+                owner=content.get("owner", existing.owner),
+                refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
+        text = task_to_text(task)
+        try:  # the file must stay valid: a person reads it and the indexer parses it
+            parse_task(text, rel, full["tenant_id"])
+        except FormatError as exc:
+            raise ValidationError(exc.detail, field=_event_field(exc.field, "task_id")) \
+                from None
+        return Staged(path, text.encode(), replace_existing=existing is not None,
+                       tenant=task.tenant_id)
+
+    def summary(self, full: dict[str, Any], when: datetime,
+                      staging: Staging) -> Staged:
+        content = full["content"]
+        if not full["refs"]:
+            raise ValidationError("a summary must cite the events it summarises (P4)",
+                                  field="refs")
+        content.setdefault("summary_id", ids.new_id("sum", when))
+        scope = content.get("scope", "session")
+        summary = Summary(
+            id=content["summary_id"], ts=full["ts"], tenant_id=full["tenant_id"],
+            scope=scope, refs=tuple(full["refs"]), text=content["text"],
+            session_id=full["session_id"], decisions=_strings(content, "decisions"),
+            sensitivity=full["sensitivity"], tags=tuple(full["tags"]),
+            channel=full["channel"])
+        rel = f"summaries/{scope}/{summary.id}.md"
+        if (self.store / rel).exists() or self.store / rel in staging:
+            raise ValidationError(f"summary {summary.id} already exists and is never "
+                                  "rewritten", field="content.summary_id")
+        text = summary_to_text(summary)
+        try:
+            parse_summary(text, rel, full["tenant_id"])
+        except FormatError as exc:
+            raise ValidationError(exc.detail, field=_event_field(exc.field, "summary_id")) \
+                from None
+        return Staged(self.store / rel, text.encode())
+
+
+_EVENT_LEVEL = ("refs", "tags", "sensitivity", "session_id", "tenant_id", "ts")
+
+
+def _event_field(name: str | None, id_key: str) -> str:
+    """The event field behind a field of the Markdown file an event produces."""
+    if name is None:
+        return "content"
+    if name in _EVENT_LEVEL:
+        return name
+    if name == "body":
+        return "content.text"
+    return f"content.{id_key}" if name == "id" else f"content.{name}"
+
+
+def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A list-of-strings content field (a single string becomes a one-item list)."""
+    value = content.get(key)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = content[key] = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError(f"expected a list of strings, got {value!r}",
+                              field=f"content.{key}")
+    return tuple(value)
