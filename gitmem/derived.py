@@ -4,7 +4,7 @@ exist and are its tenant's. Each sees the files the same write staged before it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -106,12 +106,8 @@ class RecordFiles:
             supersedes=_strings(content, "supersedes"),
             sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
         rel = f"decisions/{decision.id}.md"
-        text = decision_to_text(decision)
-        try:
-            parse_decision(text, rel, full["tenant_id"])
-        except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field, "decision_id")) \
-                from None
+        text = _valid(decision_to_text(decision), rel, full["tenant_id"], parse_decision,
+                      "decision_id")
         for dec in decision.supersedes:
             self.require_decision(dec, "content.supersedes", decision.tenant_id, staging)
         if (self.store / rel).exists() or self.store / rel in staging:
@@ -147,12 +143,7 @@ class RecordFiles:
                 details=content.get("text", existing.details),
                 owner=content.get("owner", existing.owner),
                 refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
-        text = task_to_text(task)
-        try:  # the file must stay valid: a person reads it and the indexer parses it
-            parse_task(text, rel, full["tenant_id"])
-        except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field, "task_id")) \
-                from None
+        text = _valid(task_to_text(task), rel, full["tenant_id"], parse_task, "task_id")
         return Staged(path, text.encode(), replace_existing=existing is not None,
                        tenant=task.tenant_id)
 
@@ -174,13 +165,20 @@ class RecordFiles:
         if (self.store / rel).exists() or self.store / rel in staging:
             raise ValidationError(f"summary {summary.id} already exists and is never "
                                   "rewritten", field="content.summary_id")
-        text = summary_to_text(summary)
-        try:
-            parse_summary(text, rel, full["tenant_id"])
-        except FormatError as exc:
-            raise ValidationError(exc.detail, field=_event_field(exc.field, "summary_id")) \
-                from None
+        text = _valid(summary_to_text(summary), rel, full["tenant_id"], parse_summary,
+                      "summary_id")
         return Staged(self.store / rel, text.encode())
+
+
+def _valid(text: str, rel: str, tenant: str, parse: Callable[[str, str, str], object],
+           id_key: str) -> str:
+    """`text`, a record file as written, once its own parser accepts it (a person reads
+    it and the indexer parses it); else the problem, named as the event's field."""
+    try:
+        parse(text, rel, tenant)
+    except FormatError as exc:
+        raise ValidationError(exc.detail, field=_event_field(exc.field, id_key)) from None
+    return text
 
 
 _EVENT_LEVEL = ("refs", "tags", "sensitivity", "session_id", "tenant_id", "ts")
