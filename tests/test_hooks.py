@@ -278,6 +278,8 @@ def test_pre_commit_framework_manifest_lists_the_hooks() -> None:
     ids = {hook["id"]: hook for hook in manifest}
     assert ids["gitmem-verify"]["entry"] == "gitmem hook pre-commit"
     assert "post-checkout" in ids["gitmem-sync"]["stages"]
+    assert ids["gitmem-committed"]["entry"] == "gitmem hook post-commit"
+    assert ids["gitmem-committed"]["stages"] == ["post-commit"]
     for name in HOOK_NAMES:
         shim = (Path(__file__).parent.parent / "hooks" / name).read_text()
         assert shim.startswith("#!/bin/sh") and f'exec gitmem hook {name} "$@"' in shim
