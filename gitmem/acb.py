@@ -27,7 +27,14 @@ from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packed, Packer, Section, header
 from gitmem.policies import ChannelRule, Policies
-from gitmem.records import CHANNELS, compact_json, format_ts, parse_ts
+from gitmem.records import (
+    CHANNELS,
+    check_choice,
+    check_storable,
+    compact_json,
+    format_ts,
+    parse_ts,
+)
 
 REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
@@ -62,16 +69,13 @@ class AcbRequest:
             if value is not None and not isinstance(value, str):
                 raise ValidationError(f"expected a string, got {type(value).__name__}", field=name)
             if value:
-                check_searchable(value, name)
+                check_storable(value, name)
         max_tokens = data.get("max_tokens")
         if max_tokens is not None and (isinstance(max_tokens, bool)
                                        or not isinstance(max_tokens, int) or max_tokens < 1):
             raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
                                   field="max_tokens")
-        channel = data.get("channel") or "private"
-        if channel not in CHANNELS:
-            raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
-                                  field="channel")
+        channel = check_choice(data.get("channel") or "private", CHANNELS, "channel")
         now = data.get("now")
         if now is not None:
             parse_ts(now, "now")
@@ -80,20 +84,6 @@ class AcbRequest:
                    agent_id=data.get("agent_id") or "agent", channel=channel,
                    intent=data.get("intent") or "", query_text=data.get("query_text") or "",
                    max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
-
-
-def check_searchable(text: str, field_name: str) -> None:
-    """Refuse a request string no stored text can hold (a NUL, an unpaired surrogate):
-    a field error, not a failure of the database or the encoder."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    else:
-        if "\x00" not in text:
-            return
-    raise ValidationError("contains a NUL character or an unpaired surrogate, which no "
-                          "stored text holds; remove it", field=field_name)
 
 
 def read_scope(request: AcbRequest) -> ReadScope:
@@ -156,14 +146,11 @@ class _Build:
     def allows(self, sensitivity: str, channel: str) -> bool:
         """Whether the request's channel may load a chunk (an event's or a summary's:
         its sensitivity and the channel it was recorded on; "" for none)."""
-        return self.allows_record(sensitivity) and not (
-            channel and self.rule.event_channels is not None
-            and channel not in self.rule.event_channels)
+        return self.rule.loads_event(sensitivity, channel)
 
     def allows_record(self, sensitivity: str) -> bool:
-        """Whether the request's channel may load a decision or task (they have no
-        channel: their sensitivity decides)."""
-        return sensitivity not in self.rule.suppress_sensitivity
+        """Whether the request's channel may load a decision or task."""
+        return self.rule.loads_record(sensitivity)
 
 
 def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,

@@ -257,9 +257,7 @@ def _pinned(run: Run, request: Mapping[str, Any]) -> list[str]:
                 not view.channels or channel in view.channels):
             out += [f"{view.path}#{chunk.anchor}" for chunk in view.chunks]
     for row in memory.cache.pinned(tenant):
-        if row["sensitivity"] not in rule.suppress_sensitivity and (
-                rule.event_channels is None or not row["channel"]
-                or row["channel"] in rule.event_channels):
+        if rule.loads_event(row["sensitivity"], row["channel"]):
             out.append(row["chunk_id"])
     return out
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitmem import client, gctune
-from gitmem.config import Config, redact_dsn
+from gitmem.config import Config
 from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
 from gitmem.server import ServerOptions
 
@@ -254,6 +254,7 @@ def run(config: Config, options: DaemonOptions) -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     indexing = None
     embedded = config.dsn is None
+    schema, database = client.index_of(config)  # what daemon_status says it serves
     if options.index_process:
         if embedded:  # the child joins this server; it never starts one
             config = replace(config, dsn=embedded_dsn(config.state_dir))
@@ -273,8 +274,8 @@ def run(config: Config, options: DaemonOptions) -> None:
     started = time.time()
 
     def daemon_status() -> dict[str, Any]:
-        return {"pid": os.getpid(), "store": str(config.store), "schema": config.schema,
-                "database": "embedded" if embedded else redact_dsn(config.dsn or ""),
+        return {"pid": os.getpid(), "store": str(config.store), "schema": schema,
+                "database": database,
                 "socket": str(config.socket_path), "log": str(log_path(config)),
                 "started": started, "uptime_s": round(time.time() - started, 3),
                 "connections": server.connections, "accepted": server.accepted,

@@ -43,7 +43,6 @@ class Staged:
 Staging = dict[Path, Staged]
 
 
-
 class RecordFiles:
     """Derives and checks record files for one store under its policies."""
 
@@ -73,7 +72,7 @@ class RecordFiles:
                                       "cite an id that exists", field="refs")
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
-                          staging: Staging) -> None:
+                         staging: Staging) -> None:
         """A decision cited as superseded or handed over must be one of the tenant's."""
         rel = f"decisions/{dec}.md"
         text = self.current(rel, staging)
@@ -89,8 +88,7 @@ class RecordFiles:
             raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
                                   field=field_name)
 
-    def decision(self, full: dict[str, Any], when: datetime,
-                       staging: Staging) -> Staged:
+    def decision(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
         content = full["content"]
         content.setdefault("decision_id", ids.new_id("dec", when))
         decision = Decision(
@@ -145,10 +143,9 @@ class RecordFiles:
                 refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
         text = _valid(task_to_text(task), rel, full["tenant_id"], parse_task, "task_id")
         return Staged(path, text.encode(), replace_existing=existing is not None,
-                       tenant=task.tenant_id)
+                      tenant=task.tenant_id)
 
-    def summary(self, full: dict[str, Any], when: datetime,
-                      staging: Staging) -> Staged:
+    def summary(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
         content = full["content"]
         if not full["refs"]:
             raise ValidationError("a summary must cite the events it summarises (P4)",

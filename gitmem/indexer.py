@@ -366,10 +366,9 @@ def sync(db: Database, store: Path, policies: Policies,
         reshaped = reshaping(db, policies) if stats else None
         if reshaped:
             # rows made under other policies (chunk sizes, the default tenant)
-            todo = [(rel, kind) for rel, (kind, *_) in stats.items()]
             report = reindex(db, store, policies)
             report.changed = [{"path": rel, "action": "rewrite", "reason": reshaped[1]}
-                              for rel, _ in sorted({*todo, *iter_store_files(store)})]
+                              for rel in sorted({*stats, *(r for r, _ in iter_store_files(store))})]
             report.rebuilt = True
             return report
         todo = candidates(store, stats)
@@ -501,8 +500,7 @@ def _count_chunk(totals: dict[str, list[int]], tenant: str, token_est: int) -> N
 
 
 _STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "head_hash",
-                  "prefix_crc",
-                  "errors", "size", "ctime_ns", "inode")
+                  "prefix_crc", "errors", "size", "ctime_ns", "inode")
 
 
 def _drop_seen(rows: FileRows, seen: set[str]) -> None:

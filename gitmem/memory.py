@@ -15,12 +15,12 @@ from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
 from gitmem.documents import Handoff
-from gitmem.errors import DatabaseError, NotFoundError, ValidationError
+from gitmem.errors import DatabaseError, NotFoundError
 from gitmem.ids import ARTIFACT_ID
 from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
-from gitmem.records import CHANNELS, Event, format_ts
+from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts
 from gitmem.rows import Announced, Appended
 from gitmem.store import Placed, read_artifact
 
@@ -196,16 +196,10 @@ class Memory:
         if tenant_id is None and channel is None:
             return read_artifact(self.store, artifact_id)
         tenant = tenant_id or self.policies.manifest.default_tenant
-        channel = channel or "private"
-        if channel not in CHANNELS:
-            raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
-                                  field="channel")
+        channel = check_choice(channel or "private", CHANNELS, "channel")
         if not ARTIFACT_ID.fullmatch(artifact_id):
             raise NotFoundError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
-        if self.catch_up is not None:
-            self.catch_up()
-        else:
-            self.sync()
+        self._caught_up()
         rule = self.policies.privacy.rule(channel)
         rows = self.db.fetchall("artifact_events", {"artifact": artifact_id, "tenant": tenant})
         if not any(rule.loads_event(r["sensitivity"], r["channel"]) for r in rows):
@@ -294,21 +288,24 @@ class Memory:
                 self.on_database_error(exc)
             raise
 
+    def _caught_up(self) -> None:
+        """The index caught up with the files: through the daemon's watcher, else a sync."""
+        if self.catch_up is not None:
+            self.catch_up()
+        else:
+            self.sync()
+
     def query_decisions(self, tenant_id: str | None = None, *, active_only: bool = True,
                         query_text: str = "", channel: str | None = None
                         ) -> list[dict[str, Any]]:
         """A tenant's decisions (active ones by default), newest first or by relevance;
         with `channel`, only those its rules may load (their sensitivity decides)."""
         tenant = tenant_id or self.policies.manifest.default_tenant
-        acb.check_searchable(tenant, "tenant_id")
-        acb.check_searchable(query_text, "query_text")
-        if channel is not None and channel not in CHANNELS:
-            raise ValidationError(f"expected one of {'|'.join(CHANNELS)}, got {channel!r}",
-                                  field="channel")
-        if self.catch_up is not None:
-            self.catch_up()
-        else:
-            self.sync()
+        check_storable(tenant, "tenant_id")
+        check_storable(query_text, "query_text")
+        if channel is not None:
+            check_choice(channel, CHANNELS, "channel")
+        self._caught_up()
         chain = self.cache.decisions(tenant)
         rows = chain.active if active_only else sorted(
             chain.by_id.values(), key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
@@ -318,8 +315,8 @@ class Memory:
                 "decision_search", {"tenant": tenant, "query": t.query})}
             rows = [r for r in rows if r["decision_id"] in wanted]
         if channel is not None:
-            hidden = self.policies.privacy.rule(channel).suppress_sensitivity
-            rows = [r for r in rows if r["sensitivity"] not in hidden]
+            rule = self.policies.privacy.rule(channel)
+            rows = [r for r in rows if rule.loads_record(r["sensitivity"])]
         return [{
             "decision_id": r["decision_id"], "ts": format_ts(r["ts"]),
             "status": "active" if r["decision_id"] not in chain.superseded_by else "superseded",

@@ -73,10 +73,15 @@ class ChannelRule:
     event_channels: frozenset[str] | None = None  # channels whose events it may load; None: all
 
     def loads_event(self, sensitivity: str, channel: str) -> bool:
-        """Whether this channel may load an event of that sensitivity recorded on that
-        channel ("": none), as build_acb judges it."""
-        return sensitivity not in self.suppress_sensitivity and not (
+        """Whether this channel may load an event (or a summary) of that sensitivity
+        recorded on that channel ("": none), as build_acb judges it."""
+        return self.loads_record(sensitivity) and not (
             channel and self.event_channels is not None and channel not in self.event_channels)
+
+    def loads_record(self, sensitivity: str) -> bool:
+        """Whether this channel may load a decision or task of that sensitivity (they
+        have no channel: their sensitivity decides)."""
+        return sensitivity not in self.suppress_sensitivity
 
 
 _BOUNDARY_BEFORE_LITERAL = re.compile(r"\\b[\w-]")  # a pattern beginning \b, then a literal

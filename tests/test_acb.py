@@ -829,18 +829,19 @@ def test_a_bundle_sent_as_json_reads_back_the_same_and_stays_usable(memory: Memo
 
 
 @pytest.mark.parametrize("field", ["query_text", "session_id", "tenant_id", "handoff_id"])
-@pytest.mark.parametrize("bad", ["hel\x00lo", "\ud800 hello"])
+@pytest.mark.parametrize(("bad", "why"), [("hel\x00lo", "NUL character"),
+                                          ("\ud800 hello", "lone surrogate")])
 def test_request_text_that_no_stored_text_holds_is_refused(memory: Memory, field: str,
-                                                           bad: str) -> None:
-    with pytest.raises(ValidationError, match="NUL character or an unpaired surrogate") as caught:
+                                                           bad: str, why: str) -> None:
+    with pytest.raises(ValidationError, match=why) as caught:
         memory.build_acb({field: bad, "now": NOW})
     assert caught.value.field == field
 
 
 def test_decision_queries_refuse_text_no_stored_text_holds(memory: Memory) -> None:
-    for field, params in (("query_text", {"query_text": "a\x00b"}),
-                          ("tenant_id", {"tenant_id": "\ud800"})):
-        with pytest.raises(ValidationError, match="unpaired surrogate") as caught:
+    for field, params, why in (("query_text", {"query_text": "a\x00b"}, "NUL character"),
+                               ("tenant_id", {"tenant_id": "\ud800"}, "lone surrogate")):
+        with pytest.raises(ValidationError, match=why) as caught:
             memory.query_decisions(**params)
         assert caught.value.field == field
 

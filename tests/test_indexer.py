@@ -238,6 +238,15 @@ def test_sync_of_selected_paths(memory: Memory, store: Path, dsn: str, schema: s
     assert not memory.status()["clean"]
 
 
+def assert_glossary_edit_indexed(memory: Memory, dsn: str, schema: str) -> None:
+    """views/glossary.md, its "ACB" turned "XYZ" in place: stale, then synced as changed."""
+    assert [s["path"] for s in memory.status()["stale"]] == ["views/glossary.md"]
+    assert changed(memory.sync()) == {"views/glossary.md": "changed"}
+    texts = rows(dsn, schema, "SELECT text FROM view_chunks WHERE path = %s",
+                 ("views/glossary.md",))
+    assert any("XYZ" in t for (t,) in texts)
+
+
 def test_same_size_edit_within_the_same_mtime_is_seen(memory: Memory, store: Path, dsn: str,
                                                       schema: str) -> None:
     view = store / "views" / "glossary.md"
@@ -250,12 +259,7 @@ def test_same_size_edit_within_the_same_mtime_is_seen(memory: Memory, store: Pat
         handle.write(edited)
     os.utime(view, ns=(st.st_atime_ns, st.st_mtime_ns))  # a coarse clock: same mtime
     assert view.stat().st_ino == st.st_ino
-    status = memory.status()
-    assert [s["path"] for s in status["stale"]] == ["views/glossary.md"]
-    assert changed(memory.sync()) == {"views/glossary.md": "changed"}
-    texts = rows(dsn, schema, "SELECT text FROM view_chunks WHERE path = %s",
-                 ("views/glossary.md",))
-    assert any("XYZ" in t for (t,) in texts)
+    assert_glossary_edit_indexed(memory, dsn, schema)
 
 
 def test_same_size_edit_in_the_middle_of_a_day_file_is_seen(memory: Memory, store: Path,
@@ -305,11 +309,7 @@ def test_a_rewrite_that_sets_the_mtime_back_is_seen(memory: Memory, store: Path,
     after = view.stat()
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
         st.st_size, st.st_mtime_ns, st.st_ino)
-    assert [s["path"] for s in memory.status()["stale"]] == ["views/glossary.md"]
-    assert changed(memory.sync()) == {"views/glossary.md": "changed"}
-    texts = rows(dsn, schema, "SELECT text FROM view_chunks WHERE path = %s",
-                 ("views/glossary.md",))
-    assert any("XYZ" in t for (t,) in texts)
+    assert_glossary_edit_indexed(memory, dsn, schema)
 
 
 def test_rows_made_under_other_policies_are_made_again(memory: Memory, store: Path,
