@@ -2,12 +2,14 @@
 
 Per source file the index records what it reflects (`source_files`): for
 Markdown/YAML the content hash, for JSONL the byte offset of the complete
-lines indexed plus hashes of the first and last 4 KiB of that prefix. A file
-whose stat is unchanged is unchanged; otherwise its content decides:
+lines indexed plus hashes of the first and last 4 KiB of that prefix and a
+CRC-32 of all of it. A file whose stat is unchanged is unchanged; otherwise its
+content decides (gitmem/freshness.py):
 
 - JSONL grown with the same prefix anchors: only the new complete lines are
   indexed (a torn last line waits for its newline);
-- JSONL shrunk or with different anchors (checkout, rewrite): reindexed whole;
+- JSONL shrunk, with different anchors, or not grown and another prefix CRC
+  (checkout, rewrite, an edit in place): reindexed whole;
 - Markdown/YAML with a new content hash: re-parsed;
 - gone from disk: its rows are deleted.
 
@@ -18,15 +20,11 @@ advisory lock, so a crash or a concurrent sync never double-indexes or skips.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import logging
-import os
 import queue
 import re
 import threading
-import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -39,6 +37,7 @@ import psycopg
 from gitmem import gitops
 from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
+from gitmem.freshness import Assessment, FileStat, assess, candidates
 from gitmem.policies import Policies
 from gitmem.rows import (
     CHUNK_COLUMNS,
@@ -53,36 +52,13 @@ from gitmem.store import (
     classify,
     day_file_rel,
     iter_store_files,
-    stat_key,
-    stat_store_files,
     unrecognized_files,
 )
 
 logger = logging.getLogger(__name__)
 
-ANCHOR_BYTES = 4096
-RACY_NS = 2_000_000_000
 COPY_BATCH_ROWS = 20000
 Progress = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """What sync would do to one file, and with which bytes."""
-
-    path: str
-    kind: str
-    action: str          # new | append | rewrite | changed | touched | deleted | unchanged
-    reason: str
-    data: bytes = b""    # complete content to index (JSONL: complete new lines)
-    start_line: int = 1
-    state: dict[str, Any] = field(default_factory=dict)   # the new source_files row
-    pending_bytes: int = 0  # JSONL bytes after the last newline (a torn or growing line)
-
-    @property
-    def stale(self) -> bool:
-        """True when the index does not yet reflect this file's content."""
-        return self.action not in ("unchanged", "touched")
 
 
 @dataclass
@@ -106,136 +82,8 @@ class SyncReport:
                 "rebuilt": self.rebuilt}
 
 
-def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _stat_fields(st: os.stat_result) -> dict[str, int]:
-    # A file modified within RACY_NS may change again inside the same timestamp tick
-    # (coarse filesystem clocks) with the same size: its stat is not trusted (-1
-    # never matches), so the next sync compares its content instead (as git does).
-    ctime = st.st_ctime_ns if time.time_ns() - st.st_ctime_ns >= RACY_NS else -1
-    return {"size": st.st_size, "ctime_ns": ctime, "inode": st.st_ino}
-
-
-def _crc(handle: Any, size: int) -> int:
-    """CRC-32 of a file's first `size` bytes, read from where `handle` stands."""
-    crc = 0
-    while size > 0:
-        block = handle.read(min(size, 1 << 20))
-        if not block:
-            break
-        crc = zlib.crc32(block, crc)
-        size -= len(block)
-    return crc
-
-
-def _same_stat(state: Row, st: os.stat_result) -> bool:
-    return (state["size"], state["ctime_ns"], state["inode"]) == stat_key(st)
-
-
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
     return [e.to_dict() for e in errors]
-
-
-def assess(store: Path, rel: str, kind: str, state: Row | None,
-           policies: Policies | None = None) -> Assessment:
-    """Compare one file with its indexed state (reads only what it must)."""
-    path = store / rel
-    try:
-        handle = path.open("rb")
-    except FileNotFoundError:
-        if state is None:
-            return Assessment(rel, kind, "unchanged", "not on disk, not indexed")
-        return Assessment(rel, kind, "deleted", "indexed but no longer on disk")
-    with handle:
-        st = os.fstat(handle.fileno())
-        if state is not None and _same_stat(state, st):
-            pending = st.st_size - state["byte_offset"] if kind == "events" else 0
-            return Assessment(rel, kind, "unchanged", "stat unchanged", pending_bytes=pending)
-        if kind == "events":
-            return _assess_jsonl(rel, handle, st, state)
-        data = handle.read()
-    digest = _sha(data)
-    new_state = {"path": rel, "kind": kind, "content_hash": digest, "byte_offset": len(data),
-                 "line_count": 0, "head_hash": "", "prefix_crc": 0, **_stat_fields(st)}
-    if state is None:
-        return Assessment(rel, kind, "new", "not indexed yet", data, state=new_state)
-    if state["content_hash"] == digest:
-        new_state["errors"] = state["errors"]
-        return Assessment(rel, kind, "touched", "stat changed, content identical",
-                          state=new_state)
-    return Assessment(rel, kind, "changed", "content hash differs from the index", data,
-                      state=new_state)
-
-
-def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) -> Assessment:
-    offset = state["byte_offset"] if state else 0
-    changed_in_place = False
-    appendable = state is not None and st.st_size >= offset
-    if appendable and state is not None:
-        head = handle.read(min(ANCHOR_BYTES, offset))
-        handle.seek(max(0, offset - ANCHOR_BYTES))
-        tail = handle.read(offset - max(0, offset - ANCHOR_BYTES))
-        appendable = (_sha(head) == state["head_hash"] and _sha(tail) == state["content_hash"])
-        if appendable and st.st_size <= state["size"]:
-            # nothing added (a torn tail may even have gone), yet the stat moved: bytes
-            # may have changed in place (a redaction of the same length) where the
-            # anchors do not reach
-            handle.seek(0)
-            appendable = _crc(handle, offset) == state["prefix_crc"]
-            if not appendable:
-                changed_in_place = True
-    if appendable and state is not None:
-        handle.seek(offset)
-        start_line = state["line_count"] + 1
-        action, reason = "append", "lines appended since the index"
-        prefix_errors = list(state["errors"])
-        crc = state["prefix_crc"]
-    else:
-        handle.seek(0)
-        offset, start_line, crc = 0, 1, 0
-        prefix_errors = []
-        if state is None:
-            action, reason = "new", "not indexed yet"
-        elif st.st_size < state["byte_offset"]:
-            action, reason = "rewrite", "shorter than the indexed prefix (checkout or rewrite)"
-        elif changed_in_place:
-            action, reason = "rewrite", "indexed prefix changed in place"
-        else:
-            action, reason = "rewrite", "indexed prefix changed (checkout or rewrite)"
-    rest = handle.read()
-    cut = rest.rfind(b"\n") + 1
-    complete = rest[:cut]
-    new_offset = offset + len(complete)
-    if action == "append" and not complete:
-        action, reason = "touched", "no complete new line"
-    handle.seek(0)
-    head = handle.read(min(ANCHOR_BYTES, new_offset))
-    handle.seek(max(0, new_offset - ANCHOR_BYTES))
-    tail = handle.read(new_offset - max(0, new_offset - ANCHOR_BYTES))
-    new_state = {"path": rel, "kind": "events", "content_hash": _sha(tail),
-                 "byte_offset": new_offset,
-                 "line_count": start_line - 1 + complete.count(b"\n"),
-                 "head_hash": _sha(head), "prefix_crc": zlib.crc32(complete, crc),
-                 "errors": prefix_errors, **_stat_fields(st)}
-    return Assessment(rel, "events", action, reason, complete, start_line, new_state,
-                      pending_bytes=len(rest) - cut)
-
-
-FileStat = tuple[str, int, int, int]  # kind, size, ctime_ns, inode: what a reconcile compares
-
-
-def candidates(store: Path, known: Mapping[str, FileStat]) -> list[tuple[str, str]]:
-    """Files whose stat differs from the index, new files and deleted files."""
-    out: list[tuple[str, str]] = []
-    on_disk = stat_store_files(store)
-    for rel, (kind, st) in on_disk.items():
-        old = known.get(rel)
-        if old is None or st is None or old[1:] != stat_key(st):
-            out.append((rel, kind))
-    out.extend((rel, old[0]) for rel, old in known.items() if rel not in on_disk)
-    return sorted(out)
 
 
 def load_states(db: Database) -> dict[str, Row]:
