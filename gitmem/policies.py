@@ -84,7 +84,11 @@ class ChannelRule:
         return sensitivity not in self.suppress_sensitivity
 
 
-_BOUNDARY_BEFORE_LITERAL = re.compile(r"\\b[\w-]")  # a pattern beginning \b, then a literal
+# What a redaction screen may drop from the front of a pattern so that it begins with a
+# literal (`Privacy._screens`): a word boundary, a one-character class (`[Bb]earer`), or
+# a lookbehind of a literal (`(?<=://)`, searched as the literal itself).
+_SCREEN_LEADS = (re.compile(r"\[[^\]\\^]+\]"), re.compile(r"\(\?<=([\w:/@.-]+)\)"))
+_LITERAL_FIRST = re.compile(r"[\w:/@-]")  # a pattern that begins with a literal character
 
 # `store.redact_keys` when privacy.yaml has none (a store made before the setting existed
 # keeps this protection): object keys whose words name a secret.
@@ -127,18 +131,18 @@ class Privacy:
     @cached_property
     def _screens(self) -> tuple[re.Pattern[str], ...]:
         r"""Per pattern, a search that finds a match wherever the pattern would (maybe
-        more): the pattern without a leading word boundary before a literal. A pattern
-        that starts with a literal lets `re` skip to that literal with a substring
-        search instead of trying the pattern at every position: on chat text,
-        `sk-[A-Za-z0-9]{20,}` scans 13 times faster than `\bsk-[A-Za-z0-9]{20,}\b`
-        (docs/performance-log.md, section 4). Dropping a zero-width assertion can only
-        add matches, so a text none of these finds has nothing to redact."""
+        more): the pattern begun at its first literal (`_screen`). A pattern that starts
+        with a literal lets `re` skip to that literal with a substring search instead of
+        trying the pattern at every position: on chat text, `sk-[A-Za-z0-9]{20,}` scans
+        13 times faster than `\bsk-[A-Za-z0-9]{20,}\b` (docs/performance-log.md, section
+        4). Dropping what comes before can only add matches, so a text none of these
+        finds has nothing to redact."""
         screens = []
         for pattern in self.patterns:
-            source = pattern.pattern
-            if _BOUNDARY_BEFORE_LITERAL.match(source):
+            screen = _screen(pattern.pattern)
+            if screen is not None:
                 with contextlib.suppress(re.error):  # else the pattern itself
-                    pattern = re.compile(source[2:], pattern.flags)
+                    pattern = re.compile(screen, pattern.flags)
             screens.append(pattern)
         return tuple(screens)
 
@@ -229,6 +233,21 @@ class Privacy:
                 if found is not None:
                     return found
         return None
+
+
+def _screen(source: str) -> str | None:
+    r"""A pattern's source begun at its first literal, or None: a leading `\b` dropped,
+    then a one-character class (`[Bb]earer` as `earer`) or a lookbehind of a literal
+    (`(?<=://)x` as `://x`). Neither is a group, so back-references keep their numbers."""
+    rest = source[2:] if source.startswith("\\b") else source
+    for lead in _SCREEN_LEADS:
+        found = lead.match(rest)
+        if found is not None:
+            rest = (found.group(1) if found.groups() else "") + rest[found.end():]
+            break
+    if rest == source or not _LITERAL_FIRST.match(rest):
+        return None
+    return rest
 
 
 def _unique(key: str, taken: set[str]) -> str:

@@ -87,6 +87,22 @@ def test_a_screen_drops_only_a_leading_boundary_before_a_literal() -> None:
     assert p.redact("sk-abc xsk-abc sk-abcd") == "[REDACTED] xsk-abc sk-abcd"
 
 
+def test_a_screen_begins_at_the_literal_after_a_leading_class_or_lookbehind() -> None:
+    patterns = (r"\b[Bb]ear(er)\s+\w{4}\1", r"(?<=://)[^\s:@/]+:[^\s@/]+(?=@)", r"[Bb]+x",
+                r"[^a]bc")
+    p = parse_privacy(_privacy(*patterns))
+    assert [screen.pattern for screen in p._screens] == [
+        r"ear(er)\s+\w{4}\1", r"://[^\s:@/]+:[^\s@/]+(?=@)", r"[Bb]+x", r"[^a]bc"]
+    text = ("Bearer abcder, bearer abcd, xbearer wxyzer, https://u:pw@h/x, "
+            "ssh://git@h, https://h/a:b@c, bbx, zbc")
+    expected = text
+    for source in patterns:
+        expected = re.sub(source, "[REDACTED]", expected)
+    assert p.redact(text) == expected == (
+        "[REDACTED], bearer abcd, xbearer wxyzer, https://[REDACTED]@h/x, "
+        "ssh://git@h, https://h/a:b@c, [REDACTED], [REDACTED]")
+
+
 def test_default_channels() -> None:
     c = parse_channels(CHANNELS)
     assert "views/preferences.md" in c.default_views["private"]
@@ -282,6 +298,18 @@ SECRET_TEXTS = [
     ("key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z here", "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"),
     ("sk-ant-api03-Ab3dEf_6hIj9kLm2nOp5q-Rs8tUv1wXy4zAA", "Ab3dEf_6hIj9kLm2nOp5q"),
     ("Token: abc and secret = s3cr3t", "s3cr3t"),
+    ("curl -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgN"
+     "ryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U' https://api", "dozjgNryP4J3jVmNHl0w5N"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA"),
+    ('{"headers": {"authorization": "token ghx_abc123"}}', "ghx_abc123"),
+    ("401 Unauthorized for Bearer abcdefghijklmnopqrstuvwxyz0123", "abcdefghijklmnopqrstuvw"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9Pl",
+     "dozjgNryP4J3jVmNHl0w5N"),
+    ("DATABASE_URL=postgresql://app:S3cret!pw@db.internal:5432/app", "S3cret!pw"),
+    ("redis://:hunter2@cache:6379/0", "hunter2"),
+    ("stripe key sk_live_51H8xYzAbCdEfGhIjKlMn here", "51H8xYzAbCdEfGhIjKlMn"),
+    ("slack xoxb-1234567890-abcdefghij posted", "1234567890-abcdefghij"),
+    ("maps key AIzaSyA1234567890abcdefghijklmnopqrstuv", "SyA1234567890abcdefghij"),
 ]
 PROSE = [
     "the token bucket algorithm limits the rate",
@@ -289,6 +317,10 @@ PROSE = [
     "max_tokens: 4096 and token_count: 12, tokenizer: cl100k_base",
     "secrets are kept in the vault; a passphrase protects it",
     "scikit-learn, not sk-learn",
+    "a bearer token is sent in the Authorization header; Basic auth is off",
+    "authorization: the user must ask first",
+    "see https://example.com/a@b, mail bob@example.com, ssh://git@host:22/repo",
+    "http://host:8080/x@y and git@github.com:org/repo.git",
 ]
 
 
