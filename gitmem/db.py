@@ -449,10 +449,13 @@ class Database:
 
     @staticmethod
     def copy_rows(conn: psycopg.Connection[Row], table: str, columns: Sequence[str],
-                  rows: Iterable[Sequence[Any]]) -> int:
-        """Bulk-load rows with COPY; returns how many."""
-        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
+                  rows: Iterable[Sequence[Any]], *, freeze: bool = False) -> int:
+        """Bulk-load rows with COPY; returns how many. `freeze` (a table this transaction
+        created: `rebuild`): the rows go in frozen, their pages marked all-visible, so
+        the first reads neither set hint bits nor wait on autovacuum's first pass."""
+        statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
+            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)),
+            sql.SQL(" WITH (FREEZE)" if freeze else ""))
         types = _copy_types(conn, table, columns)
         count = 0
         with conn.cursor() as cur:

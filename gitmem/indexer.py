@@ -74,12 +74,14 @@ class SyncReport:
     rebuilt: bool = False  # a sync of an empty index, done the bulk way (`reindex`)
     # the events files it looked at: the byte offset the index now reflects
     offsets: dict[str, int] = field(default_factory=dict)
+    # writes a crash interrupted, finished or undone first (`recovery.Finished.to_dict`)
+    finished: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
         return {"files": self.files, "changed": self.changed, "rows": self.rows,
                 "errors": self.errors, "head": self.head, "known_lines": self.known_lines,
-                "rebuilt": self.rebuilt}
+                "rebuilt": self.rebuilt, "finished": self.finished}
 
 
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
@@ -305,7 +307,7 @@ def reindex(db: Database, store: Path, policies: Policies,
         db.executemany("lexemes_set_totals", [(tenant, n, short, tenant, tokens_, short_tokens)
                                               for tenant, (n, short, tokens_, short_tokens)
                                               in sorted(totals.items())], conn)
-        db.copy_rows(conn, "source_files", _STATE_COLUMNS, states)
+        db.copy_rows(conn, "source_files", _STATE_COLUMNS, states, freeze=True)
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)
         db.execute("meta_set", {"key": "row_policies", "value": row_policies(policies)}, conn)
@@ -382,7 +384,8 @@ class _CopyBehind:
     """COPYs batches of rows in a thread while the caller parses the next files.
 
     Parsing is Python and COPY is mostly the server's work, so on two cores the
-    two overlap. The connection belongs to the thread between `__enter__` and
+    two overlap. The tables are the transaction's own (`Database.rebuild`), so
+    the rows go in frozen. The connection belongs to the thread between `__enter__` and
     `__exit__`; the caller uses it again only after the thread has joined. A
     COPY error stops the parsing at the next `put`; an error while parsing
     drops the batches still queued.
@@ -413,7 +416,7 @@ class _CopyBehind:
         while (batch := self._queue.get()) is not None:
             if self._error is None and not self._abort:
                 try:
-                    self.rows += _copy(self._db, self._conn, batch)
+                    self.rows += _copy(self._db, self._conn, batch, freeze=True)
                 except BaseException as exc:  # handed to the parsing thread
                     self._error = exc
 
@@ -424,11 +427,12 @@ class _CopyBehind:
         self._queue.put(batch)
 
 
-def _copy(db: Database, conn: psycopg.Connection[Row], batch: FileRows) -> int:
+def _copy(db: Database, conn: psycopg.Connection[Row], batch: FileRows, *,
+          freeze: bool = False) -> int:
     total = 0
     for table, values in batch.tables.items():
         if values:
-            total += db.copy_rows(conn, table, TABLE_COLUMNS[table], values)
+            total += db.copy_rows(conn, table, TABLE_COLUMNS[table], values, freeze=freeze)
     return total
 
 

@@ -105,6 +105,21 @@ def test_reindex_builds_every_table(memory: Memory, store: Path, dsn: str, schem
     assert memory.status()["clean"]
 
 
+def test_reindex_loads_rows_frozen_and_every_page_all_visible(memory: Memory, store: Path,
+                                                              dsn: str, schema: str) -> None:
+    """The first reads after a reindex (CI's path) find every page all-visible: they set
+    no hint bits, and autovacuum's first pass has nothing to do."""
+    write(store, DAY, "".join(line(i) for i in range(400)))
+    memory.reindex()
+    found = dict(rows(dsn, schema, "SELECT c.relname, c.relallvisible::float8 / c.relpages "
+                      "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                      "WHERE n.nspname = %s AND c.relkind = 'r' AND c.relpages > 0", (schema,)))
+    assert {"chunks", "events", "source_files"} <= set(found)
+    assert all(found[t] == 1.0 for t in ("chunks", "events", "source_files")), found
+    memory.record({"content": {"text": "after the reindex"}})  # the tables stay writable
+    assert memory.sync().changed and memory.status()["clean"]
+
+
 def test_reindex_reports_progress(memory: Memory, store: Path) -> None:
     write(store, DAY, "".join(line(i) for i in range(20)) + '{"torn')
     seen: list[int] = []
