@@ -286,7 +286,7 @@ def run(config: Config, options: DaemonOptions) -> None:
                 "autocommit": committer.state() if committer else {"enabled": False}}
 
     def sync(paths: list[str] | None) -> dict[str, Any]:
-        return memory.sync(paths).to_dict()
+        return (memory.reconcile() if paths is None else memory.sync(paths)).to_dict()
 
     server = Server(memory, config.socket_path, sync=sync, daemon_status=daemon_status,
                     options=options.server,
@@ -332,7 +332,7 @@ def run(config: Config, options: DaemonOptions) -> None:
 def _reconcile_at_start(memory: Memory, watcher: Watcher) -> None:
     started = time.perf_counter()
     try:
-        report = memory.sync()
+        report = memory.reconcile()
     except DatabaseError as exc:
         logger.warning("cannot reach the index at start (%s); serving anyway: writes go to "
                        "the files and the index catches up when the database returns", exc)

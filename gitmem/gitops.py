@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, GitError
+from gitmem.recovery import PREFIX
 from gitmem.store import classify
 
 if TYPE_CHECKING:  # gitpython costs ~0.1 s to import; `head` (every sync) does without it
@@ -276,7 +277,10 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
         specs = [prefix + d for d in dirs]
         status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all",
                                  "--no-renames", "--", *specs)
-        paths = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
+        # a write's staged files (`.tmp-`) are never store content: in place, they
+        # show up under their own names; left by a crash, `recovery.finish` sees to them
+        paths = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3
+                        and not entry[3:].rsplit("/", 1)[-1].startswith(PREFIX)})
         if not paths:
             return None
         old = repo.head.commit.hexsha if has_head(repo) else None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitmem import acb, indexer, lexicon
+from gitmem import acb, indexer, lexicon, recovery
 from gitmem.config import Config
 from gitmem.context import ContextCache
 from gitmem.db import Database
@@ -243,9 +243,20 @@ class Memory:
             self.invalidate(others, {item["path"]: frozenset(item["tenants"])
                                      for item in changed if "tenants" in item})
 
+    def reconcile(self) -> indexer.SyncReport:
+        """Finish or undo the writes a crash interrupted (gitmem/recovery.py), then
+        catch the index up with every file (`gitmem sync`, a daemon's start)."""
+        finished = recovery.finish(self.store)
+        report = self.sync()
+        report.finished = [f.to_dict() for f in finished]
+        return report
+
     def reindex(self, progress: indexer.Progress | None = None) -> indexer.SyncReport:
-        """Drop and rebuild the index from the files."""
+        """Finish or undo the writes a crash interrupted, then drop and rebuild the
+        index from the files."""
+        finished = recovery.finish(self.store)
         report = indexer.reindex(self.db, self.store, self.policies, progress)
+        report.finished = [f.to_dict() for f in finished]
         self.invalidate(None)
         return report
 

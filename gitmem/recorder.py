@@ -40,6 +40,7 @@ from gitmem.records import (
     parse_event,
     parse_ts,
 )
+from gitmem.recovery import staged_prefix
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
@@ -399,7 +400,10 @@ class Recorder:
         # validated encodes: check_storable refuses unpaired surrogates)
         encoded = {rel: [e.to_line().encode("utf-8") for e in events]
                    for rel, events in by_file.items()}
-        staged = [f for p in prepared for f in p.files]
+        # each staged file named for its event and day file: what a crash leaves, a
+        # later `recovery.finish` puts in place or removes
+        staged = [(f, staged_prefix(f.target, p.event.id, p.event.ts[:10]))
+                  for p in prepared for f in p.files]
         temps = self._stage(staged)
         appends: list[tuple[str, Appended]] = []
         announced: list[str] = []
@@ -440,19 +444,21 @@ class Recorder:
                     logger.exception("handing %s's new lines to the indexer failed", rel)
 
     def _publish(self, staged: list[Staged]) -> None:
-        self._place(self._stage(staged))
+        self._place(self._stage([(item, staged_prefix(item.target)) for item in staged]))
 
-    def _stage(self, staged: list[Staged]) -> list[tuple[Path, Staged]]:
+    def _stage(self, staged: list[tuple[Staged, str]]) -> list[tuple[Path, Staged]]:
+        """Each file written and fsynced under a temporary name beginning with its
+        prefix, beside its target."""
         temps: list[tuple[Path, Staged]] = []
         try:
-            for item in staged:
+            for item, prefix in staged:
                 if item.target.exists() and not item.replace_existing:
                     if item.target.parent.name != item.target.name[:2]:  # not an artifact
                         raise StoreError(f"{item.target} already exists; ids never repeat, "
                                          "so this is a clash: retry the write")
                     continue  # content-addressed artifact already present
                 item.target.parent.mkdir(parents=True, exist_ok=True)
-                fd, name = tempfile.mkstemp(dir=item.target.parent, prefix=".tmp-")
+                fd, name = tempfile.mkstemp(dir=item.target.parent, prefix=prefix)
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(item.data)
                     handle.flush()

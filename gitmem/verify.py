@@ -36,6 +36,7 @@ from gitmem.policies import (
     parse_privacy,
 )
 from gitmem.records import content_hash, iter_events
+from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, record_paths
 
@@ -138,9 +139,13 @@ class Checker:
     def check_file(self, rel: str) -> None:
         """Every check that concerns one file alone."""
         kind = classify(rel)
-        data = self.tree.read(rel)
         if kind is None:
+            if rel.rsplit("/", 1)[-1].startswith(PREFIX):
+                self.fail(rel, None, "a staging file of a write that did not finish (a "
+                          "crash): `gitmem sync` puts it in place or removes it; never "
+                          "commit it")
             return
+        data = self.tree.read(rel)
         if data is None:
             if kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "
@@ -267,8 +272,8 @@ class Checker:
         for made in self.written:
             if not any(p in paths for p in record_paths(made.target)):
                 self.fail(made.path, made.line, f"this event wrote {made.target}, which is "
-                          "not in the store: a write that did not finish (a `.tmp-` file "
-                          "beside it may hold it) or a record removed; restore it", made.field)
+                          "not in the store: a write that did not finish (`gitmem sync` puts "
+                          "its staged file in place) or a record removed; restore it", made.field)
         wanted = {r.target for r in self.refs if r.target.startswith("evt_")}
         missing_events = wanted - set(self.event_ids)
         if missing_events and not complete:

@@ -28,6 +28,7 @@ def reindex(obj: Context) -> None:
                 report = memory.reindex(bar.update)
         else:
             report = memory.reindex()
+    interrupted(report.to_dict())
     say(f"indexed {report.files} files, {report.rows} rows, {len(report.errors)} problem(s)")
     for problem in report.errors:
         say(f"  {where(problem)}: {problem['message']}")
@@ -47,11 +48,18 @@ def sync(obj: Context) -> None:
         answer = via_daemon(obj, "sync", {})
         if answer is None:
             with obj.memory() as memory:
-                answer = memory.sync().to_dict()
+                answer = memory.reconcile().to_dict()
+    interrupted(answer)
     say(f"{len(answer['changed'])} file(s) brought up to date")
     for problem in answer.get("errors", []):
         say(f"  {where(problem)}: {problem['message']}")
     emit(answer)
+
+
+def interrupted(answer: dict[str, Any]) -> None:
+    """Say what became of the writes a crash interrupted (none, usually)."""
+    for item in answer.get("finished", []):
+        say(f"  interrupted write: {item['action']} {item['path']}: {item['reason']}")
 
 
 @main.command()

@@ -1,0 +1,163 @@
+"""Writes a crash interrupted: the record files a write staged but did not put in place.
+
+A write stages each file that comes with an event (a decision, a task as the update
+leaves it, a summary, an artifact) as `.tmp-…` beside its target, appends and fsyncs
+the event lines, then renames the staged files into place (gitmem/recorder.py). The
+event line is the commit point. A crash between the two leaves a staged file whose
+event is durable: the write happened, but its record is missing (`gitmem verify`
+names the event). A crash before the append leaves one whose event is not: the
+write never happened, and its files must not appear.
+
+A staged file is named for what it belongs to, `.tmp-<event id>.<YYYY-MM-DD>.<target
+name>.<random>` (the event's day file), or `.tmp-<target name>.<random>` for a file
+written alone (a handoff). `finish` reads each one older than `GRACE_S` (younger ones
+may belong to a write in flight) and:
+- puts it in place when its event's line is in its day file and the target was not
+  written since it was staged (a task updated again meanwhile keeps the newer file);
+- removes it when its event's line is not there, or it was written alone (the call
+  that wrote it was never answered), or its target moved on;
+- leaves any other `.tmp-` file where it is (not ours, or from an older gitmem),
+  reported for a person to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitmem.appends import fsync_dir
+
+logger = logging.getLogger(__name__)
+
+PREFIX = ".tmp-"
+GRACE_S = 30.0  # a staged file younger than this may belong to a write still in flight
+STAGING_DIRS = ("decisions", "tasks", "summaries", "handoffs", "artifacts")
+_WITH_EVENT = re.compile(r"\.tmp-(evt_[0-9A-Za-z]+)\.(\d{4}-\d{2}-\d{2})\.(.+)\.[^.]+")
+_ALONE = re.compile(r"\.tmp-((?:hof|dec|tsk|sum)_[0-9A-Za-z]+\.(?:yaml|md))\.[^.]+")
+
+
+def staged_prefix(target: Path, event_id: str = "", day: str = "") -> str:
+    """The name a staged file of `target` begins with (`tempfile.mkstemp` adds the
+    rest): the event and its day file's date when the file comes with an event."""
+    if event_id:
+        return f"{PREFIX}{event_id}.{day}.{target.name}."
+    return f"{PREFIX}{target.name}."
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What became of one staged file."""
+
+    path: str      # the staged file, relative to the store
+    target: str    # where it belongs ("" when its name does not say)
+    action: str    # placed | removed | left
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form."""
+        return {"path": self.path, "target": self.target, "action": self.action,
+                "reason": self.reason}
+
+
+def staged_files(store: Path) -> Iterator[Path]:
+    """Every `.tmp-` file in the directories a write stages files in."""
+    for top in STAGING_DIRS:
+        base = store / top
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.startswith(PREFIX):
+                    yield Path(dirpath) / name
+
+
+def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None
+           ) -> list[Finished]:
+    """Finish or undo every interrupted write (see the module's docstring)."""
+    clock = time.time() if now is None else now
+    out: list[Finished] = []
+    touched: set[Path] = set()
+    for staged in staged_files(store):
+        try:
+            st = staged.stat()
+        except FileNotFoundError:
+            continue  # its write finished meanwhile
+        if clock - st.st_mtime < grace:
+            continue
+        done = _finish_one(store, staged, st)
+        out.append(done)
+        if done.action != "left":
+            touched.add(staged.parent)
+            logger.warning("an interrupted write: %s %s (%s)", done.action, done.path,
+                           done.reason)
+    for directory in touched:
+        fsync_dir(directory)
+    return out
+
+
+def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:
+    rel = staged.relative_to(store).as_posix()
+    with_event = _WITH_EVENT.fullmatch(staged.name)
+    if with_event is None:
+        alone = _ALONE.fullmatch(staged.name)
+        if alone is None:
+            return Finished(rel, "", "left", "not a file gitmem stages: look at it and "
+                            "delete it if it holds nothing you need")
+        staged.unlink(missing_ok=True)
+        return Finished(rel, (staged.parent / alone.group(1)).relative_to(store).as_posix(),
+                        "removed", "written alone, and its write was never answered")
+    event_id, day, name = with_event.groups()
+    target = staged.parent / name
+    target_rel = target.relative_to(store).as_posix()
+    day_file = store / "events" / day[:7] / f"{day}.jsonl"
+    if not _holds_event(day_file, event_id):
+        staged.unlink(missing_ok=True)
+        return Finished(rel, target_rel, "removed",
+                        f"its event {event_id} is not in {day_file.relative_to(store)}: "
+                        "the write did not happen")
+    try:
+        current = target.stat()
+    except FileNotFoundError:
+        current = None
+    if current is not None and (current.st_mtime_ns > st.st_mtime_ns
+                                or not target_rel.startswith("tasks/")):
+        # a task updated again since keeps its newer file; any other record is never
+        # replaced, so the one in place stays
+        staged.unlink(missing_ok=True)
+        return Finished(rel, target_rel, "removed",
+                        f"{target_rel} is in place already, written after it (its event "
+                        f"{event_id} stays)" if current.st_mtime_ns > st.st_mtime_ns
+                        else f"{target_rel} is in place already")
+    os.replace(staged, target)
+    return Finished(rel, target_rel, "placed", f"its event {event_id} is durable")
+
+
+def _holds_event(day_file: Path, event_id: str) -> bool:
+    """Whether a line of the day file is the event `event_id`."""
+    try:
+        data = day_file.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return False
+    needle = event_id.encode()
+    start = data.find(needle)
+    while start >= 0:
+        begin = data.rfind(b"\n", 0, start) + 1
+        end = data.find(b"\n", start)
+        line = data[begin:] if end < 0 else data[begin:end]
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("id") == event_id:
+            return True
+        if end < 0:
+            break
+        start = data.find(needle, end)
+    return False

@@ -1,0 +1,224 @@
+"""Writes a crash interrupted: staged record files put in place or removed.
+
+A crash between a write's append and its renames leaves its record files staged as
+`.tmp-<event>.<day>.<name>.<random>` beside their targets. These tests make that
+state on real stores the way the write path names it (`staged_prefix`): a record
+written, then its file moved back to a staged name as the crash would have left it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitmem import recovery
+from gitmem.config import Config
+from gitmem.gitops import autocommit
+from gitmem.memory import Memory
+from gitmem.records import Event
+from gitmem.recovery import GRACE_S, staged_prefix
+from gitmem.store import init_store
+from gitmem.verify import verify_tree
+from tests.conftest import git
+from tests.daemons import cleanup_dir, event_line, new_repo, running, short_dir
+
+OLD = time.time() - 10 * GRACE_S  # a staged file this old belongs to no write in flight
+
+
+def unplace(store: Path, target: Path, event: Event, *, when: float = OLD) -> Path:
+    """Move a record file back to the staged name its write gave it: the state a crash
+    between the event's append and the rename leaves. Returns the staged path."""
+    staged = target.parent / (staged_prefix(target, event.id, event.ts[:10]) + "k2x9q")
+    os.replace(target, staged)
+    os.utime(staged, (when, when))
+    return staged
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    init_store(tmp_path / "repo")
+    return tmp_path / "repo" / "memory"
+
+
+def test_a_record_whose_event_is_durable_is_put_in_place(memory: Memory) -> None:
+    store = memory.store
+    evt = memory.record({"content": {"text": "the cluster is in Frankfurt"}, "session_id": "s1"})
+    dec = memory.decide("Deploy from Frankfurt only", [evt.id])
+    target = store / "decisions" / f"{dec.content['decision_id']}.md"
+    text = target.read_bytes()
+    staged = unplace(store, target, dec)
+    assert [p.detail for p in verify_tree(store, memory.policies)
+            if "not in the store" in p.detail]  # verify names the missing record
+
+    report = memory.reconcile()
+
+    assert target.read_bytes() == text and not staged.exists()
+    assert report.finished == [{"path": staged.relative_to(store).as_posix(),
+                                "target": f"decisions/{target.name}", "action": "placed",
+                                "reason": f"its event {dec.id} is durable"}]
+    assert verify_tree(store, memory.policies) == []
+    assert [d["decision_id"] for d in memory.query_decisions(channel="private")] == \
+        [dec.content["decision_id"]]
+
+
+def test_a_record_whose_event_never_landed_is_removed(store: Path) -> None:
+    target = store / "decisions" / "dec_01KHBYB0000000000000000001.md"
+    staged = target.parent / (staged_prefix(target, "evt_01KHBYB0000000000000000009",
+                                            "2026-03-01") + "a1b2c3")
+    staged.write_text("---\nid: dec_01KHBYB0000000000000000001\n---\nnever answered\n")
+    os.utime(staged, (OLD, OLD))
+
+    [done] = recovery.finish(store)
+
+    assert (done.action, done.target) == ("removed", f"decisions/{target.name}")
+    assert "is not in events/2026-03/2026-03-01.jsonl: the write did not happen" in done.reason
+    assert not staged.exists() and not target.exists()
+
+
+def test_an_event_id_found_in_another_field_or_a_torn_line_is_not_the_event(store: Path
+                                                                             ) -> None:
+    event_id = "evt_01KHBYB0000000000000000007"
+    day = store / "events" / "2026-03" / "2026-03-01.jsonl"
+    day.parent.mkdir(parents=True)
+    day.write_text(json.dumps({"id": "evt_01KHBYB0000000000000000008",
+                               "refs": [event_id]}) + "\n" + '{"id": "' + event_id)
+    target = store / "summaries" / "session" / "sum_01KHBYB0000000000000000001.md"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.parent / (staged_prefix(target, event_id, "2026-03-01") + "zz")
+    staged.write_text("summary")
+    os.utime(staged, (OLD, OLD))
+    assert [d.action for d in recovery.finish(store)] == ["removed"]
+    day.write_text(day.read_text() + '", "ts": "2026-03-01T10:00:00+00:00"}\n')
+    staged.write_text("summary")
+    os.utime(staged, (OLD, OLD))
+    assert [d.action for d in recovery.finish(store)] == ["placed"]
+    assert target.read_text() == "summary"
+
+
+def test_a_task_updated_again_after_the_crash_keeps_its_newer_file(memory: Memory) -> None:
+    store = memory.store
+    first = memory.task("Move the staging cluster")
+    task_id = first.content["task_id"]
+    target = store / "tasks" / f"{task_id}.md"
+    second = memory.task("Move the staging cluster", task_id=task_id, status="blocked")
+    staged = unplace(store, target, second)  # the update to "blocked" never got in place
+    target.write_text(staged.read_text().replace("blocked", "done"))  # a later update did
+
+    [done] = recovery.finish(store)
+
+    assert done.action == "removed" and "written after it" in done.reason
+    assert "status: done" in target.read_text() and not staged.exists()
+
+
+def test_a_task_update_interrupted_is_put_over_the_older_file(memory: Memory) -> None:
+    store = memory.store
+    first = memory.task("Move the staging cluster")
+    task_id = first.content["task_id"]
+    target = store / "tasks" / f"{task_id}.md"
+    before = target.read_text()
+    second = memory.task("Move the staging cluster", task_id=task_id, status="blocked")
+    after = target.read_text()
+    staged = unplace(store, target, second)
+    target.write_text(before)  # what the crash left in place: the state before the update
+    os.utime(target, (OLD - 60, OLD - 60))
+
+    assert [d.action for d in recovery.finish(store)] == ["placed"]
+    assert target.read_text() == after and "status: blocked" in after
+    assert not staged.exists()
+
+
+def test_a_staged_file_of_a_write_in_flight_is_left_alone(store: Path) -> None:
+    target = store / "decisions" / "dec_01KHBYB0000000000000000001.md"
+    staged = target.parent / (staged_prefix(target, "evt_01KHBYB0000000000000000009",
+                                            "2026-03-01") + "fresh")
+    staged.write_text("being written")
+    assert recovery.finish(store) == []
+    assert staged.read_text() == "being written"
+    assert [d.action for d in recovery.finish(store, now=time.time() + 2 * GRACE_S)] == \
+        ["removed"]
+
+
+def test_a_lone_file_is_removed_and_a_stranger_left_and_reported(store: Path) -> None:
+    handoff = store / "handoffs" / "hof_01KHBYB0000000000000000001.yaml"
+    handoff.parent.mkdir(parents=True, exist_ok=True)
+    lone = handoff.parent / (staged_prefix(handoff) + "q1")
+    stranger = store / "decisions" / ".tmp-notes-of-mine"
+    for path in (lone, stranger):
+        path.write_text("x")
+        os.utime(path, (OLD, OLD))
+
+    done = {d.path: d for d in recovery.finish(store)}
+
+    assert done[f"handoffs/{lone.name}"].action == "removed" and not lone.exists()
+    assert done["decisions/.tmp-notes-of-mine"].action == "left" and stranger.exists()
+    assert not handoff.exists()
+
+
+def test_the_write_path_names_its_staged_files_for_recovery(store: Path) -> None:
+    target = store / "decisions" / "dec_01KHBYB0000000000000000001.md"
+    name = staged_prefix(target, "evt_01KHBYB0000000000000000009", "2026-03-01") + "x_Y9"
+    assert name == (".tmp-evt_01KHBYB0000000000000000009.2026-03-01."
+                    "dec_01KHBYB0000000000000000001.md.x_Y9")
+    artifact = store / "artifacts" / "ab" / ("ab" + "c" * 62)
+    assert staged_prefix(artifact, "evt_01KHBYB0000000000000000009", "2026-03-01") == \
+        f".tmp-evt_01KHBYB0000000000000000009.2026-03-01.{artifact.name}."
+
+
+def test_gitmem_sync_says_what_it_finished(memory: Memory, config: Config) -> None:
+    from tests.conftest import Cli
+    evt = memory.record({"content": {"text": "note"}, "session_id": "s1"})
+    dec = memory.decide("Keep it", [evt.id])
+    target = memory.store / "decisions" / f"{dec.content['decision_id']}.md"
+    unplace(memory.store, target, dec)
+    result = Cli(config)("sync")
+    assert f"interrupted write: placed decisions/.tmp-{dec.id}." in result.output
+    assert target.exists()
+
+
+def test_autocommit_never_commits_a_staged_file_and_verify_names_one(tmp_path: Path) -> None:
+    root = new_repo(tmp_path / "repo")
+    store = root / "memory"
+    staged = store / "decisions" / ".tmp-evt_01KHBYB0000000000000000009.2026-03-01.x.md.q"
+    staged.write_text("half a write")
+    _, line = event_line("s1", "Alice runs deploys")
+    day = store / "events" / "2026-03" / "2026-03-01.jsonl"
+    day.parent.mkdir(parents=True)
+    day.write_text(line + "\n")
+
+    result = autocommit(store)
+
+    assert result is not None and result.paths == ["events/2026-03/2026-03-01.jsonl"]
+    assert git(root, "status", "--porcelain", "--untracked-files=all").strip() == \
+        f"?? memory/decisions/{staged.name}"
+    from gitmem.policies import load_policies
+    problems = verify_tree(store, load_policies(store))
+    assert [(p.path, p.detail.split(":")[0]) for p in problems] == [
+        (f"memory/decisions/{staged.name}",
+         "a staging file of a write that did not finish (a crash)")]
+
+
+@pytest.fixture
+def daemon_config(dsn: str, schema: str) -> Iterator[Config]:
+    root = short_dir("gmr")
+    new_repo(root)
+    yield Config(store=root / "memory", dsn=dsn, schema=schema)
+    cleanup_dir(root)
+
+
+def test_a_daemon_finishes_an_interrupted_write_when_it_starts(daemon_config: Config) -> None:
+    with Memory(daemon_config) as memory:
+        evt = memory.record({"content": {"text": "the cluster is in Frankfurt"},
+                             "session_id": "s1"})
+        dec = memory.decide("Deploy from Frankfurt only", [evt.id])
+    target = daemon_config.store / "decisions" / f"{dec.content['decision_id']}.md"
+    unplace(daemon_config.store, target, dec)
+    with running(daemon_config) as daemon:
+        answer = daemon.call("query_decisions", {"tenant_id": "default", "channel": "private"})
+        assert [d["decision_id"] for d in answer] == [dec.content["decision_id"]]
+        assert "an interrupted write: placed" in daemon.log()
+    assert target.exists()
