@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gitmem.appends import fsync_dir
+from gitmem.store import walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -67,15 +68,7 @@ class Finished:
 
 def staged_files(store: Path) -> Iterator[Path]:
     """Every `.tmp-` file in the directories a write stages files in."""
-    for top in STAGING_DIRS:
-        base = store / top
-        if not base.is_dir():
-            continue
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if name.startswith(PREFIX):
-                    yield Path(dirpath) / name
+    return (path for path in walk_files(store, STAGING_DIRS) if path.name.startswith(PREFIX))
 
 
 def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None

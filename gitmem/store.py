@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -231,18 +231,26 @@ def unrecognized_files(store: Path) -> list[dict[str, str]]:
     """
     found: list[dict[str, str]] = []
     for top, expected in EXPECTED_NAMES.items():
+        for path in walk_files(store, (top,)):
+            if path.name.startswith("."):  # .gitkeep, our .tmp- files, editors' swap files
+                continue
+            rel = path.relative_to(store).as_posix()
+            if classify(rel) is None:
+                found.append({"path": rel, "reason": f"ignored: not named {expected}"})
+    return found
+
+
+def walk_files(store: Path, tops: Iterable[str]) -> Iterator[Path]:
+    """Every file under these directories of the store, hidden ones included, in a
+    stable order (as `os.walk` finds them: symlinked directories are not entered)."""
+    for top in tops:
         base = store / top
         if not base.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
             for name in sorted(filenames):
-                if name.startswith("."):  # .gitkeep, our .tmp- files, editors' swap files
-                    continue
-                rel = os.path.relpath(os.path.join(dirpath, name), store).replace(os.sep, "/")
-                if classify(rel) is None:
-                    found.append({"path": rel, "reason": f"ignored: not named {expected}"})
-    return found
+                yield Path(dirpath) / name
 
 
 RECORD_DIRS = ("views", "events", "decisions", "tasks", "summaries", "handoffs")

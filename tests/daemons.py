@@ -50,6 +50,18 @@ def new_repo(root: Path) -> Path:
     return root
 
 
+@contextmanager
+def short_store(dsn: str, schema: str, prefix: str = "gm") -> Iterator[Config]:
+    """A committed store (`new_repo`) in a short directory (`short_dir`), on the test
+    database; the directory is removed afterwards."""
+    root = short_dir(prefix)
+    try:
+        new_repo(root)
+        yield Config(store=root / "memory", dsn=dsn, schema=schema)
+    finally:
+        cleanup_dir(root)
+
+
 @dataclass
 class Daemon:
     """A daemon process on one store, driven through the real CLI."""

@@ -33,6 +33,7 @@ from tests.daemons import (
     new_repo,
     running,
     short_dir,
+    short_store,
     wait_for,
 )
 
@@ -40,10 +41,8 @@ from tests.daemons import (
 @pytest.fixture
 def store_config(dsn: str, schema: str) -> Iterator[Config]:
     """A committed store in a short directory, on the test database."""
-    root = short_dir()
-    new_repo(root)
-    yield Config(store=root / "memory", dsn=dsn, schema=schema)
-    cleanup_dir(root)
+    with short_store(dsn, schema) as config:
+        yield config
 
 
 def ids_in_files(store: Path) -> list[str]:

@@ -16,7 +16,7 @@ from gitmem.errors import GitError
 from gitmem.memory import Memory
 from gitmem.store import init_store
 from tests.conftest import git
-from tests.daemons import cleanup_dir, new_repo, running, short_dir
+from tests.daemons import new_repo, running, short_store
 
 
 @pytest.fixture
@@ -123,10 +123,8 @@ def git_may_fail(root: Path, *args: str) -> int:
 
 @pytest.fixture
 def daemon_root(dsn: str, schema: str) -> Iterator[Config]:
-    root = short_dir("gmc")
-    new_repo(root)
-    yield Config(store=root / "memory", dsn=dsn, schema=schema)
-    cleanup_dir(root)
+    with short_store(dsn, schema, "gmc") as config:
+        yield config
 
 
 def test_the_daemon_commits_in_batches_and_on_stop(daemon_root: Config) -> None:

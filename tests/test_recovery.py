@@ -25,7 +25,7 @@ from gitmem.recovery import GRACE_S, staged_prefix
 from gitmem.store import init_store
 from gitmem.verify import verify_tree
 from tests.conftest import git
-from tests.daemons import cleanup_dir, event_line, new_repo, running, short_dir
+from tests.daemons import event_line, new_repo, running, short_store
 
 OLD = time.time() - 10 * GRACE_S  # a staged file this old belongs to no write in flight
 
@@ -204,10 +204,8 @@ def test_autocommit_never_commits_a_staged_file_and_verify_names_one(tmp_path: P
 
 @pytest.fixture
 def daemon_config(dsn: str, schema: str) -> Iterator[Config]:
-    root = short_dir("gmr")
-    new_repo(root)
-    yield Config(store=root / "memory", dsn=dsn, schema=schema)
-    cleanup_dir(root)
+    with short_store(dsn, schema, "gmr") as config:
+        yield config
 
 
 def test_a_daemon_finishes_an_interrupted_write_when_it_starts(daemon_config: Config) -> None:

@@ -34,12 +34,10 @@ from tests.daemons import (
     Daemon,
     Index,
     append,
-    cleanup_dir,
     event_line,
     items,
-    new_repo,
     running,
-    short_dir,
+    short_store,
     wait_for,
 )
 
@@ -48,10 +46,8 @@ DAY = "events/2026-03/2026-03-01.jsonl"
 
 @pytest.fixture
 def store_config(dsn: str, schema: str) -> Iterator[Config]:
-    root = short_dir("gmw")
-    new_repo(root)
-    yield Config(store=root / "memory", dsn=dsn, schema=schema)
-    cleanup_dir(root)
+    with short_store(dsn, schema, "gmw") as config:
+        yield config
 
 
 @pytest.fixture
