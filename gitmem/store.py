@@ -56,7 +56,8 @@ class InitReport:
     git_initialized: bool
 
 
-def _template(rel: str) -> bytes:
+def template(rel: str) -> bytes:
+    """A file `gitmem init` puts in a new store (`policies/privacy.yaml`, ...)."""
     return (resources.files("gitmem") / "templates" / rel).read_bytes()
 
 
@@ -119,7 +120,7 @@ def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
     if write_new(store / "manifest.json", manifest_text(default_tenant).encode()):
         created.append("memory/manifest.json")
     for rel in TEMPLATE_FILES:
-        if write_new(store / rel, _template(rel)):
+        if write_new(store / rel, template(rel)):
             created.append(f"memory/{rel}")
     # .gitattributes patterns are relative to the file's own directory, which is
     # `root` even when root is a subdirectory of a larger repository

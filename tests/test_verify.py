@@ -24,7 +24,7 @@ def test_a_fresh_store_with_records_has_no_problems(cli: Cli, memory: Memory) ->
     memory.task("Review", refs=[cited])
     memory.record({"kind": "tool_result", "content": {"tool": "t", "output": "z" * 10000}})
     result = cli("verify")
-    assert "no problems" in result.output
+    assert result.output.rstrip().endswith(": no problems")  # no warning either
 
 
 def test_every_problem_is_listed_as_path_line(cli: Cli, config: Config,
@@ -186,3 +186,22 @@ def test_a_wrong_hash_a_conflict_marker_and_a_record_never_placed_fail(
     assert f"memory/decisions/{decided}.md:{marker}: an unresolved merge conflict" in out
     assert f"field 'content.decision_id': this event wrote {lost}" in out
     assert f"this event wrote {decided}" not in out
+
+
+def test_a_store_missing_default_redaction_patterns_gets_a_warning(cli: Cli,
+                                                                   config: Config) -> None:
+    """A store keeps the patterns it was made with; verify says which of today's defaults
+    it lacks (a warning: exit 0), and nothing once they are copied in."""
+    privacy = config.store / "policies" / "privacy.yaml"
+    current = privacy.read_text()
+    kept = [line for line in current.splitlines(keepends=True)
+            if "earer" not in line and "eyJ" not in line]
+    privacy.write_text("".join(kept))
+    result = cli("verify")
+    [warning] = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warning.startswith("warning: memory/policies/privacy.yaml:11: field "
+                              "'store.redact_patterns': 3 of gitmem's default redaction "
+                              "patterns are not in this store's list ('\\\\b[Aa]uthorization")
+    assert "(1 warning(s))" in result.output
+    privacy.write_text(current)
+    assert "warning" not in cli("verify").output
