@@ -68,7 +68,7 @@ class Finished:
 
 def staged_files(store: Path) -> Iterator[Path]:
     """Every `.tmp-` file in the directories a write stages files in."""
-    return (path for path in walk_files(store, STAGING_DIRS) if path.name.startswith(PREFIX))
+    return walk_files(store, STAGING_DIRS, PREFIX)
 
 
 def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None
