@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import re
 import time
@@ -133,24 +134,28 @@ def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:
 
 
 def _holds_event(day_file: Path, event_id: str) -> bool:
-    """Whether a line of the day file is the event `event_id`."""
+    """Whether a line of the day file is the event `event_id` (searched in a memory map:
+    a day file may be large)."""
     try:
-        data = day_file.read_bytes()
+        with day_file.open("rb") as handle, \
+                mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            needle = event_id.encode()
+            start = data.find(needle)
+            while start >= 0:
+                begin = data.rfind(b"\n", 0, start) + 1
+                end = data.find(b"\n", start)
+                line = data[begin:] if end < 0 else data[begin:end]
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict) and obj.get("id") == event_id:
+                    return True
+                if end < 0:
+                    break
+                start = data.find(needle, end)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return False
-    needle = event_id.encode()
-    start = data.find(needle)
-    while start >= 0:
-        begin = data.rfind(b"\n", 0, start) + 1
-        end = data.find(b"\n", start)
-        line = data[begin:] if end < 0 else data[begin:end]
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            obj = None
-        if isinstance(obj, dict) and obj.get("id") == event_id:
-            return True
-        if end < 0:
-            break
-        start = data.find(needle, end)
+    except ValueError:  # an empty file cannot be mapped
+        return False
     return False

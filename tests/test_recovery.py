@@ -220,3 +220,16 @@ def test_a_daemon_finishes_an_interrupted_write_when_it_starts(daemon_config: Co
         assert [d["decision_id"] for d in answer] == [dec.content["decision_id"]]
         assert "an interrupted write: placed" in daemon.log()
     assert target.exists()
+
+
+def test_an_empty_or_missing_day_file_holds_no_event(store: Path) -> None:
+    target = store / "decisions" / "dec_01KHBYB0000000000000000001.md"
+    for day in ("2026-03-01", "2026-03-02"):  # the first exists and is empty
+        staged = target.parent / (staged_prefix(target, "evt_01KHBYB0000000000000000009",
+                                                day) + "e")
+        staged.write_text("x")
+        os.utime(staged, (OLD, OLD))
+    (store / "events" / "2026-03").mkdir(parents=True)
+    (store / "events" / "2026-03" / "2026-03-01.jsonl").write_bytes(b"")
+    assert [d.action for d in recovery.finish(store)] == ["removed", "removed"]
+    assert not target.exists() and not list(target.parent.glob(".tmp-*"))
