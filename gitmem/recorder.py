@@ -400,11 +400,7 @@ class Recorder:
         # validated encodes: check_storable refuses unpaired surrogates)
         encoded = {rel: [e.to_line().encode("utf-8") for e in events]
                    for rel, events in by_file.items()}
-        # each staged file named for its event and day file: what a crash leaves, a
-        # later `recovery.finish` puts in place or removes
-        staged = [(f, staged_prefix(f.target, p.event.id, p.event.ts[:10]))
-                  for p in prepared for f in p.files]
-        temps = self._stage(staged)
+        temps = self._stage(_last_per_target(prepared))
         appends: list[tuple[str, Appended]] = []
         announced: list[str] = []
         try:
@@ -487,3 +483,18 @@ class Recorder:
             self.on_place(placed)
         except Exception:  # the files are durable: their file events queue them
             logger.exception("handing the files put in place to the indexer failed")
+
+
+def _last_per_target(prepared: Sequence[_Prepared]) -> list[tuple[Staged, str]]:
+    """The files a write stages, each with the name it is staged under: one per target,
+    as the write's last event leaves it (a task created, then updated in the same write,
+    is staged once, new), named for that event and its day file, so that what a crash
+    leaves is put in place or removed by `recovery.finish` whole."""
+    last: dict[Path, tuple[Staged, str]] = {}
+    for p in prepared:
+        for item in p.files:
+            before = last.get(item.target)
+            if before is not None and before[0].fresh and not item.fresh:
+                item = replace(item, fresh=True)
+            last[item.target] = (item, staged_prefix(item.target, p.event.id, p.event.ts[:10]))
+    return list(last.values())

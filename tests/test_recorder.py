@@ -22,7 +22,7 @@ from gitmem.memory import Memory
 from gitmem.policies import load_policies
 from gitmem.recorder import Recorder, cut_excerpt
 from gitmem.records import content_hash, parse_event_line
-from gitmem.store import artifact_path, day_file
+from gitmem.store import Placed, artifact_path, day_file
 from tests.conftest import snapshot
 
 NOW = datetime(2026, 2, 9, 5, 12, 33, tzinfo=UTC)
@@ -514,6 +514,8 @@ def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) 
 
 def test_records_of_one_write_build_on_each_other(recorder: Recorder, store: Path) -> None:
     task_id, dec = "tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4", "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z5"
+    placed: list[Placed] = []
+    recorder.on_place = placed.extend
     events = recorder.record_many([
         {"kind": "task_update", "content": {"task_id": task_id, "title": "Ship it",
                                             "owner": "alice", "text": "the details"}},
@@ -527,6 +529,10 @@ def test_records_of_one_write_build_on_each_other(recorder: Recorder, store: Pat
     assert (task.title, task.status, task.owner, task.details) == (
         "Ship it", "blocked", "bob", "the details")
     assert {e.id for e in events[1:3]} <= set(task.refs)  # every update kept
+    # the task is staged and put in place once, as the last update leaves it
+    assert sorted(p.rel for p in placed) == sorted(
+        [rel, f"decisions/{dec}.md", f"decisions/{events[4].content['decision_id']}.md"])
+    assert not list(store.rglob(".tmp-*"))
     second = events[4].content["decision_id"]
     assert parse_decision((store / f"decisions/{second}.md").read_text(),
                           f"decisions/{second}.md", "default").supersedes == (dec,)
