@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench import CACHE_ROOT
 from bench.plan import NOW, SHAPES, Plan, make_plan
 from bench.sessions import Op, session_ops
 from bench.vocabulary import RARE, SLOTS
@@ -35,7 +36,7 @@ from gitmem.recorder import Recorder
 from gitmem.store import init_store
 
 GENERATOR_VERSION = 2
-CACHE_DIR = Path(__file__).resolve().parent / ".cache" / "corpus"
+CACHE_DIR = CACHE_ROOT / "corpus"
 BATCH_EVENTS = 1000
 Progress = Callable[[int, int], None]
 

@@ -17,10 +17,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from bench import CACHE_ROOT
 from gitmem.db import embedded_dsn, sql_text
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-EMBEDDED_STATE = Path(__file__).resolve().parent / ".cache" / "embedded"
+EMBEDDED_STATE = CACHE_ROOT / "embedded"
 COPY_CHUNK = 1 << 20
 Conn = psycopg.Connection[dict[str, Any]]
 
