@@ -54,6 +54,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from gitmem import recovery
 from gitmem.changes import ChangeCounter
 from gitmem.context import ReadScope
 from gitmem.db import Database
@@ -519,6 +520,8 @@ class Watcher:
         report: SyncReport | None
         if full or policies:  # a policy may change how rows are made: every file checked
             self._note_links()
+            if full:  # a writer that crashed meanwhile (another process) left files staged
+                recovery.finish(self.memory.store)
             report = self.memory.sync(None, appended)
             self.stats["reconciles"] += 1
             self.stats["last_reconcile"] = time.time()

@@ -25,7 +25,7 @@ from gitmem.recovery import GRACE_S, staged_prefix
 from gitmem.store import init_store
 from gitmem.verify import verify_tree
 from tests.conftest import git
-from tests.daemons import event_line, new_repo, running, short_store
+from tests.daemons import FAST_FLAGS, event_line, new_repo, running, short_store, wait_for
 
 OLD = time.time() - 10 * GRACE_S  # a staged file this old belongs to no write in flight
 
@@ -233,3 +233,21 @@ def test_an_empty_or_missing_day_file_holds_no_event(store: Path) -> None:
     (store / "events" / "2026-03" / "2026-03-01.jsonl").write_bytes(b"")
     assert [d.action for d in recovery.finish(store)] == ["removed", "removed"]
     assert not target.exists() and not list(target.parent.glob(".tmp-*"))
+
+
+def test_a_running_daemon_finishes_another_writers_interrupted_write(daemon_config: Config
+                                                                     ) -> None:
+    """A CLI writer that crashed while the daemon ran: the daemon's next full reconcile
+    (every second here) puts its staged decision in place, and indexes it."""
+    with running(daemon_config, *FAST_FLAGS, "--reconcile-interval", "1") as daemon:
+        with Memory(daemon_config) as memory:  # a writer of its own, as the CLI is
+            evt = memory.record({"content": {"text": "the cluster is in Oslo"},
+                                 "session_id": "s1"})
+            dec = memory.decide("Deploy from Oslo only", [evt.id])
+        target = daemon_config.store / "decisions" / f"{dec.content['decision_id']}.md"
+        staged = unplace(daemon_config.store, target, dec)
+        wait_for(target.exists, timeout=10)
+        assert not staged.exists()
+        wait_for(lambda: [d["decision_id"] for d in daemon.call(
+            "query_decisions", {"channel": "private"})] == [dec.content["decision_id"]],
+            timeout=10)
