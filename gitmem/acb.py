@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +25,7 @@ from gitmem import consistency, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
-from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packed, Packer, Section, header
+from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packed, Packer, Section
 from gitmem.policies import ChannelRule, Policies
 from gitmem.records import (
     CHANNELS,
@@ -566,23 +566,3 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
             build.packer.add(section, _chunk_item(chunk), chunk["hash"])
 
     return {"handoff": packet, "relevant_decisions": decisions, "retrieved_evidence": evidence}
-
-
-# --------------------------------------------------------------------------- rendering
-
-def render_text(acb: Mapping[str, Any]) -> str:
-    """The prompt text of an ACB: one heading per non-empty section, items between."""
-    parts = []
-    for section in acb["sections"]:
-        if not section["items"]:
-            continue
-        body = "\n\n".join(item["text"] for item in section["items"])
-        parts.append(header(section["name"]) + body)
-    return "\n\n".join(parts) + ("\n" if parts else "")
-
-
-def summarize(acb: Mapping[str, Any]) -> Iterable[str]:
-    """One line per section for people (the CLI prints it on stderr)."""
-    for section in acb["sections"]:
-        count, used = len(section["items"]), section["token_est"]
-        yield f"{section['name']:<20} {count:>4} items {used:>6} tokens"

@@ -8,21 +8,26 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gitmem import acb, indexer, lexicon, recovery
+from gitmem import recovery
 from gitmem.config import Config
-from gitmem.context import ContextCache
-from gitmem.db import Database
 from gitmem.documents import Handoff
 from gitmem.errors import DatabaseError, NotFoundError
 from gitmem.ids import ARTIFACT_ID
-from gitmem.indexproc import IndexerGone, IndexerProcess
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
 from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts
 from gitmem.rows import Announced, Appended
 from gitmem.store import Placed, read_artifact
+
+if TYPE_CHECKING:  # the read path and the index are imported where they are first used:
+    # a write needs neither, and importing them (psycopg among them) cost a `gitmem
+    # record` with no daemon more than the write itself
+    from gitmem import acb, indexer
+    from gitmem.context import ContextCache
+    from gitmem.db import Database
+    from gitmem.indexproc import IndexerProcess
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +59,7 @@ class Memory:
         self._lock = threading.RLock()
         self._policies = load_policies(self.store)
         self._recorder = self._new_recorder()
-        self.cache = ContextCache(lambda: self.db)
+        self._cache: ContextCache | None = None
         # How build_acb makes sure the index reflects the files before answering.
         # None: a (stat-based, cheap when nothing changed) sync of the store.
         # The daemon installs its watcher's flush here instead: it returns the files it
@@ -79,9 +84,21 @@ class Memory:
         """The index connection, opened (and the schema created) on first use."""
         with self._lock:
             if self._db is None:
+                from gitmem.db import Database
+
                 self._db = Database.open(self.config, max_size=self._db_pool_size,
                                          timeout=self._db_timeout)
             return self._db
+
+    @property
+    def cache(self) -> ContextCache:
+        """The read path's copies of what the index holds, made on first use."""
+        with self._lock:
+            if self._cache is None:
+                from gitmem.context import ContextCache
+
+                self._cache = ContextCache(lambda: self.db)
+            return self._cache
 
     @property
     def policies(self) -> Policies:
@@ -107,7 +124,8 @@ class Memory:
         with self._lock:
             self._policies = load_policies(self.store)
             self._recorder = self._new_recorder()
-            self.cache.invalidate(["policies/budgets.yaml"])  # packed bundles used the old
+            if self._cache is not None:  # packed bundles used the old
+                self._cache.invalidate(["policies/budgets.yaml"])
             return self._policies
 
     def _new_recorder(self) -> Recorder:
@@ -215,6 +233,9 @@ class Memory:
         """Catch the index up with the files (and drop cached copies of what changed);
         `appended`: lines this process just wrote, by file (`indexer.sync`). Under the
         daemon the indexer process does it, from the files alone."""
+        from gitmem import indexer
+        from gitmem.indexproc import IndexerGone
+
         report = None
         paths = None if paths is None else list(paths)
         if self.indexing is not None and self.indexing.alive:
@@ -234,8 +255,8 @@ class Memory:
         decision file came in the same batch); for any other change, what its
         path affects."""
         lines = [item for item in changed if "sessions" in item]
-        if lines:
-            self.cache.forget_sessions({tuple(pair) for item in lines
+        if lines and self._cache is not None:
+            self._cache.forget_sessions({tuple(pair) for item in lines
                                         for pair in item["sessions"]},
                                        pinned=any(item["pinned"] for item in lines))
         others = [item["path"] for item in changed if "sessions" not in item]
@@ -254,6 +275,8 @@ class Memory:
     def reindex(self, progress: indexer.Progress | None = None) -> indexer.SyncReport:
         """Finish or undo the writes a crash interrupted, then drop and rebuild the
         index from the files."""
+        from gitmem import indexer
+
         finished = recovery.finish(self.store)
         report = indexer.reindex(self.db, self.store, self.policies, progress)
         report.finished = [f.to_dict() for f in finished]
@@ -267,7 +290,8 @@ class Memory:
         paths = None if paths is None else list(paths)
         if paths is None or any(p.startswith(("policies/", "manifest.json")) for p in paths):
             self.reload_policies()
-        self.cache.invalidate(paths, tenants)
+        if self._cache is not None:  # nothing read yet: nothing to forget
+            self._cache.invalidate(paths, tenants)
 
     # ------------------------------------------------------------------ reads
 
@@ -277,6 +301,8 @@ class Memory:
 
         `encoded`: on the fast path, `sections` and `omissions` come as JSON already
         encoded (`orjson.Fragment`), for the daemon's answer."""
+        from gitmem import acb
+
         started = time.perf_counter()
         if not isinstance(request, acb.AcbRequest):
             request = acb.AcbRequest.from_mapping(request, self.policies.manifest.default_tenant)
@@ -321,6 +347,8 @@ class Memory:
         rows = chain.active if active_only else sorted(
             chain.by_id.values(), key=lambda r: (r["ts"], r["decision_id"]), reverse=True)
         if query_text.strip():
+            from gitmem import lexicon
+
             terms = lexicon.qualify(lexicon.analyze(self.db, query_text), tenant)
             wanted = {r["chunk_id"] for t in terms for r in self.db.fetchall(
                 "decision_search", {"tenant": tenant, "query": t.query})}
@@ -338,4 +366,6 @@ class Memory:
 
     def status(self) -> dict[str, Any]:
         """What in the index is stale relative to the files, and why."""
+        from gitmem import indexer
+
         return indexer.status(self.db, self.store, self.policies)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +31,24 @@ OMISSION_IDS_MAX = 200
 def header(name: str) -> str:
     """The rendered heading of a section."""
     return f"## {SECTION_TITLES[name]}\n"
+
+
+def render_text(acb: Mapping[str, Any]) -> str:
+    """The prompt text of an ACB: one heading per non-empty section, items between."""
+    parts = []
+    for section in acb["sections"]:
+        if not section["items"]:
+            continue
+        body = "\n\n".join(item["text"] for item in section["items"])
+        parts.append(header(section["name"]) + body)
+    return "\n\n".join(parts) + ("\n" if parts else "")
+
+
+def summarize(acb: Mapping[str, Any]) -> Iterator[str]:
+    """One line per section for people (the CLI prints it on stderr)."""
+    for section in acb["sections"]:
+        count, used = len(section["items"]), section["token_est"]
+        yield f"{section['name']:<20} {count:>4} items {used:>6} tokens"
 
 
 def header_tokens(name: str) -> int:

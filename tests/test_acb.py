@@ -12,11 +12,11 @@ import orjson
 import pytest
 
 from gitmem import tokens
-from gitmem.acb import render_text
 from gitmem.config import Config
 from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
+from gitmem.packing import render_text
 from tests.conftest import Cli, git
 
 NOW = "2026-03-01T12:00:00+00:00"

@@ -20,7 +20,7 @@ from gitmem.config import Config
 from gitmem.documents import parse_decision, parse_task
 from gitmem.ids import ULID_ID
 from tests.conftest import Cli, snapshot
-from tests.daemons import Index, cleanup_dir, new_repo, running, short_dir
+from tests.daemons import Index, cleanup_dir, new_repo, running, short_dir, short_store
 
 SECRET = "sk-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"
 
@@ -386,3 +386,28 @@ def test_the_cli_and_the_daemon_lifecycle_import_no_database_or_read_path() -> N
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
+
+
+READ_PATH = {"psycopg", "gitmem.db", "gitmem.acb", "gitmem.context", "gitmem.indexer"}
+
+
+def test_a_bundle_the_daemon_builds_and_a_write_with_no_daemon_import_no_read_path(
+        dsn: str, schema: str) -> None:
+    """`gitmem acb` answered by the daemon only renders the bundle, and `gitmem record`
+    with no daemon only writes: importing psycopg and the read path cost each call
+    0.3-0.45 s (0.63 -> 0.18 s and 0.63 -> 0.33 s a call, docs/performance-log.md)."""
+    with short_store(dsn, schema, "gmi") as config, running(config) as daemon:
+        def imported(*args: str, **env: str) -> set[str]:
+            result = subprocess.run(
+                [sys.executable, "-X", "importtime", "-m", "gitmem", "--store",
+                 str(config.store), *args], capture_output=True, text=True,
+                env={**daemon.env(), **env}, timeout=60)
+            assert result.returncode == 0, result.stderr
+            return {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                    if line.startswith("import time:")}
+
+        record = imported("record", "the cluster is in Oslo", GITMEM_NO_DAEMON="1")
+        assert "gitmem.recorder" in record and not READ_PATH & record
+        bundle = imported("acb", "Oslo", "--format", "text")
+        assert "gitmem.packing" in bundle and not READ_PATH & bundle
+        assert imported("acb", "Oslo", GITMEM_NO_DAEMON="1") >= READ_PATH  # built here

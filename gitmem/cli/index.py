@@ -120,7 +120,7 @@ def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
       gitmem acb "Which city hosts the cluster our deployments run on?" --session s1
       gitmem acb --channel public --max-tokens 3000 --format text
     """
-    from gitmem.acb import render_text, summarize
+    from gitmem.packing import render_text, summarize  # not the read path: the daemon's
 
     request = {k: v for k, v in fields.items() if v not in (None, "")}
     request["query_text"] = query
