@@ -172,6 +172,15 @@ def test_pre_commit_refuses_secrets(root: Path) -> None:
     assert f"{DAY}:3: field 'sensitivity'" in result.stderr
 
 
+def test_pre_commit_refuses_a_staged_file_of_an_interrupted_write(root: Path) -> None:
+    staged = "memory/decisions/.tmp-evt_01KHBYB0000000000000000009.2026-03-01.dec_x.md.q1"
+    (root / staged).write_text("---\nid: dec_x\n---\nhalf a write\n")
+    result = commit(root)
+    assert result.returncode == 1
+    assert f"{staged}: a staging file of a write that did not finish" in result.stderr
+    assert "gitmem sync" in result.stderr
+
+
 def test_pre_commit_ignores_changes_outside_the_store(root: Path) -> None:
     (root / "README.md").write_text("password: hunter2 in docs is not our business\n")
     assert commit(root).returncode == 0
