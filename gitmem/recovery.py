@@ -10,8 +10,8 @@ write never happened, and its files must not appear.
 
 A staged file is named for what it belongs to, `.tmp-<event id>.<YYYY-MM-DD>.<target
 name>.<random>` (the event's day file), or `.tmp-<target name>.<random>` for a file
-written alone (a handoff). `finish` reads each one older than `GRACE_S` (younger ones
-may belong to a write in flight) and:
+written alone (a handoff). `finish` reads each one older than `GRACE_S` (younger ones,
+which may belong to a write in flight, are reported and left) and:
 - puts it in place when its event's line is in its day file and the target was not
   written since it was staged (a task updated again meanwhile keeps the newer file);
 - removes it when its event's line is not there, or it was written alone (the call
@@ -83,7 +83,11 @@ def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None
             st = staged.stat()
         except FileNotFoundError:
             continue  # its write finished meanwhile
-        if clock - st.st_mtime < grace:
+        age = clock - st.st_mtime
+        if age < grace:
+            out.append(Finished(staged.relative_to(store).as_posix(), "", "left",
+                                f"staged {max(age, 0):.0f} s ago: a write may still be "
+                                f"finishing it; it is seen to once {grace:.0f} s old"))
             continue
         done = _finish_one(store, staged, st)
         out.append(done)

@@ -137,7 +137,9 @@ def test_a_staged_file_of_a_write_in_flight_is_left_alone(store: Path) -> None:
     staged = target.parent / (staged_prefix(target, "evt_01KHBYB0000000000000000009",
                                             "2026-03-01") + "fresh")
     staged.write_text("being written")
-    assert recovery.finish(store) == []
+    [done] = recovery.finish(store)
+    assert (done.action, done.path) == ("left", f"decisions/{staged.name}")
+    assert done.reason.endswith("a write may still be finishing it; it is seen to once 30 s old")
     assert staged.read_text() == "being written"
     assert [d.action for d in recovery.finish(store, now=time.time() + 2 * GRACE_S)] == \
         ["removed"]
