@@ -27,13 +27,14 @@ import logging
 import mmap
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from gitmem.appends import fsync_dir
-from gitmem.store import walk_files
+from gitmem.store import classify, walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ PREFIX = ".tmp-"
 GRACE_S = 30.0  # a staged file younger than this may belong to a write still in flight
 STAGING_DIRS = ("decisions", "tasks", "summaries", "handoffs", "artifacts")
 _WITH_EVENT = re.compile(r"\.tmp-(evt_[0-9A-Za-z]+)\.(\d{4}-\d{2}-\d{2})\.(.+)\.[^.]+")
-_ALONE = re.compile(r"\.tmp-((?:hof|dec|tsk|sum)_[0-9A-Za-z]+\.(?:yaml|md))\.[^.]+")
+_ALONE = re.compile(r"\.tmp-(hof_[0-9A-Za-z]+\.yaml)\.[^.]+")
+_WITH_EVENT_KINDS = ("decision", "task", "summary", "artifact")  # what comes with an event
 
 
 def staged_prefix(target: Path, event_id: str = "", day: str = "") -> str:
@@ -89,7 +91,11 @@ def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None
                                 f"staged {max(age, 0):.0f} s ago: a write may still be "
                                 f"finishing it; it is seen to once {grace:.0f} s old"))
             continue
-        done = _finish_one(store, staged, st)
+        try:
+            done = _finish_one(store, staged, st)
+        except OSError as exc:  # one file that cannot be moved never stops the rest
+            done = Finished(staged.relative_to(store).as_posix(), "", "left",
+                            f"could not be seen to: {exc.strerror or exc}")
         out.append(done)
         if done.action != "left":
             touched.add(staged.parent)
@@ -114,6 +120,9 @@ def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:
     event_id, day, name = with_event.groups()
     target = staged.parent / name
     target_rel = target.relative_to(store).as_posix()
+    if classify(target_rel) not in _WITH_EVENT_KINDS:
+        return Finished(rel, "", "left", "not a file gitmem stages: look at it and "
+                        "delete it if it holds nothing you need")
     day_file = store / "events" / day[:7] / f"{day}.jsonl"
     if not _holds_event(day_file, event_id):
         staged.unlink(missing_ok=True)
@@ -124,6 +133,8 @@ def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:
         current = target.stat()
     except FileNotFoundError:
         current = None
+    if current is not None and not stat.S_ISREG(current.st_mode):
+        return Finished(rel, target_rel, "left", f"{target_rel} is there, but not a file")
     if current is not None and (current.st_mtime_ns > st.st_mtime_ns
                                 or not target_rel.startswith("tasks/")):
         # a task updated again since keeps its newer file; any other record is never

@@ -161,6 +161,33 @@ def test_a_lone_file_is_removed_and_a_stranger_left_and_reported(store: Path) ->
     assert not handoff.exists()
 
 
+def test_a_staged_name_that_names_no_record_file_is_left_alone(store: Path) -> None:
+    """Names made by hand, or a target a write never stages there: reported, left."""
+    day = store / "events" / "2026-03" / "2026-03-01.jsonl"
+    day.parent.mkdir(parents=True)
+    event_id = "evt_01KHBYB0000000000000000009"
+    day.write_text(json.dumps({"id": event_id}) + "\n")
+    names = [f".tmp-{event_id}.2026-03-01.....q", f".tmp-{event_id}.2026-03-01.x.md.q",
+             f".tmp-{event_id}.2026-03-01.tsk_01KHBYB0000000000000000001.md.q",
+             ".tmp-dec_01KHBYB0000000000000000001.md.q"]
+    for name in names:
+        (store / "decisions" / name).write_text("x")
+        os.utime(store / "decisions" / name, (OLD, OLD))
+    blocked = store / "decisions" / "dec_01KHBYB0000000000000000002.md"
+    blocked.mkdir()  # where the record would go, a directory
+    names.append(f".tmp-{event_id}.2026-03-01.{blocked.name}.q")
+    (store / "decisions" / names[-1]).write_text("x")
+    os.utime(store / "decisions" / names[-1], (OLD, OLD))
+    done = recovery.finish(store)
+    assert [(d.path.rsplit("/", 1)[-1], d.action) for d in done] == \
+        [(name, "left") for name in sorted(names)]
+    [why] = [d.reason for d in done if d.path.endswith(names[-1])]
+    assert why == f"decisions/{blocked.name} is there, but not a file"
+    blocked.rmdir()
+    assert sorted(p.name for p in (store / "decisions").iterdir() if p.name != ".gitkeep") \
+        == sorted(names)
+
+
 def test_the_write_path_names_its_staged_files_for_recovery(store: Path) -> None:
     target = store / "decisions" / "dec_01KHBYB0000000000000000001.md"
     name = staged_prefix(target, "evt_01KHBYB0000000000000000009", "2026-03-01") + "x_Y9"
