@@ -17,6 +17,7 @@ import contextlib
 import faulthandler
 import fcntl
 import functools
+import importlib
 import logging
 import os
 import signal
@@ -243,6 +244,9 @@ def run(config: Config, options: DaemonOptions) -> None:
     from gitmem.server import Server
     from gitmem.watcher import Watcher
 
+    # The read path (Memory imports it where a read first uses it, so that a write with
+    # no daemon does without): imported now, or the first answer would pay for it
+    importlib.import_module("gitmem.acb")
     lock_fd = _lock_pid_file(config)
     # Socket threads mostly wait; a short GIL switch interval keeps a busy indexer
     # batch from delaying their answers by the default 5 ms slices.
