@@ -32,7 +32,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "11"
+SCHEMA_VERSION = "12"
 Row = dict[str, Any]
 
 

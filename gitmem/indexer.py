@@ -23,12 +23,10 @@ import gc
 import json
 import logging
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +48,6 @@ from gitmem.rows import (
 from gitmem.store import (
     TENANT_FILE_KINDS,
     classify,
-    day_file_rel,
     iter_store_files,
     unrecognized_files,
 )
@@ -103,10 +100,13 @@ def _stats_of(states: Mapping[str, Row]) -> dict[str, FileStat]:
     return {rel: (s["kind"], s["size"], s["ctime_ns"], s["inode"]) for rel, s in states.items()}
 
 
-def _insert(db: Database, conn: psycopg.Connection[Row], rows: FileRows) -> int:
+def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRows) -> int:
     for table, values in rows.tables.items():
         if values:
-            db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
+            added = db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
+            if table == "events" and added < len(values):  # some are indexed already
+                db.execute("event_copies_note", {"path": path,
+                                                 "ids": [row[0] for row in values]}, conn)
     return rows.count()
 
 
@@ -127,7 +127,7 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
             _delete_rows(db, conn, a.path)
         rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line,
                           offset=a.state["byte_offset"] - len(a.data), appended=appended)
-        _insert(db, conn, rows)
+        _insert(db, conn, a.path, rows)
     state = dict(a.state)
     state["errors"] = json.dumps(list(state.get("errors", [])) + _errors_json(rows.errors))
     with conn.pipeline():  # one round trip for both
@@ -175,33 +175,23 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
                 and found.action in ("rewrite", "deleted") else [])
         rows = apply(db, conn, found, policies, appended)
         if held and homes is not None:
-            homes.update(_copies_elsewhere(db, conn, store, rel, held))
+            homes.update(_copies_elsewhere(db, conn, rel, held))
     return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
 
 
-_EVENT_ID = re.compile(rb'"id": ?"(evt_[0-9A-Za-z]{26})"')
-
-
-def _copies_elsewhere(db: Database, conn: psycopg.Connection[Row], store: Path, rel: str,
+def _copies_elsewhere(db: Database, conn: psycopg.Connection[Row], rel: str,
                       held: Sequence[Row]) -> set[str]:
-    """The day files (other than `rel`) that hold a line of an event whose rows `rel`
+    """The files (other than `rel`) holding another copy of an event whose rows `rel`
     held and no longer does. The index keeps one copy of an event; when a line moves
-    to another file (its own day's, where verify wants it), the file it left takes the
-    rows away after the other's copy was skipped as a repeat. An event's day file is
-    its ts's date in its own offset: within a day of its UTC date."""
+    to another file (to its own day's, or away from it), the file it left may give its
+    rows up after the other file's copy was skipped as a repeat: `event_copies` lists
+    that copy, and the caller reads its file again, whole."""
     gone = {r["event_id"] for r in held} - {r["event_id"] for r in db.fetchall(
         "events_present", {"ids": [r["event_id"] for r in held]}, conn)}
-    candidates = {day_file_rel(r["ts"] + timedelta(days=shift))
-                  for r in held if r["event_id"] in gone for shift in (-1, 0, 1)}
-    found = set()
-    for home in sorted(candidates - {rel}):
-        try:
-            data = (store / home).read_bytes()
-        except OSError:
-            continue
-        if gone & {m.decode() for m in _EVENT_ID.findall(data)}:
-            found.add(home)
-    return found
+    if not gone:
+        return set()
+    return {r["path"] for r in db.fetchall("event_copies_of", {"ids": sorted(gone),
+                                                               "path": rel}, conn)}
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -252,7 +242,7 @@ def sync(db: Database, store: Path, policies: Policies,
         report.known_lines += rows.known
         if force and found.stale:
             found = replace(found, action="rewrite", reason="holds an event another file "
-                            "gave up (a line moved to its own day's file)")
+                            "gave up (a line moved to another day's file)")
         if found.stale:
             change: dict[str, Any] = {"path": rel, "action": found.action,
                                       "reason": found.reason}
@@ -281,13 +271,14 @@ def reindex(db: Database, store: Path, policies: Policies,
     with db.rebuild() as conn:
         batch = FileRows()
         states: list[tuple[Any, ...]] = []
+        copies: list[tuple[str, str]] = []  # (path, event id) of every repeat skipped
         with _gc_paused(), _CopyBehind(db, conn) as loader:
             for rel, kind in files:
                 found = assess(store, rel, kind, None, policies)
                 if found.action == "unchanged":  # vanished between listing and reading
                     continue
                 rows = parse_file(rel, kind, found.data, policies)
-                _drop_seen(rows, seen_events)
+                copies += [(rel, event_id) for event_id in sorted(_drop_seen(rows, seen_events))]
                 for chunk in rows.tables["chunks"]:
                     _count_chunk(totals, chunk[1], chunk[_TOKEN_EST])
                 batch.extend(rows)
@@ -308,6 +299,7 @@ def reindex(db: Database, store: Path, policies: Policies,
                                               for tenant, (n, short, tokens_, short_tokens)
                                               in sorted(totals.items())], conn)
         db.copy_rows(conn, "source_files", _STATE_COLUMNS, states, freeze=True)
+        db.copy_rows(conn, "event_copies", ("path", "event_id"), copies, freeze=True)
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)
         db.execute("meta_set", {"key": "row_policies", "value": row_policies(policies)}, conn)
@@ -353,17 +345,19 @@ _STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "
                   "prefix_crc", "errors", "size", "ctime_ns", "inode")
 
 
-def _drop_seen(rows: FileRows, seen: set[str]) -> None:
-    """Keep the first occurrence of an event id across files (union merges)."""
+def _drop_seen(rows: FileRows, seen: set[str]) -> set[str]:
+    """Keep the first occurrence of an event id across files; the ids dropped (copies,
+    for `event_copies`)."""
     events = rows.tables["events"]
     if not events:
-        return
+        return set()
     dupes = {row[0] for row in events if row[0] in seen}
     seen.update(row[0] for row in events)
     if dupes:
         rows.tables["events"] = [r for r in events if r[0] not in dupes]
         rows.tables["chunks"] = [r for r in rows.tables["chunks"] if r[3] not in dupes]
         rows.tables["artifacts"] = [r for r in rows.tables["artifacts"] if r[1] not in dupes]
+    return dupes
 
 
 @contextmanager

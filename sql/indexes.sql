@@ -1,6 +1,7 @@
 -- Indexes, created after a bulk load (faster than maintaining them row by row).
 CREATE INDEX IF NOT EXISTS events_session_ts ON events (tenant_id, session_id, ts, event_id);
 CREATE INDEX IF NOT EXISTS events_path ON events (path);
+CREATE INDEX IF NOT EXISTS event_copies_event ON event_copies (event_id);
 -- Full-text search over tenant-qualified lexemes: the short chunks (token_est <= 48:
 -- where BM25's length normalization puts most of the best matches), the long ones, and
 -- the non-event records. No index holds every chunk: a search of all of them asks the

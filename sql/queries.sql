@@ -33,10 +33,21 @@ SELECT event_id, tenant_id, ts, hash FROM events WHERE event_id = ANY (%(ids)s)
 
 -- name: file_events
 -- The events whose rows a file holds (before it is read again).
-SELECT event_id, ts FROM events WHERE path = %(path)s
+SELECT event_id FROM events WHERE path = %(path)s
 
 -- name: events_present
 SELECT event_id FROM events WHERE event_id = ANY (%(ids)s)
+
+-- name: event_copies_note
+-- Of these events of a file, the ones indexed from another file: copies, kept as such.
+INSERT INTO event_copies (path, event_id)
+SELECT %(path)s, e.event_id FROM events e
+WHERE e.event_id = ANY (%(ids)s) AND e.path <> %(path)s
+ON CONFLICT DO NOTHING
+
+-- name: event_copies_of
+-- The files holding another copy of some events.
+SELECT DISTINCT path FROM event_copies WHERE event_id = ANY (%(ids)s) AND path <> %(path)s
 
 -- name: file_state
 SELECT path, kind, content_hash, byte_offset, line_count, head_hash, prefix_crc, errors,
@@ -67,7 +78,8 @@ WITH e AS (DELETE FROM events WHERE path = %(path)s),
      h AS (DELETE FROM handoffs WHERE path = %(path)s),
      v AS (DELETE FROM views WHERE path = %(path)s),
      vc AS (DELETE FROM view_chunks WHERE path = %(path)s),
-     a AS (DELETE FROM artifacts WHERE path = %(path)s)
+     a AS (DELETE FROM artifacts WHERE path = %(path)s),
+     ec AS (DELETE FROM event_copies WHERE path = %(path)s)
 SELECT 1
 
 -- name: insert_events
@@ -160,6 +172,12 @@ SELECT 'events' AS name, count(*) AS rows,
          sha256(convert_to(t::text, 'UTF8')), ''::bytea
          ORDER BY event_id COLLATE "C"), ''::bytea)), 'hex') AS digest
 FROM events t
+UNION ALL
+SELECT 'event_copies' AS name, count(*) AS rows,
+       encode(sha256(coalesce(string_agg(
+         sha256(convert_to(t::text, 'UTF8')), ''::bytea
+         ORDER BY path COLLATE "C", event_id COLLATE "C"), ''::bytea)), 'hex') AS digest
+FROM event_copies t
 UNION ALL
 SELECT 'chunks' AS name, count(*) AS rows,
        encode(sha256(coalesce(string_agg(

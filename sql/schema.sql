@@ -72,6 +72,16 @@ CREATE TABLE IF NOT EXISTS events (
   line        integer NOT NULL
 );
 
+-- Another copy of an indexed event, in a file other than the one its rows came from
+-- (a line a person moved or copied to another day file: verify refuses the tree). The
+-- index keeps one copy of an event; when the file holding it gives its rows up, the
+-- files listed here are read again, so the event stays indexed from one of them.
+CREATE TABLE IF NOT EXISTS event_copies (
+  path     text NOT NULL,
+  event_id text NOT NULL,
+  PRIMARY KEY (path, event_id)
+);
+
 -- Retrieval units: events, decisions, tasks and summaries, split at paragraphs
 -- when long. `text` is exactly what an ACB item shows; token_est counts it.
 CREATE TABLE IF NOT EXISTS chunks (
