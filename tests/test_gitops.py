@@ -16,7 +16,7 @@ from gitmem.errors import GitError
 from gitmem.memory import Memory
 from gitmem.store import init_store
 from tests.conftest import git
-from tests.daemons import new_repo, running, short_store
+from tests.daemons import new_repo, running, short_store, wait_for
 
 
 @pytest.fixture
@@ -162,7 +162,8 @@ def test_the_daemon_commits_once_the_interval_has_passed(daemon_root: Config) ->
             time.sleep(0.05)
         assert time.monotonic() - recorded >= 1.5
         assert log(root)[0] == "gitmem: 1 event in 1 session"
-        assert daemon.call("daemon_status")["autocommit"]["commits"] == 1
+        # the commit is in the log a moment before the committer counts it
+        wait_for(lambda: daemon.call("daemon_status")["autocommit"]["commits"] == 1)
         assert git(root, "status", "--porcelain", "--", "memory/events") == ""
 
 
