@@ -44,6 +44,7 @@ STAGING_DIRS = ("decisions", "tasks", "summaries", "handoffs", "artifacts")
 _WITH_EVENT = re.compile(r"\.tmp-(evt_[0-9A-Za-z]+)\.(\d{4}-\d{2}-\d{2})\.(.+)\.[^.]+")
 _ALONE = re.compile(r"\.tmp-(hof_[0-9A-Za-z]+\.yaml)\.[^.]+")
 _WITH_EVENT_KINDS = ("decision", "task", "summary", "artifact")  # what comes with an event
+_NOT_OURS = "not a file gitmem stages: look at it and delete it if it holds nothing you need"
 
 
 def staged_prefix(target: Path, event_id: str = "", day: str = "") -> str:
@@ -112,8 +113,7 @@ def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:
     if with_event is None:
         alone = _ALONE.fullmatch(staged.name)
         if alone is None:
-            return Finished(rel, "", "left", "not a file gitmem stages: look at it and "
-                            "delete it if it holds nothing you need")
+            return Finished(rel, "", "left", _NOT_OURS)
         staged.unlink(missing_ok=True)
         return Finished(rel, (staged.parent / alone.group(1)).relative_to(store).as_posix(),
                         "removed", "written alone, and its write was never answered")
@@ -121,8 +121,7 @@ def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:
     target = staged.parent / name
     target_rel = target.relative_to(store).as_posix()
     if classify(target_rel) not in _WITH_EVENT_KINDS:
-        return Finished(rel, "", "left", "not a file gitmem stages: look at it and "
-                        "delete it if it holds nothing you need")
+        return Finished(rel, "", "left", _NOT_OURS)
     day_file = store / "events" / day[:7] / f"{day}.jsonl"
     if not _holds_event(day_file, event_id):
         staged.unlink(missing_ok=True)
