@@ -1,8 +1,7 @@
 """Keep the index in step with the files while the daemon runs.
 
-A watchdog observer reports file events; the handler only filters them (store
-paths gitmem indexes; temp, swap and backup files, `.git` and artifacts never
-match `store.classify`) and queues them. One indexer thread takes the queue in
+File events come from a watchdog observer (gitmem/fsevents.py), filtered down to
+the store paths gitmem indexes, and are queued here. One indexer thread takes the queue in
 debounced batches and hands each to `Memory.sync(paths)`, which also drops the
 cached copies of what changed. Directory moves and deletes, an inotify queue
 overflow, a failed batch and a timer all ask for a full reconcile instead.
@@ -40,25 +39,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from watchdog.events import (
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
-from watchdog.observers.polling import PollingObserver
-
 from gitmem import recovery
 from gitmem.changes import ChangeCounter
 from gitmem.context import ReadScope
 from gitmem.db import Database
 from gitmem.errors import DaemonError, DatabaseError, FormatError
+from gitmem.fsevents import BARRIER_PREFIX, FileEvents, watched
 from gitmem.handover import Handover, Wait
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
@@ -75,65 +61,6 @@ from gitmem.store import (
 
 logger = logging.getLogger(__name__)
 
-BARRIER_PREFIX = ".gitmem-barrier-"
-_WATCHDOG_LOGGERS = ("watchdog.observers.inotify", "watchdog.observers.inotify_c")
-# The events the handler acts on; every observer (inotify or polling) drops the
-# others before they reach it. Asking for these alone also keeps inotify from
-# reporting every open and close — the writer's appends and the indexer's own
-# reads of each file it indexes.
-_EVENTS = [FileCreatedEvent, FileModifiedEvent, FileDeletedEvent, FileMovedEvent,
-           DirMovedEvent, DirDeletedEvent]
-
-
-class _Handler(FileSystemEventHandler):
-    """Filters file events down to store paths and queues them; nothing else."""
-
-    def __init__(self, watcher: Watcher) -> None:
-        self.watcher = watcher
-        self.prefix = str(watcher.store) + os.sep
-        self.barrier = f"{BARRIER_PREFIX}{os.getpid()}-"
-
-    def _relative(self, path: bytes | str) -> str | None:
-        text = os.fsdecode(path)
-        if not text.startswith(self.prefix):
-            return None
-        rel = text[len(self.prefix):].replace(os.sep, "/")
-        name = rel.rsplit("/", 1)[-1]
-        if name.startswith(self.barrier):
-            self.watcher.barrier_seen(int(name[len(self.barrier):]))
-            return None
-        return rel if watched(rel) else None
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        """Queue the store paths an event touches (a directory move: a reconcile)."""
-        if event.is_directory:
-            if event.event_type in ("moved", "deleted"):
-                rel = os.fsdecode(event.src_path)
-                if rel.startswith(self.prefix) and "/.git" not in rel:
-                    self.watcher.request_reconcile("a directory was moved or deleted")
-            return
-        paths = [self._relative(event.src_path)]
-        if event.event_type == "moved":
-            paths.append(self._relative(event.dest_path))
-        wanted = [p for p in paths
-                  if p is not None and not self.watcher.handover.placed_as_is(p)]
-        if wanted:
-            self.watcher.enqueue(wanted)
-
-
-class _OverflowAlarm(logging.Handler):
-    """watchdog only logs an inotify queue overflow; that means events were lost."""
-
-    def __init__(self, watcher: Watcher) -> None:
-        super().__init__(logging.WARNING)
-        self.watcher = watcher
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Ask for a reconcile when watchdog reports an overflow."""
-        if "overflow" in record.getMessage().lower():
-            self.watcher.request_reconcile("the inotify queue overflowed")
-
-
 class Watcher:
     """File events -> debounced batches -> `Memory.sync`; `flush` for catch-up on read."""
 
@@ -149,8 +76,7 @@ class Watcher:
         self.flush_timeout = flush_timeout
         self.on_indexed = on_indexed
         self.mode = "stopped"
-        self._observer: BaseObserver | None = None
-        self._alarm = _OverflowAlarm(self)
+        self._events = FileEvents(self)
         self._thread = threading.Thread(target=self._run, name="gitmem-indexer", daemon=True)
         self._cond = threading.Condition()
         self._pending: set[str] = set()
@@ -190,25 +116,10 @@ class Watcher:
 
     def start(self) -> None:
         """Watch the store and start the indexer thread (no reconcile: the caller's)."""
-        for name in _WATCHDOG_LOGGERS:
-            logging.getLogger(name).addHandler(self._alarm)
         self._policy_seen = self._policy_stats()
-        handler = _Handler(self)
-        try:
-            observer: BaseObserver = Observer()
-            observer.schedule(handler, str(self.store), recursive=True, event_filter=_EVENTS)
-            observer.start()
-            self.mode = "inotify" if type(observer).__name__ == "InotifyObserver" else "native"
-            if self.mode == "inotify":
-                self._changes = self._change_counter()
-        except OSError as exc:  # e.g. inotify watch limit reached
-            logger.warning("native file events unavailable (%s); polling %s every second",
-                           exc, self.store)
-            observer = PollingObserver(timeout=1.0)
-            observer.schedule(handler, str(self.store), recursive=True, event_filter=_EVENTS)
-            observer.start()
-            self.mode = "polling"
-        self._observer = observer
+        self.mode = self._events.start()
+        if self.mode == "inotify":
+            self._changes = self._change_counter()
         self._note_links()
         self._thread.start()
 
@@ -224,13 +135,9 @@ class Watcher:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=5)
+        self._events.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
-        for name in _WATCHDOG_LOGGERS:
-            logging.getLogger(name).removeHandler(self._alarm)
         with self._changes_lock:
             if self._changes is not None:
                 self._changes.close()
@@ -613,10 +520,3 @@ class Watcher:
         return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
                 "pending_writer_bytes": handed,
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}
-
-
-def watched(rel: str) -> bool:
-    """Whether the watcher queues changes of the store file `rel` (not of temporary
-    files, artifacts, or files of no known kind)."""
-    kind = classify(rel)
-    return kind is not None and kind != "artifact"
