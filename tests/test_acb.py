@@ -304,6 +304,30 @@ def test_a_bundle_with_a_summary_is_packed_again_after_any_task_write(memory: Me
     assert conflicts() == []
 
 
+def test_a_retrieved_summary_carries_its_conflicts(memory: Memory) -> None:
+    """A summary that retrieval finds (not pinned) is checked as a pinned one is: its
+    conflicts are those of the index, and change with it."""
+    from gitmem import ids
+    from gitmem.documents import Summary, summary_to_text
+    done = ids.new_id("tsk", datetime(2026, 3, 1, 9, tzinfo=UTC))
+    summary_id = ids.new_id("sum", datetime(2026, 3, 1, 10, tzinfo=UTC))
+    evt = say(memory, "The zeppelin hangar needs a new roof", session_id="s1")
+    (memory.store / "summaries" / "session").mkdir(parents=True, exist_ok=True)
+    (memory.store / "summaries" / "session" / f"{summary_id}.md").write_text(summary_to_text(
+        Summary(id=summary_id, ts="2026-03-01T10:00:00+00:00", tenant_id="default",
+                scope="session", refs=(evt, done), text="The zeppelin hangar roof is done",
+                session_id="s1")))
+    request = {"session_id": "s2", "now": NOW, "query_text": "zeppelin hangar roof"}
+
+    def conflicts() -> tuple[list[dict[str, Any]], list[str]]:
+        acb = memory.build_acb(request)
+        [item] = [i for i in section(acb, "retrieved_evidence") if i["id"] == summary_id]
+        return list(item.get("conflicts", [])), omitted(acb, "conflict")
+    assert conflicts() == ([{"kind": "missing_ref", "ref": done}], [summary_id])
+    memory.task("Replace the hangar roof", task_id=done, status="done")
+    assert conflicts() == ([], [])
+
+
 def test_a_fill_is_kept_unless_its_own_session_changed_meanwhile(memory: Memory) -> None:
     """New events of another session while a bundle or a window is filled: it is kept;
     of its own session (or a pinned one of its tenant, for a bundle): it is not."""
