@@ -58,6 +58,17 @@ def rows(dsn: str, schema: str, query: str, params: tuple[Any, ...] = ()) -> lis
         return cur.fetchall() if cur.description is not None else []
 
 
+def assert_reindex_equal(memory: Memory, dsn: str, schema: str) -> None:
+    """A reindex from the files, in a schema of its own, equals `memory`'s index."""
+    fresh = replace(memory.config, schema=f"{schema}_r")
+    with Memory(fresh) as rebuilt:
+        rebuilt.reindex()
+        try:
+            assert index_digest(rebuilt.db) == index_digest(memory.db)
+        finally:
+            rows(dsn, schema, f'DROP SCHEMA "{schema}_r" CASCADE')
+
+
 def event_ids(dsn: str, schema: str) -> list[str]:
     return [r[0] for r in rows(dsn, schema, "SELECT event_id FROM events ORDER BY event_id")]
 
@@ -881,13 +892,7 @@ def test_a_line_moved_to_its_own_days_file_stays_indexed(memory: Memory, store: 
     moved_id = json.loads(moved)["id"]
     assert rows(dsn, schema, "SELECT path, line FROM events WHERE event_id = %s",
                 (moved_id,)) == [(DAY, 2)]
-    fresh = replace(memory.config, schema=f"{schema}_r")
-    with Memory(fresh) as rebuilt:
-        rebuilt.reindex()
-        try:
-            assert index_digest(rebuilt.db) == index_digest(memory.db)
-        finally:
-            rows(dsn, schema, f'DROP SCHEMA "{schema}_r" CASCADE')
+    assert_reindex_equal(memory, dsn, schema)
 
 
 FAR = "events/2026-02/2026-02-01.jsonl"  # a week before DAY: sorts, and syncs, first
@@ -920,13 +925,7 @@ def test_a_line_moved_out_of_its_own_days_file_stays_indexed(memory: Memory, sto
     assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE source_id = %s",
                 (moved_id,)) == [(1,)]
     assert memory.status()["clean"]
-    fresh = replace(memory.config, schema=f"{schema}_r")
-    with Memory(fresh) as rebuilt:
-        rebuilt.reindex()
-        try:
-            assert index_digest(rebuilt.db) == index_digest(memory.db)
-        finally:
-            rows(dsn, schema, f'DROP SCHEMA "{schema}_r" CASCADE')
+    assert_reindex_equal(memory, dsn, schema)
 
 
 def test_a_copy_a_reindex_skipped_is_indexed_when_the_first_gives_its_line_up(
