@@ -96,8 +96,12 @@ def wait_quiet(quiet: Quiet) -> float:
     if quiet.load <= 0 and quiet.probe_ms <= 0:
         return 0.0
     started = time.monotonic()
-    while not quiet.reached() and time.monotonic() - started < quiet.longest:
+    if quiet.reached():
+        return 0.0
+    while time.monotonic() - started < quiet.longest:
         time.sleep(2.0)
+        if quiet.reached():
+            break
     return round(time.monotonic() - started, 1)
 
 
