@@ -2,7 +2,9 @@
 
 A retriever maps a question to ranked `Item`s (the ids each stands for and its
 size in tokens). `pack` fills the budget greedily in rank order; a question
-counts as answered when every evidence id of it is inside the packed items.
+counts as answered when every evidence id of it is inside the packed items; a
+miss is told apart by how far its evidence got (`missed`: none of it ranked,
+part of it, or all of it but past the budget).
 The same scoring serves both sides:
 
 - the BM25 baseline (`rank_bm25.BM25Okapi`) over the question's tenant's
@@ -31,6 +33,7 @@ from gitmem.records import canonical_json
 
 BUDGET_TOKENS = 2000
 RANKED_MAX = 200   # like retrieved_chunks_max: no retriever ranks more than this
+MISS_KINDS = ("absent", "partial", "late")
 _LEXEME = re.compile(r"'((?:[^']|'')*)'(?::([0-9A-D,]+))?")
 Question = dict[str, Any]
 
@@ -73,6 +76,9 @@ class QualityReport:
     ranked_hits: int = 0   # evidence anywhere in the ranked list (before the budget)
     by_category: dict[str, list[int]] = field(default_factory=dict)   # [hits, total]
     misses: list[str] = field(default_factory=list)
+    # the misses by how far their evidence got: none of it in the ranked list, part of
+    # it, or all of it but past the budget
+    missed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MISS_KINDS, 0))
 
     @property
     def share(self) -> float:
@@ -85,7 +91,8 @@ class QualityReport:
         return [
             Metric("quality", f"{self.name}: evidence in first {BUDGET_TOKENS} tokens",
                    round(self.share, 3), "share", samples=self.total, target=target,
-                   extra={"by_category": categories, "misses": self.misses}),
+                   extra={"by_category": categories, "misses": self.misses,
+                          "missed": self.missed}),
             Metric("quality", f"{self.name}: evidence in top {RANKED_MAX}",
                    round(self.ranked_hits / self.total, 3) if self.total else 0.0, "share",
                    samples=self.total),
@@ -102,13 +109,17 @@ def score(questions: Sequence[Question], retriever: Retriever, name: str,
         ranked = set().union(*(item.ids for item in items))
         report.total += 1
         report.hits += hit
-        report.ranked_hits += all(ref in ranked for ref in question["evidence"])
+        reached = sum(ref in ranked for ref in question["evidence"])
+        report.ranked_hits += reached == len(question["evidence"])
         for category in question["categories"]:
             counts = report.by_category.setdefault(category, [0, 0])
             counts[0] += hit
             counts[1] += 1
         if not hit:
             report.misses.append(question["id"])
+            kind = ("absent" if not reached else "partial"
+                    if reached < len(question["evidence"]) else "late")
+            report.missed[kind] += 1
     return report
 
 
