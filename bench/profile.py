@@ -1,6 +1,7 @@
 """Per-request profile of bounded retrieval, in-process, on a kept index or its own.
 
     python -m bench.profile --size 1m-one --dsn embedded [--index-schema NAME] [--repeat 3]
+                            [--quiet-load LOAD] [--quiet-probe MS] [--quiet-wait S]
 
 Runs `retrieval.retrieve` for every retrieval request of the benchmark (common
 and rare terms, questions), as `bench/bounded.py` prepares them, `--repeat`
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=3, help="measured passes (default 3)")
     parser.add_argument("--slowest", type=int, default=8, help="slowest requests to show")
     parser.add_argument("--out", type=Path, default=None, help="JSON of every request")
+    speed.add_quiet_options(parser)
     return parser
 
 
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Context(args.size, args.seed, dsn, corpus, Path(scratch), schemas,
                       index_schema=args.index_schema)
         try:
+            waited = speed.wait_quiet(speed.Quiet.of(args))
             before = speed.probe_ms()
             rows = profile(ctx, args.repeat)
             after = speed.probe_ms()
@@ -114,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             ctx.close()
             schemas.drop_all()
     print(report(rows, args.slowest), end="")
-    print(f"CPU probe (bench/speed.py): {before:.1f} ms before, {after:.1f} ms after")
+    print(f"CPU probe (bench/speed.py): {before:.1f} ms before, {after:.1f} ms after"
+          + (f" (waited {waited:.0f} s for a quiet machine)" if waited else ""))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

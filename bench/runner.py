@@ -14,7 +14,6 @@ import shutil
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,15 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--index-schema", default=None, metavar="SCHEMA",
                         help="use (and keep) an existing index of the corpus in SCHEMA instead "
                              "of building one in a schema of the run (for repeated runs)")
-    parser.add_argument("--quiet-load", type=float, default=0.0, metavar="LOAD",
-                        help="before each measurement, wait (up to --quiet-wait seconds) until "
-                             "the 1-minute load average is below LOAD (default: no wait)")
-    parser.add_argument("--quiet-probe", type=float, default=0.0, metavar="MS",
-                        help="before each measurement, wait (up to --quiet-wait seconds) until "
-                             "the CPU probe (bench/speed.py) reads at most MS: the host's "
-                             "load, which the load average does not see (default: no wait)")
-    parser.add_argument("--quiet-wait", type=float, default=180.0, metavar="SECONDS",
-                        help="longest wait for --quiet-load and --quiet-probe (default 180)")
+    speed.add_quiet_options(parser)
     return parser
 
 
@@ -75,37 +66,8 @@ def _selected(only: set[str], m: Measurement) -> bool:
     return m.name in only if only else not m.slow
 
 
-@dataclass(frozen=True)
-class Quiet:
-    """What a measurement waits for: the 1-minute load average below `load`, the CPU
-    probe at most `probe_ms` (0: either not waited for), `longest` seconds at most."""
-
-    load: float = 0.0
-    probe_ms: float = 0.0
-    longest: float = 180.0
-
-    def reached(self) -> bool:
-        """Whether the machine is quiet now (the probe runs only if the load is)."""
-        if self.load > 0 and os.getloadavg()[0] >= self.load:
-            return False
-        return self.probe_ms <= 0 or speed.probe_ms() <= self.probe_ms
-
-
-def wait_quiet(quiet: Quiet) -> float:
-    """Wait until the machine is quiet (at most `quiet.longest` s); the seconds waited."""
-    if quiet.load <= 0 and quiet.probe_ms <= 0:
-        return 0.0
-    started = time.monotonic()
-    if quiet.reached():
-        return 0.0
-    while time.monotonic() - started < quiet.longest:
-        time.sleep(2.0)
-        if quiet.reached():
-            break
-    return round(time.monotonic() - started, 1)
-
-
-def run_all(ctx: Context, only: set[str], quiet: Quiet = Quiet()) -> dict[str, Any]:
+def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME
+            ) -> dict[str, Any]:
     """Take the selected measurements; metrics, skips, pending ones and failures.
 
     Each metric records the 1-minute load average and the CPU probe's time
@@ -127,7 +89,7 @@ def run_all(ctx: Context, only: set[str], quiet: Quiet = Quiet()) -> dict[str, A
         if missing:
             skipped.append({"name": m.name, "reason": f"needs {', '.join(missing)}"})
             continue
-        waited = wait_quiet(quiet)
+        waited = speed.wait_quiet(quiet)
         load, probe = round(os.getloadavg()[0], 2), speed.probe_ms()
         _say(f"· {m.name}: {m.description} (load {load}, CPU probe {probe:.0f} ms"
              + (f", after waiting {waited:.0f} s)" if waited else ")"))
@@ -183,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat,
                   index_schema=args.index_schema)
     try:
-        outcome = run_all(ctx, only, Quiet(args.quiet_load, args.quiet_probe, args.quiet_wait))
+        outcome = run_all(ctx, only, speed.Quiet.of(args))
     finally:
         ctx.close()
         schemas.drop_all()

@@ -10,12 +10,19 @@ ran fast or slow, and two results can be compared with that in view.
 The work is what the daemon does most: bytecode, small dicts and strings, a
 JSON encoding. Its best of `ROUNDS` is reported (a round the scheduler cut
 short in between is not the machine's speed).
+
+`--quiet-probe MS` (bench/run.py, bench.profile, bench.writers) waits before each
+measurement until the probe reads at most MS (`Quiet`, `wait_quiet`): the same
+code, on the same index, minutes apart, has read 2x apart on one machine.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import time
+from dataclasses import dataclass
 
 ROUNDS = 5
 ITEMS = 20_000
@@ -36,3 +43,54 @@ def probe_ms(rounds: int = ROUNDS) -> float:
         _work()
         best = min(best, (time.perf_counter_ns() - started) / 1e6)
     return round(best, 2)
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """What a measurement waits for: the 1-minute load average below `load`, the CPU
+    probe at most `probe_ms` (0: either not waited for), `longest` seconds at most."""
+
+    load: float = 0.0
+    probe_ms: float = 0.0
+    longest: float = 180.0
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Quiet:
+        """From the options `add_quiet_options` adds."""
+        return cls(args.quiet_load, args.quiet_probe, args.quiet_wait)
+
+    def reached(self) -> bool:
+        """Whether the machine is quiet now (the probe runs only if the load is)."""
+        if self.load > 0 and os.getloadavg()[0] >= self.load:
+            return False
+        return self.probe_ms <= 0 or probe_ms() <= self.probe_ms
+
+
+ANY_TIME = Quiet()  # waits for nothing
+
+
+def wait_quiet(quiet: Quiet) -> float:
+    """Wait until the machine is quiet (at most `quiet.longest` s); the seconds waited."""
+    if quiet.load <= 0 and quiet.probe_ms <= 0:
+        return 0.0
+    started = time.monotonic()
+    if quiet.reached():
+        return 0.0
+    while time.monotonic() - started < quiet.longest:
+        time.sleep(2.0)
+        if quiet.reached():
+            break
+    return round(time.monotonic() - started, 1)
+
+
+def add_quiet_options(parser: argparse.ArgumentParser) -> None:
+    """`--quiet-load`, `--quiet-probe` and `--quiet-wait` (read by `Quiet.of`)."""
+    parser.add_argument("--quiet-load", type=float, default=0.0, metavar="LOAD",
+                        help="before each measurement, wait (up to --quiet-wait seconds) until "
+                             "the 1-minute load average is below LOAD (default: no wait)")
+    parser.add_argument("--quiet-probe", type=float, default=0.0, metavar="MS",
+                        help="before each measurement, wait (up to --quiet-wait seconds) until "
+                             "the CPU probe (bench/speed.py) reads at most MS: the host's "
+                             "load, which the load average does not see (default: no wait)")
+    parser.add_argument("--quiet-wait", type=float, default=180.0, metavar="SECONDS",
+                        help="longest wait for the machine to be quiet (default 180)")

@@ -1,12 +1,15 @@
 """Sustained record_event throughput alone, for A/B runs of the write path.
 
     python -m bench.writers [--clients 8] [--seconds 6] [--runs 2] [--dsn DSN]
+                            [--quiet-load LOAD] [--quiet-probe MS] [--quiet-wait S]
 
 A daemon of its own on a scratch store (as `socket_record` starts one), a
 2-second warm-up, then `--runs` runs of `--clients` writer threads: per run the
-events per second, the daemon's CPU per event and the index's catch-up after
-the burst; `--profile FILE` also records the daemon with `py-spy record --gil`
-(raw stacks) during the first run. To compare two checkouts, run this from one
+events per second, the daemon's CPU per event, the index's catch-up after the
+burst and the CPU probe's reading before it. `--quiet-probe MS` waits before
+each run until the probe reads at most MS (`--quiet-load` for the load
+average), as bench/run.py does. `--profile FILE` also records the daemon with
+`py-spy record --gil` (raw stacks) during the first run. To compare two checkouts, run this from one
 and with `PYTHONPATH` set to the other alternately: the daemon is started
 through the `gitmem` script, so it imports the code `PYTHONPATH` names first.
 """
@@ -20,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import pg
+from bench import pg, speed
 from bench.corpus import new_repo
 from bench.daemons import BenchDaemon
 from bench.recording import live_events
@@ -39,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dsn", default=None, help="as bench/run.py's --dsn")
     parser.add_argument("--profile", type=Path, default=None,
                         help="py-spy's raw stacks of the daemon during the first run")
+    speed.add_quiet_options(parser)
     return parser
 
 
@@ -61,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         daemon.start()
         pool = live_events(POOL_EVENTS, args.seed + 2000)
         concurrent(daemon, pool, args.clients, WARM_UP_S)
+        quiet = speed.Quiet.of(args)
         for run in range(args.runs):
+            waited = speed.wait_quiet(quiet)
+            probe = speed.probe_ms()
             spy = None
             if spy_path is not None and run == 0 and daemon.pid is not None:
                 spy = subprocess.Popen(
@@ -76,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"events/s, daemon {cores['daemon'] / metric.value * 1e6:.0f} us/event, "
                   f"cores daemon {cores['daemon']} postgres {cores['postgres']} "
                   f"clients {cores['clients']}, index catch-up "
-                  f"{metric.extra['index_catch_up_s']} s", flush=True)
+                  f"{metric.extra['index_catch_up_s']} s, CPU probe {probe:.0f} ms"
+                  + (f" (after waiting {waited:.0f} s)" if waited else ""), flush=True)
         writer = daemon.call("daemon_status").get("writer") or {}
         if writer.get("batches"):
             print(f"writer: {writer['events'] / writer['batches']:.1f} events per batch")
