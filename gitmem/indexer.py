@@ -464,13 +464,28 @@ def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
     }
 
 
+# index_digest's tables, each with its key (the order its rows are hashed in)
+_DIGEST_KEYS = {
+    "meta": ("key",), "source_files": ("path",), "events": ("event_id",),
+    "event_copies": ("path", "event_id"), "chunks": ("chunk_id",),
+    "decisions": ("decision_id",), "tasks": ("task_id",), "summaries": ("summary_id",),
+    "handoffs": ("handoff_id",), "views": ("path",), "view_chunks": ("path", "anchor"),
+    "artifacts": ("artifact_id", "event_id"), "lexeme_df": ("tenant_id", "lexeme"),
+}
+# source_files without its stat columns (size, ctime_ns, inode): they differ between
+# checkouts of the same commit
+_DIGEST_ROWS = {"source_files": "(t.path, t.kind, t.content_hash, t.byte_offset, "
+                                "t.line_count, t.head_hash, t.prefix_crc, t.errors)"}
+
+
 def index_digest(db: Database) -> dict[str, str]:
     """A sha256 per index table over its rows in key order: equal dicts, equal indexes.
-
-    Stat columns of source_files (size, ctime_ns, inode) are left out: they differ
-    between checkouts of the same commit. Text forms are fixed (UTC, ISO dates).
-    """
+    Text forms are fixed (UTC, ISO dates)."""
+    part = named_queries()["index_digest_table"]
+    text = "\nUNION ALL\n".join(
+        part.format(table=table, row=_DIGEST_ROWS.get(table, "t"),
+                    order=", ".join(f'{column} COLLATE "C"' for column in key))
+        for table, key in _DIGEST_KEYS.items())
     with db.transaction() as conn:
         db.execute("digest_settings", None, conn)
-        return {str(row["name"]): str(row["digest"])
-                for row in db.fetchall("index_digest", None, conn)}
+        return {str(row["name"]): str(row["digest"]) for row in conn.execute(text)}

@@ -150,85 +150,12 @@ SELECT (SELECT count(*) FROM events) AS events,
 SELECT set_config('TimeZone', 'UTC', true), set_config('DateStyle', 'ISO, YMD', true),
        set_config('extra_float_digits', '1', true), set_config('IntervalStyle', 'postgres', true)
 
--- name: index_digest
--- One sha256 per table: of the sha256 of each row's text, in key order. Equal digests
--- mean equal index content. source_files leaves out size/ctime_ns/inode, which differ
--- between two checkouts of the same commit. Run after digest_settings.
-SELECT 'meta' AS name, count(*) AS rows,
+-- name: index_digest_table
+-- One table's part of `indexer.index_digest`: the sha256 of the sha256 of each row's
+-- text ({row}: the row, or the columns of it compared), in key order ({order}). Run
+-- after digest_settings.
+SELECT '{table}' AS name, count(*) AS rows,
        encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY key COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM meta t
-UNION ALL
-SELECT 'source_files' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to((t.path, t.kind, t.content_hash, t.byte_offset, t.line_count,
-            t.head_hash, t.prefix_crc, t.errors)::text, 'UTF8')), ''::bytea
-         ORDER BY path COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM source_files t
-UNION ALL
-SELECT 'events' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY event_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM events t
-UNION ALL
-SELECT 'event_copies' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY path COLLATE "C", event_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM event_copies t
-UNION ALL
-SELECT 'chunks' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY chunk_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM chunks t
-UNION ALL
-SELECT 'decisions' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY decision_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM decisions t
-UNION ALL
-SELECT 'tasks' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY task_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM tasks t
-UNION ALL
-SELECT 'summaries' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY summary_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM summaries t
-UNION ALL
-SELECT 'handoffs' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY handoff_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM handoffs t
-UNION ALL
-SELECT 'views' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY path COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM views t
-UNION ALL
-SELECT 'view_chunks' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY path COLLATE "C", anchor COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM view_chunks t
-UNION ALL
-SELECT 'artifacts' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY artifact_id COLLATE "C", event_id COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM artifacts t
-UNION ALL
-SELECT 'lexeme_df' AS name, count(*) AS rows,
-       encode(sha256(coalesce(string_agg(
-         sha256(convert_to(t::text, 'UTF8')), ''::bytea
-         ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"), ''::bytea)), 'hex') AS digest
-FROM lexeme_df t
+         sha256(convert_to({row}::text, 'UTF8')), ''::bytea
+         ORDER BY {order}), ''::bytea)), 'hex') AS digest
+FROM {table} t
