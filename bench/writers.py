@@ -9,9 +9,10 @@ events per second, the daemon's CPU per event, the index's catch-up after the
 burst and the CPU probe's reading before it. `--quiet-probe MS` waits before
 each run until the probe reads at most MS (`--quiet-load` for the load
 average), as bench/run.py does. `--profile FILE` also records the daemon with
-`py-spy record --gil` (raw stacks) during the first run. To compare two checkouts, run this from one
-and with `PYTHONPATH` set to the other alternately: the daemon is started
-through the `gitmem` script, so it imports the code `PYTHONPATH` names first.
+`py-spy record --gil` (raw stacks) during the first run. To compare two
+checkouts, run this from one and with `PYTHONPATH` set to the other
+alternately: the daemon is started through the `gitmem` script, so it imports
+the code `PYTHONPATH` names first.
 """
 
 from __future__ import annotations
