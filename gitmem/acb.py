@@ -460,8 +460,8 @@ def evidence_rows(db: Database, tenant: str, chosen: Sequence[retrieval.Candidat
     anchors = TextArray(c.chunk_id for c in chosen[:REPLY_ANCHORS])
 
     def read(ids: TextArray, tids: TextArray | None) -> None:
-        for row in db.fetchall("evidence_items", {"tenant": tenant, "ids": ids, "tids": tids,
-                                                  "anchors": anchors}):
+        for row in db.fetchall_planned("evidence_items", {"tenant": tenant, "ids": ids,
+                                                          "tids": tids, "anchors": anchors}):
             if row["anchor"] is None:
                 found[row["chunk_id"]] = row
             else:

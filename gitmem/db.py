@@ -319,6 +319,13 @@ class Database:
         with self.connection() as own:
             return own.execute(named_queries()[name], params).fetchall()
 
+    def fetchall_planned(self, name: str, params: dict[str, Any]) -> list[Row]:
+        """Rows of a named query whose plan is the same for any values, planned once per
+        connection (`run_many`'s `planned_once`) instead of at every call."""
+        [rows] = self.run_many([(named_queries()[name], params)], planned_once=True,
+                               row_factory=dict_row)
+        return list(rows)
+
     def fetchone(self, name: str, params: dict[str, Any] | Sequence[Any] | None = None,
                  conn: psycopg.Connection[Row] | None = None) -> Row | None:
         """The first row of the named query, or None."""
@@ -333,14 +340,15 @@ class Database:
         return self.run_many([(queries[name], params) for name, params in statements])
 
     def run_many(self, statements: Sequence[tuple[str, dict[str, Any]]], *,
-                 planned_once: bool = False) -> list[list[tuple[Any, ...]]]:
+                 planned_once: bool = False, row_factory: Any = tuple_row) -> list[list[Any]]:
         """`fetch_many` for statements given as SQL text (built from a named query).
 
         `planned_once`: statements whose plan does not depend on their parameters'
         values (their text fixes it). Each is prepared on the connection and planned
         once for any values (a generic plan), instead of parsed and planned again at
         every call: the lane statements of the 1M benchmark took 15% less time so
-        (docs/performance-log.md, "Planned once")."""
+        (docs/performance-log.md, "Planned once"). `row_factory`: rows as tuples, or
+        (dict_row) as the named queries' dicts."""
         if not statements:
             return []
         with self.connection() as conn, conn.pipeline():
@@ -348,7 +356,7 @@ class Database:
             with scope:
                 if planned_once:  # for this transaction only, even if a statement fails
                     conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                cursors = [conn.cursor(row_factory=tuple_row) for _ in statements]
+                cursors = [conn.cursor(row_factory=row_factory) for _ in statements]
                 for cur, (text, params) in zip(cursors, statements, strict=True):
                     cur.execute(text, params, prepare=planned_once or None)
                 return [cur.fetchall() for cur in cursors]
