@@ -174,13 +174,10 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], seed: int = 1
             medians[int(0.975 * RESAMPLES) - 1])
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))]
-
-
 def report(categories: Sequence[str], a: Sequence[float], b: Sequence[float]) -> str:
     """Per set and over all: each side's p50, p95 and sum, and the median ratio B/A."""
+    from bench.stats import percentile  # the driver runs with this checkout's bench
+
     lines = [f"{'set':10} {'n':>4} {'A p50':>8} {'B p50':>8} {'A p95':>8} {'B p95':>8} "
              f"{'A sum':>8} {'B sum':>8}  B/A (median, 95% interval)"]
     for name in (*SETS, "all"):
@@ -189,9 +186,9 @@ def report(categories: Sequence[str], a: Sequence[float], b: Sequence[float]) ->
             continue
         xa, xb = [a[n] for n in mine], [b[n] for n in mine]
         mid, low, high = ratio_interval(xa, xb)
-        lines.append(f"{name:10} {len(mine):4} {_percentile(xa, 50):8.2f} "
-                     f"{_percentile(xb, 50):8.2f} {_percentile(xa, 95):8.2f} "
-                     f"{_percentile(xb, 95):8.2f} {sum(xa):8.1f} {sum(xb):8.1f}  "
+        lines.append(f"{name:10} {len(mine):4} {percentile(xa, 50):8.2f} "
+                     f"{percentile(xb, 50):8.2f} {percentile(xa, 95):8.2f} "
+                     f"{percentile(xb, 95):8.2f} {sum(xa):8.1f} {sum(xb):8.1f}  "
                      f"{mid:.3f} ({low:.3f}-{high:.3f})")
     return "\n".join(lines) + "\n"
 
