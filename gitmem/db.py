@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -165,6 +165,15 @@ def _tune_embedded(server: Any) -> None:
     server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(server.pgdata)
 
 
+def _in_utc(conn: psycopg.Connection[Row]) -> None:
+    """A new connection works in UTC, whatever zone the server or the client's
+    environment (PGTZ, which wins over startup options) sets: "a day" in SQL is then
+    24 hours (a reply is a question's next turn within one; a day over a DST change
+    elsewhere is 23 or 25), so the same request on the same files gives the same
+    bundle on any server (P7), and times come back in UTC."""
+    conn.execute("SET TimeZone TO 'UTC'")
+
+
 class Database:
     """A connection pool onto one store's schema."""
 
@@ -197,6 +206,7 @@ class Database:
                     "options": f"-c search_path={schema} -c plan_cache_mode=force_custom_plan"
                                " -c random_page_cost=1.1 -c jit=off"
                                " -c max_parallel_workers_per_gather=0"},
+            configure=_in_utc,
             name=f"gitmem-{schema}")
         try:
             self._pool.open(wait=True, timeout=timeout)
@@ -233,7 +243,7 @@ class Database:
         """A pooled connection (autocommit; use `transaction()` for units of work)."""
         try:
             with self._pool.connection() as conn:
-                yield cast("psycopg.Connection[Row]", conn)  # dict_row is set in kwargs
+                yield conn  # rows as dicts: dict_row is set in kwargs
         except PoolTimeout as exc:
             raise DatabaseError(f"no PostgreSQL connection available from "
                                 f"{redact_dsn(self.dsn)}: {exc}") from exc

@@ -882,3 +882,33 @@ def test_decision_queries_keep_to_the_channel_asked_for(memory: Memory) -> None:
     with pytest.raises(ValidationError) as caught:
         memory.query_decisions(channel="radio")
     assert caught.value.field == "channel"
+
+
+def test_the_bundle_is_the_same_whatever_the_servers_time_zone(
+        config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply is a question's next turn within a day, and a day in New York on the
+    night clocks go forward is 23 hours: the index works in UTC whatever zone the
+    server or the client's libpq environment (PGTZ) sets, so the same request on the
+    same files gives the same bundle (P7), and decisions' times read in UTC."""
+    with Memory(config) as memory:
+        question = say(memory, "Where does the blue cluster run these days?", session_id="s1",
+                       ts="2026-03-07T12:00:00+00:00")
+        say(memory, "It moved to Frankfurt last week.", session_id="s1",
+            ts="2026-03-08T11:30:00+00:00")  # 23.5 hours later, over New York's DST change
+        memory.decide("Run the blue cluster in Frankfurt", [question],
+                      ts="2026-03-08T06:30:00+00:00")
+    request = {"now": "2026-03-09T00:00:00+00:00", "query_text": "blue cluster",
+               "session_id": "s2"}
+    found = {}
+    for zone in ("UTC", "America/New_York"):
+        monkeypatch.setenv("PGTZ", zone)
+        with Memory(config) as memory:
+            with memory.db.connection() as conn:
+                assert conn.execute("SHOW TimeZone").fetchone() == {"TimeZone": "UTC"}
+            acb = memory.build_acb(request)
+            replies = [i for i in section(acb, "retrieved_evidence") if i.get("reply_to")]
+            assert [i["reply_to"] for i in replies] == [question]
+            [decision] = memory.query_decisions()
+            assert decision["ts"] == "2026-03-08T06:30:00+00:00"
+            found[zone] = acb
+    assert found["UTC"]["acb_id"] == found["America/New_York"]["acb_id"]
