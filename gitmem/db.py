@@ -16,7 +16,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,23 @@ def _tune_embedded(server: Any) -> None:
     server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(server.pgdata)
 
 
+def _pool(dsn: str, schema: str, plans: str, min_size: int, max_size: int,
+          timeout: float) -> ConnectionPool[psycopg.Connection[Row]]:
+    """A pool of autocommit connections onto `schema`, rows as dicts, planning as `plans`
+    says (plan_cache_mode). The index is read from memory, so random reads cost little
+    more than sequential ones; no JIT compiling (it costs more than it saves on queries
+    of a few milliseconds); no parallel workers (starting them costs ~5 ms, and with no
+    statistics for an expression index the planner overrates a lookup enough to start
+    them)."""
+    return ConnectionPool(
+        dsn, min_size=min_size, max_size=max_size, open=False, timeout=timeout,
+        kwargs={"autocommit": True, "row_factory": dict_row,
+                "options": f"-c search_path={schema} -c plan_cache_mode={plans}"
+                           " -c random_page_cost=1.1 -c jit=off"
+                           " -c max_parallel_workers_per_gather=0"},
+        configure=_in_utc, name=f"gitmem-{schema}-{plans.split('_')[1]}")
+
+
 def _in_utc(conn: psycopg.Connection[Row]) -> None:
     """A new connection works in UTC, whatever zone the server or the client's
     environment (PGTZ, which wins over startup options) sets: "a day" in SQL is then
@@ -193,25 +210,16 @@ class Database:
             raise DatabaseError(
                 f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {reason}; check that "
                 "the server runs and the DSN (--dsn / GITMEM_DSN) is right") from exc
-        self._pool = ConnectionPool(
-            dsn, min_size=1, max_size=max_size, open=False, timeout=timeout,
-            kwargs={"autocommit": True, "row_factory": dict_row,
-                    # plans per query value (a common and a rare word need different plans;
-                    # lane statements, whose text fixes their plan, opt out: run_many);
-                    # the index is read from memory, so random reads cost little more
-                    # than sequential ones; no JIT compiling (it costs more than it saves
-                    # on queries of a few milliseconds); no parallel workers (starting
-                    # them costs ~5 ms, and with no statistics for an expression index
-                    # the planner overrates a lookup enough to start them)
-                    "options": f"-c search_path={schema} -c plan_cache_mode=force_custom_plan"
-                               " -c random_page_cost=1.1 -c jit=off"
-                               " -c max_parallel_workers_per_gather=0"},
-            configure=_in_utc,
-            name=f"gitmem-{schema}")
+        # plans per query value (a common and a rare word need different plans); the
+        # statements whose text fixes their plan (the lane statements, run_many's
+        # `planned_once`) go to connections of their own that plan once for any values
+        self._pool = _pool(dsn, schema, "force_custom_plan", 1, max_size, timeout)
+        self._planned = _pool(dsn, schema, "force_generic_plan", 0, max_size, timeout)
         try:
             self._pool.open(wait=True, timeout=timeout)
+            self._planned.open()
         except PoolTimeout as exc:
-            self._pool.close()
+            self.close()
             raise DatabaseError(
                 f"cannot connect to PostgreSQL at {redact_dsn(dsn)} within {timeout:.0f}s; "
                 "check that the server runs and the DSN is right") from exc
@@ -229,6 +237,7 @@ class Database:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
         self._pool.close()
+        self._planned.close()
 
     def __enter__(self) -> Database:
         return self
@@ -239,10 +248,11 @@ class Database:
     # ------------------------------------------------------------------ connections
 
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Row]]:
-        """A pooled connection (autocommit; use `transaction()` for units of work)."""
+    def connection(self, *, planned_once: bool = False) -> Iterator[psycopg.Connection[Row]]:
+        """A pooled connection (autocommit; use `transaction()` for units of work); with
+        `planned_once`, one whose prepared statements are planned once for any values."""
         try:
-            with self._pool.connection() as conn:
+            with (self._planned if planned_once else self._pool).connection() as conn:
                 yield conn  # rows as dicts: dict_row is set in kwargs
         except PoolTimeout as exc:
             raise DatabaseError(f"no PostgreSQL connection available from "
@@ -354,22 +364,19 @@ class Database:
         """`fetch_many` for statements given as SQL text (built from a named query).
 
         `planned_once`: statements whose plan does not depend on their parameters'
-        values (their text fixes it). Each is prepared on the connection and planned
-        once for any values (a generic plan), instead of parsed and planned again at
-        every call: the lane statements of the 1M benchmark took 15% less time so
-        (docs/performance-log.md, "Planned once"). `row_factory`: rows as tuples, or
-        (dict_row) as the named queries' dicts."""
+        values (their text fixes it). Each is prepared on a connection of the pool that
+        plans once for any values (a generic plan), instead of parsed and planned again
+        at every call: the lane statements of the 1M benchmark took 15% less time so
+        (docs/performance-log.md, "Planned once"). That pool's sessions plan so from the
+        start: no transaction and `SET LOCAL` around each call (0.17 ms a call).
+        `row_factory`: rows as tuples, or (dict_row) as the named queries' dicts."""
         if not statements:
             return []
-        with self.connection() as conn, conn.pipeline():
-            scope = conn.transaction() if planned_once else nullcontext()
-            with scope:
-                if planned_once:  # for this transaction only, even if a statement fails
-                    conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-                cursors = [conn.cursor(row_factory=row_factory) for _ in statements]
-                for cur, (text, params) in zip(cursors, statements, strict=True):
-                    cur.execute(text, params, prepare=planned_once or None)
-                return [cur.fetchall() for cur in cursors]
+        with self.connection(planned_once=planned_once) as conn, conn.pipeline():
+            cursors = [conn.cursor(row_factory=row_factory) for _ in statements]
+            for cur, (text, params) in zip(cursors, statements, strict=True):
+                cur.execute(text, params, prepare=planned_once or None)
+            return [cur.fetchall() for cur in cursors]
 
     def run_parallel(self, statements: Sequence[tuple[str, dict[str, Any]]],
                      costs: Sequence[float]) -> list[list[tuple[Any, ...]]]:
