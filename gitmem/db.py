@@ -352,12 +352,14 @@ class Database:
         rows = self.fetchall(name, params, conn)
         return rows[0] if rows else None
 
-    def fetch_many(self, statements: Sequence[tuple[str, dict[str, Any]]]
-                   ) -> list[list[tuple[Any, ...]]]:
+    def fetch_many(self, statements: Sequence[tuple[str, dict[str, Any]]], *,
+                   planned_once: bool = False) -> list[list[tuple[Any, ...]]]:
         """Several named queries in one round trip (pipeline mode); rows of each, in order,
-        as plain tuples (cheaper than dicts where thousands of rows are scored)."""
+        as plain tuples (cheaper than dicts where thousands of rows are scored).
+        `planned_once` as for `run_many`."""
         queries = named_queries()
-        return self.run_many([(queries[name], params) for name, params in statements])
+        return self.run_many([(queries[name], params) for name, params in statements],
+                             planned_once=planned_once)
 
     def run_many(self, statements: Sequence[tuple[str, dict[str, Any]]], *,
                  planned_once: bool = False, row_factory: Any = tuple_row) -> list[list[Any]]:

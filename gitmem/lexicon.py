@@ -73,7 +73,7 @@ def _term(text: str, lexemes: tuple[str, ...], phrase: bool) -> Term:
 
 
 def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
-    rows = db.fetchall("query_tokens", {"text": text})
+    rows = db.fetchall_planned("query_tokens", {"text": text})  # one plan for any text
     return [(row["token"], list(row["lexemes"] or [])) for row in rows]
 
 
@@ -122,12 +122,12 @@ def statistics(db: Database, tenant: str, terms: Sequence[Term]) -> Stats:
     """
     tag = tenant_tag(tenant)
     lexemes = sorted({x for t in terms for x in t.lexemes} | {"", "#"})
-    [counts, days, weeks] = db.fetch_many([
+    [counts, days, weeks] = db.fetch_many([  # lookups by key: one plan for any values
         ("lexeme_df_rows", {"tenant": tenant, "lexemes": lexemes}),
         ("tenant_days", {"tenant": tenant, "low": tag + "@d", "high": tag + "@d~",
                          "limit": DAYS_MAX}),
         ("tenant_time_keys", {"tenant": tenant, "low": tag + "@m", "high": tag + "@x"}),
-    ])
+    ], planned_once=True)
     known = {row[0]: (int(row[1]), int(row[2])) for row in counts}
 
     def df(term: Term, part: int) -> int:
