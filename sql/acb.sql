@@ -117,6 +117,9 @@ LIMIT %(limit)s
 -- up by id.
 -- A tool result's artifact id is looked up for tool results only (a LEFT JOIN
 -- would probe the events index for every chunk).
+-- Only the anchors' text is matched against the question pattern (CASE): as separate
+-- conditions, the planner tests the cheaper-looking pattern first, on every item's
+-- text, a tool result's whole output included (0.4 of 1.9 ms at 1M events).
 -- The columns are the ones an evidence item is made of: each one more costs its
 -- conversion in the client for every row (tags, importance and session_id were 0.9 of
 -- 4.2 us a row as dicts).
@@ -147,8 +150,8 @@ CROSS JOIN LATERAL (
   ORDER BY n.ts, n.chunk_id
   LIMIT 1
 ) n
-WHERE a.chunk_id = ANY (%(anchors)s) AND a.source_type = 'event'
-  AND a.text ~ '[?][[:space:]]*$'
+WHERE CASE WHEN a.chunk_id = ANY (%(anchors)s) AND a.source_type = 'event'
+           THEN a.text ~ '[?][[:space:]]*$' END
 
 -- name: session_recent
 -- The chunks of the session's latest %(limit)s events other than tool results (and
