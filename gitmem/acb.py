@@ -40,6 +40,10 @@ REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their 
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
                   "max_tokens", "now", "handoff_id")
 HANDOFF_SECTIONS = ("handoff", "relevant_decisions", "retrieved_evidence")
+# Sections the same for every question (no chunks of events, so no summaries): those
+# of them a retrieval build packs before its query's are kept packed (`ContextCache.
+# prefix`). 240 open tasks cost 0.8 ms a build to pack at 1M on the slowest machines.
+PREFIX_SECTIONS = frozenset({"identity", "rules", "task_state"})
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ class _Build:
     rule: ChannelRule
     packer: Packer
     scale: float
+    key: tuple[Any, ...]   # what a cached bundle or prefix of this request is kept under
+    shared: bool = False   # items of the cached prefix may be handed out without a copy
     provenance: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -170,11 +176,11 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     max_tokens = min(request.max_tokens or budgets.total, budgets.total)
     scale = max_tokens / budgets.total
     reserve = int(budgets.reserve * scale)
-    build = _Build(request, policies, cache, db, now, policies.privacy.rule(
-        request.channel), Packer(max_tokens - reserve), scale)
-    fast = not request.query_text.strip() and not request.handoff_id
     key = (request.tenant_id, request.session_id, request.agent_id, request.channel,
            max_tokens)
+    build = _Build(request, policies, cache, db, now, policies.privacy.rule(
+        request.channel), Packer(max_tokens - reserve), scale, key, shared=encoded)
+    fast = not request.query_text.strip() and not request.handoff_id
     packed = cache.bundle(key, lambda: _pack(build)) if fast else _pack(build)
     sections: Any = packed.sections
     omissions: Any = packed.omissions
@@ -236,18 +242,22 @@ def _pack(build: _Build) -> Packed:
     else:
         order = [name for name in order if name != "handoff"]
         fillers = _fillers(build)
-    for name in order:
-        section = build.packer.open(name, build.cap(name))
+    prefix: list[str] = []
+    if request.query_text.strip() and not request.handoff_id:
+        prefix = list(itertools.takewhile(PREFIX_SECTIONS.__contains__, order))
+    if prefix:
         step = time.perf_counter()
-        if not request.handoff_id:
-            _views(build, section, name)  # curated views first, in any section they name
-        fillers[name](section)
-        build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
+        build.packer = build.cache.prefix(
+            build.key, lambda: _pack_sections(build, prefix, fillers).copy()).copy()
+        build.timings["prefix"] = round((time.perf_counter() - step) * 1000, 3)
+    _pack_sections(build, order[len(prefix):], fillers)
     for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
             (i for s in build.packer.sections.values() for i in s.items), build.db,
             request.tenant_id, lambda: build.cache.decisions(request.tenant_id)):
         build.packer.omit("conflict", summary_id)
-    sections = [{"name": s.name, "items": s.items, "token_est": s.used}
+    sections = [{"name": s.name, "token_est": s.used,
+                 "items": s.items if build.shared or s.name not in prefix
+                 else [dict(i) for i in s.items]}  # the cached prefix's stay as they are
                 for s in build.packer.sections.values()]
     conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
                  for i in part.items if "conflicts" in i]
@@ -257,6 +267,19 @@ def _pack(build: _Build) -> Packed:
     summaries = any(i.get("type") == "summary" for part in build.packer.sections.values()
                     for i in part.items)
     return Packed(sections, omissions, build.packer.used, digest, summaries)
+
+
+def _pack_sections(build: _Build, names: Sequence[str],
+                   fillers: Mapping[str, Callable[[Section], None]]) -> Packer:
+    """Fill these sections, in this order; the packer."""
+    for name in names:
+        section = build.packer.open(name, build.cap(name))
+        step = time.perf_counter()
+        if not build.request.handoff_id:
+            _views(build, section, name)  # curated views first, in any section they name
+        fillers[name](section)
+        build.timings[name] = round((time.perf_counter() - step) * 1000, 3)
+    return build.packer
 
 
 # --------------------------------------------------------------------------- sections

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from gitmem.db import Database, Row, TextArray
-from gitmem.packing import Packed
+from gitmem.packing import Packed, Packer
 from gitmem.records import Event
 from gitmem.store import TENANT_FILE_KINDS, classify
 
@@ -265,6 +265,10 @@ class ContextCache:
         self._bundles: OrderedDict[tuple[Any, ...],
                                    tuple[Packed, tuple[OpenTasks, TenantDecisions]]] = (
             OrderedDict())
+        # the sections a retrieval build packs before its query's (`prefix`), packed
+        self._prefixes: OrderedDict[tuple[Any, ...],
+                                    tuple[Packer, tuple[OpenTasks, TenantDecisions]]] = (
+            OrderedDict())
         # one copy of each section encoding the bundles hold (`share`), rebuilt from the
         # bundles (a few thousand pieces: well under a millisecond) once bundles dropped
         # since may have left PIECES_SLACK that nobody holds
@@ -293,6 +297,7 @@ class ContextCache:
             self._bump("bundles")  # a bundle being packed is not kept
             if everything or not kinds <= TENANT_FILE_KINDS:
                 self._bundles.clear()  # any other change may touch a packed bundle
+                self._prefixes.clear()
                 self._pieces = {}
             else:  # each bundle checks its tenant's tasks and decisions when next used
                 for key in [k for k, b in self._bundles.items() if b[0].summaries]:
@@ -327,9 +332,10 @@ class ContextCache:
                                     tenants if pinned else frozenset()))
             for key in [k for k in self._sessions if (k[1], k[2]) in sessions]:
                 del self._sessions[key]
-            for key in [k for k in self._bundles
-                        if (k[0], k[1]) in sessions or (pinned and k[0] in tenants)]:
-                del self._bundles[key]
+            for table in (self._bundles, self._prefixes):
+                for key in [k for k in table
+                            if (k[0], k[1]) in sessions or (pinned and k[0] in tenants)]:
+                    del table[key]
             if pinned:
                 self._bump("pinned")
                 for tenant in tenants:
@@ -478,6 +484,26 @@ class ContextCache:
                                 if p in kept}
                 self._pieces_limit = len(self._pieces) + PIECES_SLACK
         return self._fill("bundles", build, keep, (str(key[0]), str(key[1])))
+
+    def prefix(self, key: tuple[Any, ...], pack: Callable[[], Packer]) -> Packer:
+        """The packer of a retrieval build for `key` (as `bundle`'s) once the sections
+        before its query's are packed (identity, rules, task_state: the same for every
+        question), packed on first use (LRU) and again when whatever a fast-path bundle
+        of `key` is dropped or rebuilt for changed. Not to be changed: `Packer.copy` it."""
+        tenant = str(key[0])
+        with self._lock:
+            found = self._prefixes.get(key)
+            if found is not None:
+                self._prefixes.move_to_end(key)
+        made = self._made(tenant)
+        if found is not None and all(a is b for a, b in zip(found[1], made, strict=True)):
+            return found[0]
+
+        def keep(value: Packer) -> None:
+            self._prefixes[key] = (value, made)
+            while len(self._prefixes) > SESSION_ENTRIES:
+                self._prefixes.popitem(last=False)
+        return self._fill("bundles", pack, keep, (str(key[0]), str(key[1])))
 
     def _made(self, tenant: str) -> tuple[OpenTasks, TenantDecisions]:
         """The tenant's open tasks and decisions as made now (a bundle packed from them

@@ -145,6 +145,20 @@ class Packer:
             self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])
         return True
 
+    def copy(self) -> Packer:
+        """A packer in this one's state that packs on by itself: its sections, ledger and
+        omissions are its own; the items packed so far are shared, not copied."""
+        other = Packer(self.available)
+        other.used = self.used
+        other.sections = {name: Section(s.name, s.cap, list(s.items), s.used)
+                          for name, s in self.sections.items()}
+        other.seen = dict(self.seen)
+        other.omitted = {reason: dict(ids) for reason, ids in self.omitted.items()}
+        other.omitted_all = {reason: list(many) for reason, many in self.omitted_all.items()}
+        other.truncated = {artifact: list(ids) for artifact, ids in self.truncated.items()}
+        other.ledger = list(self.ledger)
+        return other
+
     def omissions(self) -> list[dict[str, Any]]:
         """The omissions list: one entry per reason (and per truncated artifact)."""
         out: list[dict[str, Any]] = []

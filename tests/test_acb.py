@@ -741,6 +741,45 @@ def test_fast_path_bundle_is_reused_until_the_files_change(memory: Memory) -> No
     assert section(memory.build_acb(request), "recent_window") == []
 
 
+def test_a_retrieval_builds_first_sections_are_packed_once_until_its_tasks_change(
+        memory: Memory) -> None:
+    """Identity, rules and task_state are the same for every question of a session:
+    packed once per request key and kept, with the bundles' rules for dropping them.
+    A kept prefix gives the same ACB as a fresh pack, its items are not the caller's
+    to change, and the tenant's own task writes (not another tenant's) pack it again."""
+    say(memory, "The release train leaves every Tuesday", session_id="s1")
+    first_task = memory.task("Write the release notes", session_id="s1").content["task_id"]
+    say(memory, "hello from acme", session_id="s9", tenant_id="acme")
+    request = {"session_id": "s1", "now": NOW, "query_text": "release train"}
+
+    def kept() -> Any:
+        return next(p for k, (p, _) in memory.cache._prefixes.items() if k[:2] == ("default", "s1"))
+
+    first = memory.build_acb(request)
+    prefix = kept()
+    assert [s for s in prefix.sections] == ["identity", "rules", "task_state"]
+    again = memory.build_acb(request)
+    assert kept() is prefix and "task_state" not in again["provenance"]["timings_ms"]
+    assert again["acb_id"] == first["acb_id"] and again["sections"] == first["sections"]
+    assert again["omissions"] == first["omissions"]
+    section(again, "task_state")[0]["text"] = "changed by the caller"
+    assert memory.build_acb(request)["sections"] == first["sections"]
+    encoded = memory.build_acb(request, encoded=True)  # the daemon's: items not copied
+    assert encoded["acb_id"] == first["acb_id"]
+    assert orjson.loads(orjson.dumps(encoded["sections"])) == first["sections"]
+    memory.cache.invalidate()  # everything packed afresh: the same bundle
+    assert memory.build_acb(request)["acb_id"] == first["acb_id"]
+    prefix = kept()
+    memory.task("Move the staging cluster", tenant_id="acme")
+    assert memory.build_acb(request)["acb_id"] == first["acb_id"] and kept() is prefix
+    second_task = memory.task("Book the release room", session_id="s1").content["task_id"]
+    fresh = memory.build_acb(request)
+    assert {i["id"] for i in section(fresh, "task_state")} == {first_task, second_task}
+    assert kept() is not prefix and fresh["acb_id"] != first["acb_id"]
+    public = memory.build_acb({**request, "channel": "public"})  # a key of its own
+    assert "views/preferences.md" not in orjson.dumps(public["sections"]).decode()
+
+
 def test_a_matching_question_brings_its_answer(memory: Memory) -> None:
     question = say(memory, "Where did we end up hosting the search cluster for invoicing?",
                    session_id="s1", ts="2026-02-01T10:00:00+00:00")
