@@ -38,6 +38,8 @@ from gitmem.records import Event
 from gitmem.store import TENANT_FILE_KINDS, classify
 
 SESSION_ENTRIES = 512  # sessions whose recent window stays cached (LRU)
+PREFIX_ENTRIES = 128   # query builds' first sections kept packed (LRU): 43 KB each for
+                       # 120 open tasks at 1M, as dicts (a bundle's are shared JSON)
 FORGET_LOG = 256       # forget_sessions calls remembered for the fills in flight
 PIECES_SLACK = 256     # shared section encodings kept beyond those cached bundles hold
 T = TypeVar("T")
@@ -501,7 +503,7 @@ class ContextCache:
 
         def keep(value: Packer) -> None:
             self._prefixes[key] = (value, made)
-            while len(self._prefixes) > SESSION_ENTRIES:
+            while len(self._prefixes) > PREFIX_ENTRIES:
                 self._prefixes.popitem(last=False)
         return self._fill("bundles", pack, keep, (str(key[0]), str(key[1])))
 

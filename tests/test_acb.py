@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gitmem import tokens
+from gitmem import context, tokens
 from gitmem.config import Config
 from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
@@ -778,6 +778,15 @@ def test_a_retrieval_builds_first_sections_are_packed_once_until_its_tasks_chang
     assert kept() is not prefix and fresh["acb_id"] != first["acb_id"]
     public = memory.build_acb({**request, "channel": "public"})  # a key of its own
     assert "views/preferences.md" not in orjson.dumps(public["sections"]).decode()
+
+
+def test_kept_prefixes_are_bounded_least_recently_used_first_out(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(context, "PREFIX_ENTRIES", 2)
+    say(memory, "The release train leaves every Tuesday", session_id="s1")
+    for session in ("s1", "s2", "s1", "s3"):
+        memory.build_acb({"session_id": session, "now": NOW, "query_text": "release"})
+    assert [key[1] for key in memory.cache._prefixes] == ["s1", "s3"]
 
 
 def test_a_matching_question_brings_its_answer(memory: Memory) -> None:
