@@ -43,6 +43,7 @@ PREFIX_ENTRIES = 128   # query builds' first sections kept packed (LRU): 43 KB e
 FORGET_LOG = 256       # forget_sessions calls remembered for the fills in flight
 PIECES_SLACK = 256     # shared section encodings kept beyond those cached bundles hold
 T = TypeVar("T")
+P = TypeVar("P", Packed, Packer)
 
 
 @dataclass(frozen=True)
@@ -467,44 +468,42 @@ class ContextCache:
         """A packed fast-path bundle for `key` (tenant, session, ...), built on first
         use (LRU), and again when the tenant's open tasks or decisions changed since:
         another tenant's task or decision file leaves it as it is."""
-        tenant = str(key[0])
-        with self._lock:
-            found = self._bundles.get(key)
-            if found is not None:
-                self._bundles.move_to_end(key)
-        made = self._made(tenant)  # what a build reads is this, or newer
-        if found is not None and all(a is b for a, b in zip(found[1], made, strict=True)):
-            return found[0]
-
-        def keep(value: Packed) -> None:
-            self._bundles[key] = (value, made)
-            while len(self._bundles) > SESSION_ENTRIES:
-                self._bundles.popitem(last=False)
+        def dropped() -> None:
             if len(self._pieces) > self._pieces_limit:
                 kept = self._pieces
                 self._pieces = {p: p for b, _ in self._bundles.values() for p in b.pieces()
                                 if p in kept}
                 self._pieces_limit = len(self._pieces) + PIECES_SLACK
-        return self._fill("bundles", build, keep, (str(key[0]), str(key[1])))
+        return self._packed(self._bundles, SESSION_ENTRIES, key, build, dropped)
 
     def prefix(self, key: tuple[Any, ...], pack: Callable[[], Packer]) -> Packer:
         """The packer of a retrieval build for `key` (as `bundle`'s) once the sections
         before its query's are packed (identity, rules, task_state: the same for every
-        question), packed on first use (LRU) and again when whatever a fast-path bundle
-        of `key` is dropped or rebuilt for changed. Not to be changed: `Packer.copy` it."""
-        tenant = str(key[0])
+        question), packed on first use (LRU) and again on the changes that pack the
+        bundle of `key` again. Not to be changed: `Packer.copy` it."""
+        return self._packed(self._prefixes, PREFIX_ENTRIES, key, pack)
+
+    def _packed(self, table: OrderedDict[tuple[Any, ...],
+                                         tuple[P, tuple[OpenTasks, TenantDecisions]]],
+                limit: int, key: tuple[Any, ...], pack: Callable[[], P],
+                dropped: Callable[[], None] | None = None) -> P:
+        """What `table` keeps for `key` while the tenant's open tasks and decisions are
+        those it was packed from, else `pack()`, kept (the least recently used beyond
+        `limit` dropped, then `dropped()`)."""
         with self._lock:
-            found = self._prefixes.get(key)
+            found = table.get(key)
             if found is not None:
-                self._prefixes.move_to_end(key)
-        made = self._made(tenant)
+                table.move_to_end(key)
+        made = self._made(str(key[0]))  # what a build reads is this, or newer
         if found is not None and all(a is b for a, b in zip(found[1], made, strict=True)):
             return found[0]
 
-        def keep(value: Packer) -> None:
-            self._prefixes[key] = (value, made)
-            while len(self._prefixes) > PREFIX_ENTRIES:
-                self._prefixes.popitem(last=False)
+        def keep(value: P) -> None:
+            table[key] = (value, made)
+            while len(table) > limit:
+                table.popitem(last=False)
+            if dropped is not None:
+                dropped()
         return self._fill("bundles", pack, keep, (str(key[0]), str(key[1])))
 
     def _made(self, tenant: str) -> tuple[OpenTasks, TenantDecisions]:
