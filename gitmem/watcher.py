@@ -84,6 +84,7 @@ class Watcher:
         self.handover = Handover(self.store, max_appended_bytes)  # under self._cond
         self._reconcile = False
         self._reconciling = False  # the batch in progress is a full reconcile
+        self._batch_started: float | None = None  # monotonic; None when no batch runs
         self._enqueued = 0
         self._processed = 0
         self._failures = 0
@@ -290,12 +291,31 @@ class Watcher:
                                         f"{self.stats['db_error']}")
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    outstanding = self._outstanding()
+                    logger.warning("a read gave up waiting for the index after %.1fs: %s",
+                                   timeout, outstanding)
                     raise DatabaseError(f"the index did not catch up with the files within "
-                                        f"{timeout:.1f}s; try again, or see `gitmem status`")
+                                        f"{timeout:.1f}s (still {outstanding}); try again, "
+                                        "or see `gitmem status`")
                 self._urgent = True
                 self._cond.notify_all()
                 self._cond.wait(left)
         return CatchUp(paths)
+
+    def _outstanding(self) -> str:
+        """What the indexer has still to do, in words (under the lock)."""
+        parts = []
+        running = (f"{time.monotonic() - self._batch_started:.1f}s"
+                   if self._batch_started is not None else "")
+        if self._reconciling:
+            parts.append(f"a full reconcile, running for {running}")
+        elif self._inflight:
+            parts.append(f"indexing {_files(self._inflight)}, running for {running}")
+        if self._reconcile:
+            parts.append("a full reconcile queued")
+        if self._pending:
+            parts.append(f"{_files(self._pending)} queued")
+        return "; ".join(parts) or "nothing queued: the indexer is finishing a batch"
 
     def _unaffected(self, scope: ReadScope) -> list[str] | None:
         """The queued files, if none of them can change a read in `scope`: files of a
@@ -388,6 +408,7 @@ class Watcher:
                 self.handover.batch_done()
                 self._processed = sequence
                 self._inflight, self._reconciling = set(), False
+                self._batch_started = None
                 self._cond.notify_all()
             if changed and self.on_indexed is not None:
                 self.on_indexed(changed)
@@ -408,6 +429,7 @@ class Watcher:
                     self._inflight = set(batch)
                     appended = self.handover.take(batch)
                     self._reconciling = full
+                    self._batch_started = now
                     return batch, full, self._enqueued, appended
                 self._cond.wait(wait)
             else:
@@ -462,6 +484,7 @@ class Watcher:
             self._pending |= batch
             self._reconcile = self._reconcile or full
             self._inflight, self._reconciling = set(), False
+            self._batch_started = None
             self.handover.batch_failed(batch)
             self._failures += 1
             self._cond.notify_all()
@@ -517,6 +540,16 @@ class Watcher:
             pending = len(self._pending) + len(self._inflight)
             reconcile = self._reconcile
             handed = self.handover.appended_bytes
+            started = self._batch_started
+        running = None if started is None else round(time.monotonic() - started, 3)
         return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
-                "pending_writer_bytes": handed,
+                "pending_writer_bytes": handed, "batch_running_s": running,
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}
+
+
+def _files(paths: set[str], shown: int = 3) -> str:
+    """'2 files (a, b)': how many, and the first few by name."""
+    names = sorted(paths)
+    more = ", …" if len(names) > shown else ""
+    return (f"{len(names)} file{'s' if len(names) != 1 else ''} "
+            f"({', '.join(names[:shown])}{more})")

@@ -457,6 +457,53 @@ def test_a_read_waits_only_for_new_lines_that_can_change_its_answer(
         assert "session b writes while a reads" in texts(caught, "recent_window")
 
 
+def test_a_read_that_gives_up_says_what_the_index_still_had_to_do(
+        store_config: Config, dsn: str, schema: str) -> None:
+    """A read that times out names the batch in progress (its files, for how long) and
+    what is queued behind it; `status` shows how long the batch has been running."""
+    def event(text: str) -> dict[str, Any]:
+        return {"ts": "2026-03-01T10:00:00+00:00", "session_id": "a",
+                "content": {"text": text}}
+
+    with watching(store_config) as (memory, watcher):
+        memory.sync()
+        memory.record(event("first"))
+        watcher.flush()
+        assert watcher.state()["batch_running_s"] is None
+        with sync_held(dsn, schema, DAY):
+            memory.record(event("second"))
+            with pytest.raises(DatabaseError) as raised:
+                watcher.flush(0.5)
+            message = str(raised.value)
+            assert "did not catch up with the files within 0.5s" in message
+            assert f"indexing 1 file ({DAY}), running for" in message
+            assert watcher.state()["batch_running_s"] > 0
+            memory.record(event("third"))  # queued behind the held batch
+            append(store_config.store / "events/2026-03/2026-03-02.jsonl",
+                   event_line("b", "by hand", number=1)[1])
+            with pytest.raises(DatabaseError) as raised:
+                watcher.flush(0.5)
+            assert "queued" in str(raised.value)
+        watcher.flush()
+        assert watcher.state()["batch_running_s"] is None
+
+
+def test_daemon_status_shows_a_batch_that_is_running(daemon: Daemon, dsn: str,
+                                                       schema: str) -> None:
+    """`gitmem daemon status` answers while the indexer is held, and says for how long
+    its batch has been running; nothing is said once it is done."""
+    daemon.call("build_acb", {"session_id": "warm-up"})
+    with sync_held(dsn, schema, DAY):
+        append(daemon.config.store / DAY, event_line("hand", "held line", number=300)[1])
+        wait_for(lambda: daemon.call("daemon_status")["watcher"]["batch_running_s"]
+                 is not None, timeout=5, step=0.01)
+        held = daemon.cli("daemon", "status").stdout
+        assert "1 pending, a batch running for" in held, held
+    wait_for(lambda: daemon.call("daemon_status")["watcher"]["batch_running_s"] is None,
+             timeout=10, step=0.01)
+    assert "a batch running" not in daemon.cli("daemon", "status").stdout
+
+
 def test_the_change_counter_names_every_changed_file_and_ignores_barriers(
         tmp_path: Path) -> None:
     """Files written, chmod-ed, renamed and deleted are named, once; a directory made

@@ -147,8 +147,10 @@ def daemon_status(obj: Context, as_json: bool) -> None:
             click.echo(f"error    {report['error']}")
         if watcher:
             db = "ok" if watcher.get("db_ok") is not False else f"down: {watcher['db_error']}"
+            running = watcher.get("batch_running_s")
+            busy = f", a batch running for {running:.1f}s" if running is not None else ""
             click.echo(f"watcher  {watcher['mode']}, {watcher['batches']} batches, "
-                       f"{watcher['pending_paths']} pending, database {db}")
+                       f"{watcher['pending_paths']} pending{busy}, database {db}")
             for problem in watcher.get("problems", []):
                 click.echo(f"  skipped {problem}")
         committer = info.get("autocommit") or {}
