@@ -29,12 +29,14 @@ class Assessment:
 
     path: str
     kind: str
-    action: str          # new | append | rewrite | changed | touched | deleted | unchanged
+    action: str          # new | append | rewrite | truncate | changed | touched | deleted
+                         # | unchanged
     reason: str
     data: bytes = b""    # complete content to index (JSONL: complete new lines)
     start_line: int = 1
     state: dict[str, Any] = field(default_factory=dict)   # the new source_files row
     pending_bytes: int = 0  # JSONL bytes after the last newline (a torn or growing line)
+    kept: tuple[str, ...] = ()  # truncate: the ids of the events file's lines left
 
     @property
     def stale(self) -> bool:

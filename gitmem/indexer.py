@@ -37,6 +37,7 @@ from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
 from gitmem.freshness import Assessment, FileStat, assess, candidates
 from gitmem.policies import Policies
+from gitmem.records import Event, iter_events, parse_ts
 from gitmem.rows import (
     CHUNK_COLUMNS,
     SHORT_TOKENS,
@@ -122,6 +123,8 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
         db.execute("delete_file_state", {"path": a.path}, conn)
         return FileRows()
     rows = FileRows()
+    if a.action == "truncate":
+        _delete_rows(db, conn, a.path, a.start_line, a.kept)
     if a.action in ("new", "rewrite", "changed", "append"):
         if a.action != "append":
             _delete_rows(db, conn, a.path)
@@ -137,12 +140,19 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
     return rows
 
 
-def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str) -> None:
-    """Remove a file's rows, uncounting its chunks' lexemes first (one round trip)."""
+def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_line: int = 1,
+                 kept: Sequence[str] | None = None) -> None:
+    """Remove a file's rows, uncounting its chunks' lexemes first (one round trip); from
+    line `from_line` on, an events file's lines cut from its end (`kept`: the ids of
+    the lines left)."""
+    where = {"path": path, "from_line": from_line}
     with conn.pipeline():
-        db.execute("lexemes_remove_path", {"path": path}, conn)
-        db.execute("lexemes_prune_path", {"path": path}, conn)
-        db.execute("delete_file_rows", {"path": path}, conn)
+        db.execute("lexemes_remove_path", where, conn)
+        db.execute("lexemes_prune_path", where, conn)
+        if kept is None:
+            db.execute("delete_file_rows", {"path": path}, conn)
+        else:
+            db.execute("delete_file_tail", {**where, "kept": list(kept)}, conn)
 
 
 def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies) -> Assessment:
@@ -163,6 +173,8 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
             cursor = conn.execute(named_queries()["file_state"], {"path": rel})
         state = cursor.fetchone()
         found = assess(store, rel, kind, None if force else state, policies)
+        if found.action == "rewrite" and state is not None:
+            found = _truncation(db, conn, found, state) or found
         if not force and (found.action == "unchanged" or (
                 found.action == "touched" and state is not None
                 and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode")))):
@@ -172,11 +184,59 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
             return found, FileRows(), None
         held = (db.fetchall("file_events", {"path": rel}, conn)
                 if homes is not None and kind == "events" and state is not None
-                and found.action in ("rewrite", "deleted") else [])
+                and found.action in ("rewrite", "truncate", "deleted") else [])
         rows = apply(db, conn, found, policies, appended)
         if held and homes is not None:
             homes.update(_copies_elsewhere(db, conn, rel, held))
     return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
+
+
+def _truncation(db: Database, conn: psycopg.Connection[Row], found: Assessment,
+                state: Row) -> Assessment | None:
+    """`found` (an events file to read again whole) as lines cut from its end, when it
+    is: fewer complete lines than the index holds, and every one of them still what
+    the index made of it (the same event, field by field; a line that failed or was a
+    repeat, as it was). Then only the rows of the lines that are gone are deleted: a
+    checkout of an older commit leaves a day file's first lines as they were, and
+    reading a day file of 7,651 lines again whole took 2.1-3.7 s."""
+    lines = found.state["line_count"]
+    if found.kind != "events" or not 0 < lines < state["line_count"]:
+        return None
+    rows = {r["line"]: r for r in db.fetchall(
+        "file_event_rows", {"path": found.path, "to_line": lines}, conn)}
+    copies = {r["event_id"] for r in db.fetchall("file_copies", {"path": found.path}, conn)}
+    failed = {int(e["line"]) for e in state["errors"] if e.get("line")}
+    ids: dict[str, None] = {}  # in line order
+    for number, event in iter_events(found.data, found.path):
+        if isinstance(event, FormatError):
+            if number not in failed:
+                return None
+            continue
+        row = rows.pop(number, None)
+        if row is None:  # indexed from another line of this file, or from another file
+            if event.id not in ids and event.id not in copies:
+                return None
+        elif not _same_event(event, row):
+            return None
+        ids[event.id] = None
+    if rows:  # a row of a line that is no longer an event
+        return None
+    new_state = dict(found.state)
+    new_state["errors"] = [e for e in state["errors"] if int(e.get("line") or 0) <= lines]
+    return replace(found, action="truncate", reason="lines cut from its end (the rest as "
+                   "indexed)", data=b"", start_line=lines + 1, state=new_state,
+                   kept=tuple(ids))
+
+
+def _same_event(event: Event, row: Row) -> bool:
+    """Whether an events row is what `event_rows` makes of `event` (content included)."""
+    return bool(event.id == row["event_id"] and event.tenant_id == row["tenant_id"]
+            and parse_ts(event.ts) == row["ts"] and event.session_id == row["session_id"]
+            and event.agent_id == row["agent_id"] and event.channel == row["channel"]
+            and event.actor.type == row["actor_type"] and event.actor.id == row["actor_id"]
+            and event.kind == row["kind"] and event.sensitivity == row["sensitivity"]
+            and list(event.tags) == row["tags"] and list(event.refs) == row["refs"]
+            and event.hash == row["hash"] and event.content == row["content"])
 
 
 def _copies_elsewhere(db: Database, conn: psycopg.Connection[Row], rel: str,

@@ -29,21 +29,22 @@ ON CONFLICT (tenant_id, lexeme) DO UPDATE
 SET df = lexeme_df.df + EXCLUDED.df, short_df = lexeme_df.short_df + EXCLUDED.short_df
 
 -- name: lexemes_remove_path
--- Uncount every chunk of file %(path)s (before its rows are deleted).
+-- Uncount the chunks of file %(path)s from line %(from_line)s on (1: all of them), before
+-- their rows are deleted.
 INSERT INTO lexeme_df (tenant_id, lexeme, df, short_df)
 SELECT tenant_id, lexeme, -sum(n), -sum(s) FROM (
   SELECT c.tenant_id, u.lexeme, count(*) AS n, count(*) FILTER (WHERE c.token_est <= 48) AS s
   FROM chunks c, unnest(c.tsv) AS u
-  WHERE c.path = %(path)s
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
   GROUP BY c.tenant_id, u.lexeme
   UNION ALL
   SELECT c.tenant_id, '', count(*), count(*) FILTER (WHERE c.token_est <= 48) FROM chunks c
-  WHERE c.path = %(path)s
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
   GROUP BY c.tenant_id
   UNION ALL
   SELECT c.tenant_id, '#', sum(c.token_est), coalesce(sum(c.token_est)
          FILTER (WHERE c.token_est <= 48), 0) FROM chunks c
-  WHERE c.path = %(path)s
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
   GROUP BY c.tenant_id
 ) counted
 GROUP BY tenant_id, lexeme
@@ -52,16 +53,18 @@ ON CONFLICT (tenant_id, lexeme) DO UPDATE
 SET df = lexeme_df.df + EXCLUDED.df, short_df = lexeme_df.short_df + EXCLUDED.short_df
 
 -- name: lexemes_prune_path
--- Drop the counts lexemes_remove_path took to zero: those of file %(path)s's chunks and
--- their tenants' totals, looked up one by one (before the rows are deleted). Only that
--- statement lowers counts, so no other can have reached zero; a scan of the whole table
--- (340,247 rows at 1M events) cost 21-32 ms on every decision or task written.
+-- Drop the counts lexemes_remove_path took to zero: those of file %(path)s's chunks from
+-- line %(from_line)s on and their tenants' totals, looked up one by one (before the rows
+-- are deleted). Only that statement lowers counts, so no other can have reached zero; a
+-- scan of the whole table (340,247 rows at 1M events) cost 21-32 ms on every decision or
+-- task written.
 DELETE FROM lexeme_df d
 USING (
-  SELECT c.tenant_id, u.lexeme FROM chunks c, unnest(c.tsv) AS u WHERE c.path = %(path)s
+  SELECT c.tenant_id, u.lexeme FROM chunks c, unnest(c.tsv) AS u
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
   UNION
   SELECT c.tenant_id, t.lexeme FROM chunks c, (VALUES (''), ('#')) AS t (lexeme)
-  WHERE c.path = %(path)s
+  WHERE c.path = %(path)s AND c.line >= %(from_line)s
 ) gone
 WHERE d.tenant_id = gone.tenant_id AND d.lexeme = gone.lexeme AND d.df <= 0
 

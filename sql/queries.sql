@@ -82,6 +82,27 @@ WITH e AS (DELETE FROM events WHERE path = %(path)s),
      ec AS (DELETE FROM event_copies WHERE path = %(path)s)
 SELECT 1
 
+-- name: delete_file_tail
+-- The rows of events file %(path)s's lines from %(from_line)s on (lines cut from its end),
+-- and its notes of copies it no longer holds (%(kept)s: the ids of the lines left).
+WITH gone AS (DELETE FROM events WHERE path = %(path)s AND line >= %(from_line)s
+              RETURNING event_id),
+     c AS (DELETE FROM chunks WHERE path = %(path)s AND line >= %(from_line)s),
+     a AS (DELETE FROM artifacts WHERE path = %(path)s
+           AND event_id IN (SELECT event_id FROM gone)),
+     ec AS (DELETE FROM event_copies WHERE path = %(path)s AND event_id <> ALL (%(kept)s))
+SELECT count(*) AS n FROM gone
+
+-- name: file_event_rows
+-- What the index holds of events file %(path)s's first %(to_line)s lines: their events'
+-- rows, and the ids of the events it holds another copy of (event_copies).
+SELECT event_id, tenant_id, ts, session_id, agent_id, channel, actor_type, actor_id, kind,
+       sensitivity, tags, refs, content, hash, line
+FROM events WHERE path = %(path)s AND line <= %(to_line)s
+
+-- name: file_copies
+SELECT event_id FROM event_copies WHERE path = %(path)s
+
 -- name: insert_events
 INSERT INTO events (event_id, tenant_id, ts, session_id, agent_id, channel, actor_type,
                     actor_id, kind, sensitivity, tags, refs, content, hash, path, line)

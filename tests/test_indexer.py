@@ -234,13 +234,70 @@ def test_sync_removes_rows_of_deleted_files(memory: Memory, store: Path, dsn: st
     assert memory.status()["clean"]
 
 
-def test_shortened_jsonl_is_reindexed_whole(memory: Memory, store: Path, dsn: str,
-                                            schema: str) -> None:
+def row_versions(dsn: str, schema: str) -> dict[str, Any]:
+    """Each event row's xmin: the transaction that wrote it (kept unless rewritten)."""
+    return dict(rows(dsn, schema, "SELECT event_id, xmin::text FROM events"))
+
+
+def test_lines_cut_from_the_end_of_a_day_file_lose_only_their_rows(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """A checkout of an older commit cuts a day file's last lines: their rows (events,
+    chunks, artifacts, counted lexemes) go, and the lines left keep theirs untouched."""
+    long_text = " ".join(f"paragraph {n} of the deployment notes" for n in range(400))
+    tail = (line(3, content={"text": long_text})
+            + line(4, kind="tool_result", actor={"type": "tool", "id": "sh"},
+                   content={"tool": "sh", "excerpt_text": "ok", "truncated": True,
+                            "artifact_id": "art_" + "0" * 64, "bytes": 99}))
+    write(store, DAY, line(1) + line(2) + tail)
+    memory.sync()
+    assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE line = 3")[0][0] > 1
+    assert rows(dsn, schema, "SELECT count(*) FROM artifacts") == [(1,)]
+    before = row_versions(dsn, schema)
+    write(store, DAY, line(1) + line(2))
+    report = memory.sync()
+    assert changed(report) == {DAY: "truncate"}
+    assert report.offsets[DAY] == len(line(1) + line(2))
+    kept = [json.loads(line(n))["id"] for n in (1, 2)]
+    assert event_ids(dsn, schema) == kept
+    assert row_versions(dsn, schema) == {k: before[k] for k in kept}  # not written again
+    assert rows(dsn, schema, "SELECT count(*) FROM chunks WHERE path = %s", (DAY,)) == [(2,)]
+    assert rows(dsn, schema, "SELECT count(*) FROM artifacts") == [(0,)]
+    assert memory.status()["clean"]
+    assert_reindex_equal(memory, dsn, schema)  # lexeme counts and file state included
+    write(store, DAY, line(3), mode="a")  # and it grows again from there
+    assert changed(memory.sync()) == {DAY: "append"}
+    assert_reindex_equal(memory, dsn, schema)
+
+
+@pytest.mark.parametrize("kept", [
+    pytest.param(line(1, tags=["edited"]) + line(2), id="a field of a line left changed"),
+    pytest.param(line(2) + line(1), id="the lines left in another order"),
+    pytest.param(line(1, content={"text": "edited"}).replace(
+        content_hash("message", {"text": "edited"}),
+        content_hash("message", {"text": "message number 1 about deployments"})) + line(2),
+        id="content edited, its hash kept"),
+    pytest.param(line(1) + "not json\n", id="a line left that no longer parses"),
+    pytest.param(line(1) + "\n", id="a line left blank"),
+])
+def test_a_shorter_day_file_whose_lines_left_changed_is_read_again_whole(
+        memory: Memory, store: Path, dsn: str, schema: str, kept: str) -> None:
     write(store, DAY, line(1) + line(2) + line(3))
     memory.sync()
-    write(store, DAY, line(1))  # a checkout of an older commit
+    write(store, DAY, kept)
     assert changed(memory.sync()) == {DAY: "rewrite"}
-    assert event_ids(dsn, schema) == [json.loads(line(1))["id"]]
+    assert_reindex_equal(memory, dsn, schema)
+
+
+def test_cut_lines_keep_the_errors_and_repeats_of_the_lines_left(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    write(store, DAY, line(1) + "not json\n" + line(1) + line(2) + "{bad\n" + line(3))
+    memory.sync()
+    assert [e["line"] for e in memory.status()["errors"]] == [2, 5]
+    write(store, DAY, line(1) + "not json\n" + line(1) + line(2))
+    assert changed(memory.sync()) == {DAY: "truncate"}
+    assert [e["line"] for e in memory.status()["errors"]] == [2]
+    assert event_ids(dsn, schema) == sorted(json.loads(line(n))["id"] for n in (1, 2))
+    assert_reindex_equal(memory, dsn, schema)
 
 
 def test_rewritten_jsonl_prefix_is_reindexed_whole(memory: Memory, store: Path, dsn: str,
@@ -888,7 +945,7 @@ def test_a_line_moved_to_its_own_days_file_stays_indexed(memory: Memory, store: 
     write(store, DAY2, keep)                       # cut ...
     write(store, DAY, moved, mode="a")              # ... and pasted home, at the end
     report = memory.sync()
-    assert changed(report) == {DAY2: "rewrite", DAY: "rewrite"}
+    assert changed(report) == {DAY2: "truncate", DAY: "rewrite"}
     moved_id = json.loads(moved)["id"]
     assert rows(dsn, schema, "SELECT path, line FROM events WHERE event_id = %s",
                 (moved_id,)) == [(DAY, 2)]
@@ -943,7 +1000,7 @@ def test_a_copy_a_reindex_skipped_is_indexed_when_the_first_gives_its_line_up(
     assert rows(dsn, schema, "SELECT path, event_id FROM event_copies") == [(DAY, copied_id)]
     write(store, FAR, line(1, day="2026-02-01"))  # the first copy goes
     report = memory.sync()
-    assert changed(report) == {FAR: "rewrite", DAY: "rewrite"}
+    assert changed(report) == {FAR: "truncate", DAY: "rewrite"}
     assert rows(dsn, schema, "SELECT path, line FROM events WHERE event_id = %s",
                 (copied_id,)) == [(DAY, 2)]
     assert rows(dsn, schema, "SELECT count(*) FROM event_copies") == [(0,)]
