@@ -8,8 +8,10 @@ content decides (gitmem/freshness.py):
 
 - JSONL grown with the same prefix anchors: only the new complete lines are
   indexed (a torn last line waits for its newline);
-- JSONL shrunk, with different anchors, or not grown and another prefix CRC
-  (checkout, rewrite, an edit in place): reindexed whole;
+- JSONL shrunk, every line left still what the index made of it (a checkout of
+  an older commit): the rows of the lines cut deleted (`_truncation`);
+- JSONL shrunk otherwise, with different anchors, or not grown and another prefix
+  CRC (checkout, rewrite, an edit in place): reindexed whole;
 - Markdown/YAML with a new content hash: re-parsed;
 - gone from disk: its rows are deleted.
 
