@@ -208,16 +208,15 @@ def _kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
     rows = {r["line"]: r for r in db.fetchall(
         "file_event_rows", {"path": found.path, "to_line": last}, conn)}
     copies = {r["event_id"] for r in db.fetchall("file_copies", {"path": found.path}, conn)}
-    failed = {int(e["line"]) for e in state["errors"] if e.get("line")}
+    failed = {int(e["line"]): e for e in state["errors"] if e.get("line")}
     ids: dict[str, int] = {}  # the events of the lines kept: their first line
     kept = 0
     for number, event in iter_events(found.data, found.path):
         if number > last:
             break
         if isinstance(event, FormatError):
-            if number not in failed:
+            if failed.pop(number, None) != event.to_dict():  # failing as it did
                 break
-            failed.discard(number)
         else:
             row = rows.pop(number, None)
             if row is None:  # indexed from another line of this file, or another file

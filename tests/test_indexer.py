@@ -319,6 +319,13 @@ def test_cut_lines_keep_the_errors_and_repeats_of_the_lines_left(
     assert [e["line"] for e in memory.status()["errors"]] == [2]
     assert event_ids(dsn, schema) == sorted(json.loads(line(n))["id"] for n in (1, 2))
     assert_reindex_equal(memory, dsn, schema)
+    before = memory.status()["errors"][0]["message"]
+    write(store, DAY, line(1) + "[1, 2]\n" + line(1) + line(2))  # bad another way
+    report = memory.sync()
+    assert report.changed[0]["reason"].startswith("lines from 2 on changed")
+    [error] = memory.status()["errors"]
+    assert error["line"] == 2 and error["message"] != before
+    assert_reindex_equal(memory, dsn, schema)
 
 
 def test_rewritten_jsonl_prefix_is_reindexed_whole(memory: Memory, store: Path, dsn: str,
