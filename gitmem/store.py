@@ -231,11 +231,12 @@ def unrecognized_files(store: Path) -> list[dict[str, str]]:
     nothing would say why.
     """
     found: list[dict[str, str]] = []
+    root = len(os.path.join(store, ""))
     for top, expected in EXPECTED_NAMES.items():
-        for path in walk_files(store, (top,)):
-            if path.name.startswith("."):  # .gitkeep, our .tmp- files, editors' swap files
+        for path in _walk(store, (top,)):
+            rel = path[root:].replace(os.sep, "/")
+            if rel.rpartition("/")[2].startswith("."):  # .gitkeep, .tmp- files, swap files
                 continue
-            rel = path.relative_to(store).as_posix()
             if classify(rel) is None:
                 found.append({"path": rel, "reason": f"ignored: not named {expected}"})
     return found
@@ -246,6 +247,13 @@ def walk_files(store: Path, tops: Iterable[str], prefix: str = "") -> Iterator[P
     hidden ones included, in a stable order (symlinked directories are not entered,
     unreadable ones skipped). Names are compared before any path is made: at 1M events
     the 25,000 record files are listed in ~40 ms."""
+    return map(Path, _walk(store, tops, prefix))
+
+
+def _walk(store: Path, tops: Iterable[str], prefix: str = "") -> Iterator[str]:
+    """`walk_files`, as path strings: `unrecognized_files` made a `Path` and its
+    relative form of each of 20,000 files, and `gitmem status` at 1M events took
+    0.44-0.46 s instead of 0.33-0.36."""
     for top in tops:
         pending = [os.path.join(store, top)]
         while pending:
@@ -265,7 +273,7 @@ def walk_files(store: Path, tops: Iterable[str], prefix: str = "") -> Iterator[P
                             found.append(entry.path)
             except OSError:
                 continue
-            yield from map(Path, sorted(found))
+            yield from sorted(found)
             pending.extend(sorted(below, reverse=True))
 
 
