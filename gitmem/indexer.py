@@ -144,9 +144,9 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
 
 def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_line: int = 1,
                  kept: Sequence[str] | None = None) -> None:
-    """Remove a file's rows, uncounting its chunks' lexemes first (one round trip); from
-    line `from_line` on, an events file's lines cut from its end (`kept`: the ids of
-    the lines left)."""
+    """Remove a file's rows, uncounting its chunks' lexemes first (one round trip); with
+    `kept` (the ids of the events file's lines that stay), those of its lines from
+    `from_line` on only."""
     where = {"path": path, "from_line": from_line}
     with conn.pipeline():
         db.execute("lexemes_remove_path", where, conn)

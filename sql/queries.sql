@@ -83,8 +83,9 @@ WITH e AS (DELETE FROM events WHERE path = %(path)s),
 SELECT 1
 
 -- name: delete_file_tail
--- The rows of events file %(path)s's lines from %(from_line)s on (lines cut from its end),
--- and its notes of copies it no longer holds (%(kept)s: the ids of the lines left).
+-- The rows of events file %(path)s's lines from %(from_line)s on (cut, or to be read again:
+-- the lines before them stay as indexed), and its notes of copies it no longer holds
+-- (%(kept)s: the ids of the lines that stay).
 WITH gone AS (DELETE FROM events WHERE path = %(path)s AND line >= %(from_line)s
               RETURNING event_id),
      c AS (DELETE FROM chunks WHERE path = %(path)s AND line >= %(from_line)s),
@@ -95,7 +96,7 @@ SELECT count(*) AS n FROM gone
 
 -- name: file_event_rows
 -- What the index holds of events file %(path)s's first %(to_line)s lines: their events'
--- rows, and the ids of the events it holds another copy of (event_copies).
+-- rows (file_copies: the events it holds another copy of, indexed from another file).
 SELECT event_id, tenant_id, ts, session_id, agent_id, channel, actor_type, actor_id, kind,
        sensitivity, tags, refs, content, hash, line
 FROM events WHERE path = %(path)s AND line <= %(to_line)s
