@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -62,6 +63,15 @@ class FormatError(GitmemError):
         """A JSON-friendly form for status reports and RPC errors."""
         return {"path": self.path, "line": self.line, "field": self.field,
                 "message": self.detail, "severity": self.severity}
+
+
+def malformed_json(exc: json.JSONDecodeError, *, path: str, line: int | None) -> FormatError:
+    """A FormatError for JSON that does not parse, naming the column: "malformed JSON:
+    Expecting ',' delimiter at column 12" (json's messages that end in "at" take the
+    column directly: "Unterminated string starting at column 2")."""
+    where = "" if exc.msg.endswith(" at") else " at"
+    return FormatError(f"malformed JSON: {exc.msg}{where} column {exc.colno}", path=path,
+                       line=line)
 
 
 class ValidationError(FormatError):

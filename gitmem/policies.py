@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from gitmem.documents import load_yaml
-from gitmem.errors import FormatError, ValidationError
+from gitmem.errors import FormatError, ValidationError, malformed_json
 from gitmem.records import CHANNELS, SENSITIVITIES, valid_name
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
@@ -536,8 +536,7 @@ def parse_manifest(text: str, path: str = "manifest.json") -> Manifest:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}", path=path,
-                          line=exc.lineno) from None
+        raise malformed_json(exc, path=path, line=exc.lineno) from None
     if not isinstance(data, dict):
         raise FormatError("expected a JSON object", path=path, line=1)
     version = data.get("format_version", FORMAT_VERSION)

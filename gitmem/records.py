@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from gitmem.errors import FormatError, ValidationError
+from gitmem.errors import FormatError, ValidationError, malformed_json
 from gitmem.ids import ARTIFACT_ID, ULID_ID
 
 KINDS = ("message", "tool_call", "tool_result", "decision", "summary", "task_update",
@@ -377,8 +377,7 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
     try:
         obj = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
-        raise FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
-                          path=path, line=line) from None
+        raise malformed_json(exc, path=path, line=line) from None
     except ValueError as exc:  # NaN / Infinity: PostgreSQL's jsonb refuses them too
         raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None
     except RecursionError:

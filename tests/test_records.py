@@ -126,7 +126,17 @@ def test_malformed_json_line_names_path_line() -> None:
     err = line_error(b'{"id": "evt_01', line=12)
     assert (err.path, err.line) == (EVENTS, 12)
     assert str(err).startswith(f"{EVENTS}:12: ")
-    assert "malformed JSON" in str(err)
+    assert str(err) == f"{EVENTS}:12: malformed JSON: Unterminated string starting at column 8"
+
+
+@pytest.mark.parametrize(("raw", "detail"), [
+    (b'{"id": 1 "x": 2}', "Expecting ',' delimiter at column 10"),
+    (b'{"id": "a\tb"}', "Invalid control character at column 10"),
+    (b'', "Expecting value at column 1"),
+    (b'{} {}', "Extra data at column 4"),
+])
+def test_malformed_json_names_what_is_wrong_at_which_column(raw: bytes, detail: str) -> None:
+    assert line_error(raw, line=1).detail == f"malformed JSON: {detail}"
 
 
 def test_non_utf8_byte_names_path_line_and_byte() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
-from gitmem.errors import FormatError
+from gitmem.errors import FormatError, malformed_json
 
 
 @main.command()
@@ -97,8 +97,7 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
             raise fail(FormatError(f"not valid UTF-8 at column {exc.start + 1}",
                                     path=name, line=number)) from None
         except json.JSONDecodeError as exc:
-            raise fail(FormatError(f"malformed JSON: {exc.msg} at column {exc.colno}",
-                                    path=name, line=number)) from None
+            raise fail(malformed_json(exc, path=name, line=number)) from None
         except RecursionError:
             raise fail(FormatError("nests objects and arrays too deep to read; flatten it",
                                    path=name, line=number)) from None
