@@ -520,8 +520,9 @@ def status(db: Database, store: Path, policies: Policies) -> dict[str, Any]:
         found = assess(store, rel, kind, states.get(rel), policies)
         if found.stale:
             stale.append({"path": rel, "action": found.action, "reason": found.reason})
+    listed = {s["path"] for s in stale}
     for rel, state in states.items():
-        if state["kind"] != "events" or any(s["path"] == rel for s in stale):
+        if state["kind"] != "events" or rel in listed:
             continue
         size = (store / rel).stat().st_size if (store / rel).exists() else 0
         if size > state["byte_offset"]:
