@@ -8,6 +8,7 @@ Without a DSN an embedded server (pgserver) is started under `.gitmem/pg`.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import os
@@ -76,13 +77,16 @@ _embedded: dict[Path, Any] = {}
 
 
 def embedded_dsn(state_dir: Path) -> str:
-    """Start (or join) the embedded PostgreSQL under `state_dir/pg`; its DSN."""
+    """Start (or join) the embedded PostgreSQL under `state_dir/pg`; its DSN.
+
+    Processes join one at a time (`state_dir/pg.lock`): the first to start the server
+    gives it its settings, restarting it, before any other may connect to it."""
     pgdata = (state_dir / "pg").resolve()
     with _embedded_lock:
         server = _embedded.get(pgdata)
         if server is None:
             state_dir.mkdir(parents=True, exist_ok=True)
-            with warnings.catch_warnings():
+            with _exclusive(state_dir / "pg.lock"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 import pgserver  # deferred: only the embedded path needs it
                 try:
@@ -97,6 +101,17 @@ def embedded_dsn(state_dir: Path) -> str:
                     ) from exc
             _embedded[pgdata] = server
         return str(server.get_uri())
+
+
+@contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created if need be) between processes."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def revive_embedded(state_dir: Path) -> bool:

@@ -352,6 +352,33 @@ def test_end_to_end_on_the_embedded_server(tmp_path: Path) -> None:
     assert ".gitmem/" in (root / ".gitignore").read_text().splitlines()
 
 
+@pytest.mark.embedded
+def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> None:
+    """Commands started at once on a new store, with no DSN and no daemon: one starts
+    the embedded PostgreSQL and gives it its settings (a restart), the others wait for
+    that instead of connecting to a server that is restarting, and the last to finish
+    stops it."""
+    root = tmp_path / "proj"
+    env = {k: v for k, v in os.environ.items() if k not in ("GITMEM_DSN", "GITMEM_SCHEMA")}
+    env.update(GITMEM_STORE=str(root / "memory"), GITMEM_NO_DAEMON="1")
+    gitmem = [sys.executable, "-m", "gitmem"]
+    subprocess.run([*gitmem, "init", str(root)], env=env, check=True, capture_output=True)
+    commands = [["record", "the blue cluster is in Frankfurt", "--session", "s1"],
+                ["acb", "blue cluster"], ["acb", "Frankfurt", "--session", "s1"], ["status"]]
+    started = [subprocess.Popen([*gitmem, *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for args in commands]
+    finished = [(p.wait(timeout=180), p.stderr.read()) for p in started]
+    for p in started:
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()
+        p.stderr.close()
+    assert [code for code, _ in finished] == [0, 0, 0, 0], finished
+    assert not (root / ".gitmem" / "pg" / "postmaster.pid").exists()  # stopped at the end
+    again = subprocess.run([*gitmem, "acb", "blue cluster", "--format", "text"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "blue cluster is in Frankfurt" in again.stdout
+
+
 @pytest.mark.parametrize(("bad_dsn", "reason"), [
     ("postgresql://postgres@127.0.0.1:1/x", "Connection refused"),
     ("not a dsn", 'missing "="'),
