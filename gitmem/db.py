@@ -246,11 +246,20 @@ class Database:
                 "check that the server runs and the DSN is right") from exc
 
     @classmethod
-    def open(cls, config: Config, *, max_size: int = 4, timeout: float = 30.0) -> Database:
-        """Connect as configured (DSN, else the embedded server) and ensure the schema."""
+    def open(cls, config: Config, *, max_size: int = 4, timeout: float = 30.0,
+             claim: bool = False) -> Database:
+        """Connect as configured (DSN, else the embedded server), ensure the schema and
+        check that it holds this store's index (`claim`: make it this store's)."""
         dsn = config.dsn or embedded_dsn(config.state_dir)
         db = cls(dsn, config.schema, max_size=max_size, timeout=timeout)
-        db.ensure_schema()
+        try:
+            db.ensure_schema()
+            # the embedded server lives in the store's own state directory: an index
+            # there is this store's, wherever the store was moved or copied
+            db.check_store(config.store, claim=claim or config.dsn is None)
+        except BaseException:
+            db.close()
+            raise
         return db
 
     def close(self) -> None:
@@ -324,6 +333,21 @@ class Database:
             conn.execute(sql_text("indexes.sql").encode())
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s)",
                      (SCHEMA_VERSION,))
+
+    def check_store(self, store: Path, *, claim: bool = False) -> None:
+        """Raise unless the index is `store`'s (meta `store`, its absolute path): two
+        stores on one schema would each read the other's rows until a sync. An index
+        that names no store, or `claim`, becomes `store`'s."""
+        mine = str(store.resolve())
+        row = self.fetchone("meta_get", {"key": "store"})
+        if row is not None and row["value"] != mine and not claim:
+            raise DatabaseError(
+                f"schema {self.schema!r} of {redact_dsn(self.dsn)} holds the index of "
+                f"{row['value']}, not of {mine}: two stores cannot share an index; give "
+                "this one a schema of its own (GITMEM_SCHEMA), or run `gitmem reindex` "
+                "here to rebuild the index from this store's files")
+        if row is None or row["value"] != mine:
+            self.execute("meta_set", {"key": "store", "value": mine})
 
     def drop_schema(self) -> None:
         """Drop the whole index of this store (the files stay the truth)."""

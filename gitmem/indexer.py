@@ -381,6 +381,7 @@ def reindex(db: Database, store: Path, policies: Policies,
         report.head = gitops.head(store)
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""}, conn)
         db.execute("meta_set", {"key": "row_policies", "value": row_policies(policies)}, conn)
+        db.execute("meta_set", {"key": "store", "value": str(store.resolve())}, conn)
     return report
 
 
@@ -553,8 +554,10 @@ _DIGEST_KEYS = {
 }
 # source_files without its stat columns (size, ctime_ns, inode): they differ between
 # checkouts of the same commit
+# and meta without the store's path (another checkout's index is the same index)
 _DIGEST_ROWS = {"source_files": "(t.path, t.kind, t.content_hash, t.byte_offset, "
-                                "t.line_count, t.head_hash, t.prefix_crc, t.errors)"}
+                                "t.line_count, t.head_hash, t.prefix_crc, t.errors)",
+                "meta": "(CASE WHEN t.key <> 'store' THEN t END)"}
 
 
 def index_digest(db: Database) -> dict[str, str]:

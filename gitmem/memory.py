@@ -56,6 +56,7 @@ class Memory:
         self._owns_db = db is None
         self._db_pool_size = db_pool_size
         self._db_timeout = db_timeout  # the daemon keeps it short: fail fast, retry
+        self._claim = False  # open the index as this store's even if it names another (reindex)
         self._lock = threading.RLock()
         self._policies = load_policies(self.store)
         self._recorder = self._new_recorder()
@@ -87,7 +88,7 @@ class Memory:
                 from gitmem.db import Database
 
                 self._db = Database.open(self.config, max_size=self._db_pool_size,
-                                         timeout=self._db_timeout)
+                                         timeout=self._db_timeout, claim=self._claim)
             return self._db
 
     @property
@@ -278,6 +279,8 @@ class Memory:
         from gitmem import indexer
 
         finished = recovery.finish(self.store)
+        with self._lock:
+            self._claim = True  # a reindex makes an index that held another store's this one's
         report = indexer.reindex(self.db, self.store, self.policies, progress)
         report.finished = [f.to_dict() for f in finished]
         self.invalidate(None)

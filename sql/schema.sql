@@ -33,6 +33,9 @@ IMMUTABLE PARALLEL SAFE LANGUAGE sql AS $$
     WHERE strpos(l, '@') = 0))
 $$;
 
+-- The index's own facts: schema_version, git_head (the HEAD it last reconciled with),
+-- row_policies (the policies its rows were derived under), store (the absolute path of
+-- the store it indexes: a command from another store is refused, gitmem/db.py).
 CREATE TABLE IF NOT EXISTS meta (
   key   text PRIMARY KEY,
   value text NOT NULL

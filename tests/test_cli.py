@@ -19,6 +19,7 @@ from gitmem.cli import main
 from gitmem.config import Config
 from gitmem.documents import parse_decision, parse_task
 from gitmem.ids import ULID_ID
+from gitmem.store import init_store
 from tests.conftest import Cli, snapshot
 from tests.daemons import Index, cleanup_dir, new_repo, running, short_dir, short_store
 
@@ -377,6 +378,30 @@ def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> 
     again = subprocess.run([*gitmem, "acb", "blue cluster", "--format", "text"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "blue cluster is in Frankfurt" in again.stdout
+
+
+def test_a_second_store_on_the_same_schema_is_refused_until_it_reindexes(
+        cli: Cli, tmp_path: Path) -> None:
+    """Two stores pointed at one schema would each read the other's rows until a sync
+    (a daemon's reads trust its own watcher): the second is refused, both stores named;
+    `gitmem reindex` there makes the index its own, and then the first is refused."""
+    cli("record", "the alpha team plans a rocket launch", "--session", "s1")
+    assert "rocket launch" in cli("acb", "rocket launch", "--format", "text").stdout
+    other = tmp_path / "other"
+    init_store(other)
+    second = Cli(Config(store=other / "memory", dsn=cli.config.dsn, schema=cli.config.schema))
+    second("record", "the beta team builds boats", "--session", "s1")
+    mine, theirs = cli.config.store.resolve(), (other / "memory").resolve()
+    refused = second("acb", "rocket launch", "--format", "text", ok=False)
+    assert refused.exit_code == 1 and "rocket" not in refused.stdout
+    assert f"holds the index of {mine}, not of {theirs}" in refused.stderr
+    assert "GITMEM_SCHEMA" in refused.stderr and "gitmem reindex" in refused.stderr
+    second("reindex")
+    bundle = second("acb", "rocket launch boats", "--format", "text").stdout
+    assert "beta team builds boats" in bundle and "rocket" not in bundle
+    first = cli("status", ok=False)
+    assert first.exit_code == 1
+    assert f"holds the index of {theirs}, not of {mine}" in first.stderr
 
 
 @pytest.mark.parametrize(("bad_dsn", "reason"), [
