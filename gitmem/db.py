@@ -256,7 +256,7 @@ class Database:
             db.ensure_schema()
             # the embedded server lives in the store's own state directory: an index
             # there is this store's, wherever the store was moved or copied
-            db.check_store(config.store, claim=claim or config.dsn is None)
+            db.check_store(config.store, follow=config.dsn is None, claim=claim)
         except BaseException:
             db.close()
             raise
@@ -334,20 +334,28 @@ class Database:
         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s)",
                      (SCHEMA_VERSION,))
 
-    def check_store(self, store: Path, *, claim: bool = False) -> None:
+    def check_store(self, store: Path, *, follow: bool = False, claim: bool = False) -> None:
         """Raise unless the index is `store`'s (meta `store`, its absolute path): two
         stores on one schema would each read the other's rows until a sync. An index
-        that names no store, or `claim`, becomes `store`'s."""
+        that names no store becomes `store`'s, and so does one that names another with
+        `follow` (the store was moved); `claim` lets another store's index be opened
+        (a reindex, which makes it `store`'s)."""
         mine = str(store.resolve())
-        row = self.fetchone("meta_get", {"key": "store"})
-        if row is not None and row["value"] != mine and not claim:
+        held = self.indexed_store()
+        if held == mine or (claim and held is not None):
+            return
+        if held is not None and not follow:
             raise DatabaseError(
                 f"schema {self.schema!r} of {redact_dsn(self.dsn)} holds the index of "
-                f"{row['value']}, not of {mine}: two stores cannot share an index; give "
-                "this one a schema of its own (GITMEM_SCHEMA), or run `gitmem reindex` "
-                "here to rebuild the index from this store's files")
-        if row is None or row["value"] != mine:
-            self.execute("meta_set", {"key": "store", "value": mine})
+                f"{held}, not of {mine}: two stores cannot share an index; give this "
+                "one a schema of its own (GITMEM_SCHEMA), or run `gitmem reindex` here "
+                f"to make the index this store's (then {held} needs a schema of its own)")
+        self.execute("meta_set", {"key": "store", "value": mine})
+
+    def indexed_store(self) -> str | None:
+        """The absolute path of the store the index holds, if it names one."""
+        row = self.fetchone("meta_get", {"key": "store"})
+        return None if row is None else str(row["value"])
 
     def drop_schema(self) -> None:
         """Drop the whole index of this store (the files stay the truth)."""

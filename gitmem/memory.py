@@ -278,13 +278,29 @@ class Memory:
         index from the files."""
         from gitmem import indexer
 
-        finished = recovery.finish(self.store)
         with self._lock:
             self._claim = True  # a reindex makes an index that held another store's this one's
+        self._check_takeover()
+        finished = recovery.finish(self.store)
         report = indexer.reindex(self.db, self.store, self.policies, progress)
         report.finished = [f.to_dict() for f in finished]
         self.invalidate(None)
         return report
+
+    def _check_takeover(self) -> None:
+        """Refuse to take over another store's index while that store's daemon serves it:
+        its reads trust its own watcher and would go on answering from this store's rows."""
+        from gitmem import daemon
+
+        held = self.db.indexed_store()
+        if held is None or held == str(self.store.resolve()):
+            return
+        pid = daemon.running_pid(Config(store=Path(held)))
+        if pid is not None:
+            raise DatabaseError(
+                f"the index in schema {self.config.schema!r} is {held}'s, and its daemon "
+                f"(pid {pid}) serves it; stop that daemon (`gitmem --store {held} daemon "
+                "stop`) before `gitmem reindex` makes the index this store's")
 
     def invalidate(self, paths: Iterable[str] | None,
                    tenants: Mapping[str, frozenset[str]] | None = None) -> None:

@@ -21,7 +21,7 @@ from gitmem.documents import parse_decision, parse_task
 from gitmem.ids import ULID_ID
 from gitmem.store import init_store
 from tests.conftest import Cli, snapshot
-from tests.daemons import Index, cleanup_dir, new_repo, running, short_dir, short_store
+from tests.daemons import Daemon, Index, cleanup_dir, new_repo, running, short_dir, short_store
 
 SECRET = "sk-" + "Zz9Yy8Xx7Ww6Vv5Uu4Tt3Ss2"
 
@@ -402,6 +402,25 @@ def test_a_second_store_on_the_same_schema_is_refused_until_it_reindexes(
     first = cli("status", ok=False)
     assert first.exit_code == 1
     assert f"holds the index of {theirs}, not of {mine}" in first.stderr
+
+
+def test_a_store_cannot_take_over_an_index_whose_daemon_serves_it(dsn: str, schema: str) -> None:
+    """`gitmem reindex` makes another store's index this one's, but not while that
+    store's daemon serves it: its reads trust its own watcher and would answer from the
+    new store's rows. Once it is stopped, the reindex goes through."""
+    with short_store(dsn, schema, "gmown") as first, short_store(dsn, schema, "gmtake") as second:
+        taker = Daemon(second)
+        with running(first) as owner:
+            owner.cli("record", "the alpha team plans a rocket launch")
+            refused = taker.cli("reindex", check=False)
+            assert refused.returncode == 1
+            assert f"its daemon (pid {owner.pid}) serves it" in refused.stderr
+            assert f"gitmem --store {first.store.resolve()} daemon stop" in refused.stderr
+            assert "rocket launch" in owner.cli("acb", "rocket launch", "--format", "text").stdout
+        taker.cli("reindex")
+        assert "rocket" not in taker.cli("acb", "rocket launch", "--format", "text").stdout
+        assert f"holds the index of {second.store.resolve()}" in Daemon(first).cli(
+            "status", check=False).stderr
 
 
 @pytest.mark.parametrize(("bad_dsn", "reason"), [
