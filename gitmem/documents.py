@@ -215,6 +215,54 @@ def _unknown_keys(meta: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
                               field=unknown[0])
 
 
+class _Fields:
+    """A record's metadata, read key by key with the checks the records share; a
+    failing check names its key."""
+
+    def __init__(self, meta: Mapping[str, Any], allowed: tuple[str, ...],
+                 default_tenant: str) -> None:
+        self.meta = {k: _yaml_value(v) for k, v in meta.items()}
+        _unknown_keys(self.meta, allowed)
+        self.default_tenant = default_tenant
+
+    def id(self, prefix: str) -> str:
+        return check_id(self.meta.get("id"), prefix)
+
+    def ts(self) -> str:
+        ts = check_text(self.meta.get("ts"), "ts")
+        parse_ts(ts)
+        return ts
+
+    def tenant(self) -> str:
+        return check_name(self.meta.get("tenant_id", self.default_tenant), "tenant_id")
+
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        return check_choice(self.meta.get(key, default), choices, key)
+
+    def sensitivity(self) -> str:
+        return self.choice("sensitivity", "none", SENSITIVITIES)
+
+    def text(self, key: str) -> str:
+        """A required text."""
+        return check_text(self.meta.get(key), key)
+
+    def optional_text(self, key: str) -> str:
+        return check_text(self.meta.get(key, ""), key, allow_empty=True)
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        return check_str_list(self.meta.get(key), key)
+
+    def ids(self, key: str, prefix: str) -> tuple[str, ...]:
+        return tuple(check_id(v, prefix, key) for v in self.strings(key))
+
+    def refs(self, required: str = "") -> tuple[str, ...]:
+        """The cited ids; `required`: the message when a record must cite some."""
+        refs = check_refs(self.meta.get("refs"))
+        if required and not refs:
+            raise ValidationError(required, field="refs")
+        return refs
+
+
 DECISION_KEYS = ("id", "ts", "tenant_id", "scope", "status", "refs", "title", "rationale",
                  "constraints", "alternatives", "consequences", "confidence", "supersedes",
                  "sensitivity", "tags")
@@ -224,31 +272,20 @@ def parse_decision(text: str, path: str, default_tenant: str) -> Decision:
     """Parse and validate a decision file."""
     meta, body, body_line = _record_frontmatter(text, path, "decision")
     try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, DECISION_KEYS)
-        refs = check_refs(meta.get("refs"))
-        if not refs:
-            raise ValidationError("a decision must cite at least one source id (P4)",
-                                  field="refs")
-        ts = check_text(meta.get("ts"), "ts")
-        parse_ts(ts)
-        confidence = meta.get("confidence")
+        f = _Fields(meta, DECISION_KEYS, default_tenant)
+        refs = f.refs("a decision must cite at least one source id (P4)")
+        confidence = f.meta.get("confidence")
         decision = Decision(
-            id=check_id(meta.get("id"), "dec"), ts=ts,
-            tenant_id=check_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            scope=check_choice(meta.get("scope", "project"), DECISION_SCOPES, "scope"),
-            status=check_choice(meta.get("status", "active"), DECISION_STATUSES, "status"),
+            id=f.id("dec"), ts=f.ts(), tenant_id=f.tenant(),
+            scope=f.choice("scope", "project", DECISION_SCOPES),
+            status=f.choice("status", "active", DECISION_STATUSES),
             refs=refs, text=check_text(body.strip(), "body"),
-            title=check_text(meta.get("title", ""), "title", allow_empty=True),
-            rationale=check_str_list(meta.get("rationale"), "rationale"),
-            constraints=check_str_list(meta.get("constraints"), "constraints"),
-            alternatives=check_str_list(meta.get("alternatives"), "alternatives"),
-            consequences=check_str_list(meta.get("consequences"), "consequences"),
+            title=f.optional_text("title"),
+            rationale=f.strings("rationale"), constraints=f.strings("constraints"),
+            alternatives=f.strings("alternatives"), consequences=f.strings("consequences"),
             confidence=None if confidence is None else check_number(confidence, "confidence", 0, 1),
-            supersedes=tuple(check_id(s, "dec", "supersedes")
-                             for s in check_str_list(meta.get("supersedes"), "supersedes")),
-            sensitivity=check_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            tags=check_str_list(meta.get("tags"), "tags"),
+            supersedes=f.ids("supersedes", "dec"),
+            sensitivity=f.sensitivity(), tags=f.strings("tags"),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -264,20 +301,13 @@ def parse_task(text: str, path: str, default_tenant: str) -> Task:
     """Parse and validate a task file."""
     meta, body, body_line = _record_frontmatter(text, path, "task")
     try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, TASK_KEYS)
-        ts = check_text(meta.get("ts"), "ts")
-        parse_ts(ts)
+        f = _Fields(meta, TASK_KEYS, default_tenant)
         task = Task(
-            id=check_id(meta.get("id"), "tsk"), ts=ts,
-            tenant_id=check_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            status=check_choice(meta.get("status", "open"), TASK_STATUSES, "status"),
-            title=check_text(meta.get("title"), "title"), details=body.strip(),
-            owner=check_text(meta.get("owner", ""), "owner", allow_empty=True),
-            refs=check_refs(meta.get("refs")),
-            session_id=check_text(meta.get("session_id", ""), "session_id", allow_empty=True),
-            sensitivity=check_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            tags=check_str_list(meta.get("tags"), "tags"),
+            id=f.id("tsk"), ts=f.ts(), tenant_id=f.tenant(),
+            status=f.choice("status", "open", TASK_STATUSES),
+            title=f.text("title"), details=body.strip(), owner=f.optional_text("owner"),
+            refs=f.refs(), session_id=f.optional_text("session_id"),
+            sensitivity=f.sensitivity(), tags=f.strings("tags"),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -293,26 +323,16 @@ def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
     """Parse and validate a summary file."""
     meta, body, body_line = _record_frontmatter(text, path, "summary")
     try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, SUMMARY_KEYS)
-        refs = check_refs(meta.get("refs"))
-        if not refs:
-            raise ValidationError("a summary must cite the events it summarises (P4)",
-                                  field="refs")
-        ts = check_text(meta.get("ts"), "ts")
-        parse_ts(ts)
+        f = _Fields(meta, SUMMARY_KEYS, default_tenant)
+        refs = f.refs("a summary must cite the events it summarises (P4)")
         summary = Summary(
-            id=check_id(meta.get("id"), "sum"), ts=ts,
-            tenant_id=check_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            scope=check_choice(meta.get("scope", "session"), SUMMARY_SCOPES, "scope"),
+            id=f.id("sum"), ts=f.ts(), tenant_id=f.tenant(),
+            scope=f.choice("scope", "session", SUMMARY_SCOPES),
             refs=refs, text=check_text(body.strip(), "body"),
-            session_id=check_text(meta.get("session_id", ""), "session_id", allow_empty=True),
-            decisions=tuple(check_id(d, "dec", "decisions")
-                            for d in check_str_list(meta.get("decisions"), "decisions")),
-            sensitivity=check_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            tags=check_str_list(meta.get("tags"), "tags"),
-            channel=("" if meta.get("channel") in (None, "")
-                     else check_choice(meta["channel"], CHANNELS, "channel")),
+            session_id=f.optional_text("session_id"), decisions=f.ids("decisions", "dec"),
+            sensitivity=f.sensitivity(), tags=f.strings("tags"),
+            channel=("" if f.meta.get("channel") in (None, "")
+                     else f.choice("channel", "", CHANNELS)),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -328,22 +348,14 @@ def parse_handoff(text: str, path: str, default_tenant: str) -> Handoff:
     """Parse and validate a handoff packet (YAML)."""
     meta = load_yaml(text, path)
     try:
-        meta = {k: _yaml_value(v) for k, v in meta.items()}
-        _unknown_keys(meta, HANDOFF_KEYS)
-        ts = check_text(meta.get("ts"), "ts")
-        parse_ts(ts)
+        f = _Fields(meta, HANDOFF_KEYS, default_tenant)
         handoff = Handoff(
-            id=check_id(meta.get("id"), "hof"), ts=ts,
-            tenant_id=check_name(meta.get("tenant_id", default_tenant), "tenant_id"),
-            to_agent=check_name(meta.get("to_agent"), "to_agent"),
-            task=check_text(meta.get("task"), "task"),
-            from_agent=check_text(meta.get("from_agent", ""), "from_agent", allow_empty=True),
-            constraints=check_str_list(meta.get("constraints"), "constraints"),
-            decisions=tuple(check_id(d, "dec", "decisions")
-                            for d in check_str_list(meta.get("decisions"), "decisions")),
-            required_files=check_str_list(meta.get("required_files"), "required_files"),
-            open_questions=check_str_list(meta.get("open_questions"), "open_questions"),
-            refs=check_refs(meta.get("refs")),
+            id=f.id("hof"), ts=f.ts(), tenant_id=f.tenant(),
+            to_agent=check_name(f.meta.get("to_agent"), "to_agent"),
+            task=f.text("task"), from_agent=f.optional_text("from_agent"),
+            constraints=f.strings("constraints"), decisions=f.ids("decisions", "dec"),
+            required_files=f.strings("required_files"),
+            open_questions=f.strings("open_questions"), refs=f.refs(),
         )
     except FormatError as exc:
         raise _located(exc, text, path) from None
