@@ -97,7 +97,9 @@ def embedded_dsn(state_dir: Path) -> str:
                     log = pgdata / "log"
                     raise DatabaseError(
                         f"could not start the embedded PostgreSQL in {pgdata}: {exc}; "
-                        f"see {log}, or pass --dsn / GITMEM_DSN for an existing server"
+                        f"see {log}, or pass --dsn / GITMEM_DSN for an existing server; "
+                        f"it holds only the index, so removing {pgdata} loses nothing: "
+                        "the next command builds the index again from the files"
                     ) from exc
             _embedded[pgdata] = server
         return str(server.get_uri())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -378,6 +379,32 @@ def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> 
     again = subprocess.run([*gitmem, "acb", "blue cluster", "--format", "text"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "blue cluster is in Frankfurt" in again.stdout
+
+
+@pytest.mark.embedded
+def test_an_embedded_server_that_cannot_start_is_named_with_the_way_out(tmp_path: Path) -> None:
+    """A data directory the bundled PostgreSQL cannot read (another major version's):
+    the error names it, its log, and that removing it loses nothing; after that the
+    next command builds the index again from the files."""
+    root = tmp_path / "proj"
+    env = {k: v for k, v in os.environ.items() if k not in ("GITMEM_DSN", "GITMEM_SCHEMA")}
+    env.update(GITMEM_STORE=str(root / "memory"), GITMEM_NO_DAEMON="1")
+    gitmem = [sys.executable, "-m", "gitmem"]
+    subprocess.run([*gitmem, "init", str(root)], env=env, check=True, capture_output=True)
+    for args in (["record", "kept in the files"], ["sync"]):  # sync: the server starts
+        subprocess.run([*gitmem, *args], env=env, check=True, capture_output=True)
+    pgdata = (root / ".gitmem" / "pg").resolve()
+    (pgdata / "PG_VERSION").write_text("15\n")
+    failed = subprocess.run([*gitmem, "status"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert f"could not start the embedded PostgreSQL in {pgdata}" in failed.stderr
+    assert f"see {pgdata / 'log'}" in failed.stderr
+    assert f"removing {pgdata} loses nothing" in failed.stderr
+    shutil.rmtree(pgdata)
+    again = subprocess.run([*gitmem, "acb", "kept", "--format", "text"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "kept in the files" in again.stdout
 
 
 def test_a_second_store_on_the_same_schema_is_refused_until_it_reindexes(
