@@ -277,8 +277,11 @@ def sync(db: Database, store: Path, policies: Policies,
          appended: Mapping[str, Sequence[Appended]] | None = None) -> SyncReport:
     """Catch the index up with the files (all of them, or just `paths`).
 
-    `appended`: lines this process wrote, by file (see `apply`).
+    `appended`: lines this process wrote, by file (see `apply`). An index that another
+    store's `gitmem reindex` took over meanwhile is not written to (DatabaseError):
+    a daemon that opened it earlier stops answering from it at its next sync.
     """
+    db.check_store(store)
     if paths is None:
         stats = load_stats(db)
         reshaped = reshaping(db, policies) if stats else None
