@@ -126,16 +126,18 @@ def revive_embedded(state_dir: Path) -> bool:
             return False
         from pgserver import utils  # deferred: only the embedded path needs it
 
-        info = utils.PostmasterInfo.read_from_pgdata(pgdata)
-        if info is not None and info.is_running():
-            return False
-        logger.warning("the embedded PostgreSQL in %s has stopped; starting it again", pgdata)
-        try:
-            server.ensure_postgres_running()
-        except Exception as exc:  # pgserver raises bare subprocess/OS errors
-            raise DatabaseError(f"could not start the embedded PostgreSQL in {pgdata} "
-                                f"again: {exc}; see {pgdata / 'log'}") from exc
-        return True
+        with _exclusive(state_dir / "pg.lock"):  # not while a command starts it
+            info = utils.PostmasterInfo.read_from_pgdata(pgdata)
+            if info is not None and info.is_running():
+                return False
+            logger.warning("the embedded PostgreSQL in %s has stopped; starting it again",
+                           pgdata)
+            try:
+                server.ensure_postgres_running()
+            except Exception as exc:  # pgserver raises bare subprocess/OS errors
+                raise DatabaseError(f"could not start the embedded PostgreSQL in {pgdata} "
+                                    f"again: {exc}; see {pgdata / 'log'}") from exc
+            return True
 
 
 def embedded_settings(memory_bytes: int) -> dict[str, str]:
