@@ -61,6 +61,12 @@ from gitmem.store import (
 
 logger = logging.getLogger(__name__)
 
+# While idle, the indexer checks this often that the index is still this store's (one
+# small query): another store's `gitmem reindex` may take it over from a machine where
+# this daemon's pid cannot be seen, and reads must not answer from that store's rows.
+OWNER_CHECK_S = 2.0
+
+
 class Watcher:
     """File events -> debounced batches -> `Memory.sync`; `flush` for catch-up on read."""
 
@@ -93,6 +99,7 @@ class Watcher:
         self._first_at = 0.0
         self._last_at = 0.0
         self._next_reconcile = time.monotonic() + reconcile_interval
+        self._next_owner_check = time.monotonic() + OWNER_CHECK_S
         self._barrier_lock = threading.Lock()
         self._barrier_issued = 0
         self._barrier_seen = 0
@@ -390,6 +397,13 @@ class Watcher:
             if taken is None:
                 return
             batch, full, sequence, appended = taken
+            if not batch and not full:  # idle: is the index still this store's?
+                try:
+                    self.memory.db.check_store(self.store)
+                except DatabaseError as exc:  # a reconcile once it is back sets db_ok
+                    self._database_down(batch, True, exc)
+                    self._wait_for_database()
+                continue
             offsets: dict[str, int] = {}
             try:
                 changed, offsets = self._index(batch, full, appended)
@@ -414,7 +428,9 @@ class Watcher:
                 self.on_indexed(changed)
 
     def _take(self) -> tuple[set[str], bool, int, dict[str, list[Appended]]] | None:
-        """Wait for work and debounce it (under the lock); None when stopping."""
+        """Wait for work and debounce it (under the lock); an empty batch that is not a
+        reconcile when the index's owner is due for a check (OWNER_CHECK_S); None when
+        stopping."""
         while not self._stopping:
             now = time.monotonic()
             if now >= self._next_reconcile:
@@ -432,8 +448,12 @@ class Watcher:
                     self._batch_started = now
                     return batch, full, self._enqueued, appended
                 self._cond.wait(wait)
+            elif now >= self._next_owner_check:
+                self._next_owner_check = now + OWNER_CHECK_S
+                return set(), False, self._enqueued, {}
             else:
-                self._cond.wait(max(0.0, self._next_reconcile - now))
+                self._cond.wait(max(0.0, min(self._next_reconcile,
+                                             self._next_owner_check) - now))
         return None
 
     def _index(self, batch: set[str], full: bool,

@@ -17,7 +17,7 @@ import pytest
 from gitmem import lexicon
 from gitmem.config import Config
 from gitmem.db import Database
-from gitmem.errors import RpcError
+from gitmem.errors import DatabaseError, RpcError
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.records import content_hash
@@ -149,6 +149,22 @@ def test_reindex_of_an_empty_store(memory: Memory) -> None:
 
 
 # ----------------------------------------------------------------------------- sync
+
+
+def test_a_sync_writes_nothing_to_an_index_another_store_took_over(memory: Memory,
+                                                                   store: Path) -> None:
+    """Between a take-over and a process's next sync, its open index names another
+    store: the sync raises, naming both, and leaves the other store's rows alone (a
+    reshaping sync would otherwise rebuild the index from this store's files)."""
+    write(store, DAY, line(1))
+    memory.sync()
+    memory.db.execute("meta_set", {"key": "store", "value": "/elsewhere/memory"})
+    write(store, DAY, line(2), mode="a")
+    with pytest.raises(DatabaseError) as caught:
+        memory.sync()
+    assert f"holds the index of /elsewhere/memory, not of {store.resolve()}" in str(caught.value)
+    assert memory.db.fetchone("meta_get", {"key": "store"}) == {"value": "/elsewhere/memory"}
+    assert memory.status()["index"]["events"] == 1  # line 2 was not indexed
 
 
 def test_a_full_sync_of_an_empty_index_loads_in_bulk(memory: Memory, store: Path, dsn: str,
