@@ -272,20 +272,21 @@ def parse_decision(text: str, path: str, default_tenant: str) -> Decision:
     """Parse and validate a decision file."""
     meta, body, body_line = _record_frontmatter(text, path, "decision")
     try:
-        f = _Fields(meta, DECISION_KEYS, default_tenant)
-        refs = f.refs("a decision must cite at least one source id (P4)")
-        confidence = f.meta.get("confidence")
+        fields = _Fields(meta, DECISION_KEYS, default_tenant)
+        refs = fields.refs("a decision must cite at least one source id (P4)")
+        confidence = fields.meta.get("confidence")
         decision = Decision(
-            id=f.id("dec"), ts=f.ts(), tenant_id=f.tenant(),
-            scope=f.choice("scope", "project", DECISION_SCOPES),
-            status=f.choice("status", "active", DECISION_STATUSES),
+            id=fields.id("dec"), ts=fields.ts(), tenant_id=fields.tenant(),
+            scope=fields.choice("scope", "project", DECISION_SCOPES),
+            status=fields.choice("status", "active", DECISION_STATUSES),
             refs=refs, text=check_text(body.strip(), "body"),
-            title=f.optional_text("title"),
-            rationale=f.strings("rationale"), constraints=f.strings("constraints"),
-            alternatives=f.strings("alternatives"), consequences=f.strings("consequences"),
+            title=fields.optional_text("title"),
+            rationale=fields.strings("rationale"), constraints=fields.strings("constraints"),
+            alternatives=fields.strings("alternatives"),
+            consequences=fields.strings("consequences"),
             confidence=None if confidence is None else check_number(confidence, "confidence", 0, 1),
-            supersedes=f.ids("supersedes", "dec"),
-            sensitivity=f.sensitivity(), tags=f.strings("tags"),
+            supersedes=fields.ids("supersedes", "dec"),
+            sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -301,13 +302,13 @@ def parse_task(text: str, path: str, default_tenant: str) -> Task:
     """Parse and validate a task file."""
     meta, body, body_line = _record_frontmatter(text, path, "task")
     try:
-        f = _Fields(meta, TASK_KEYS, default_tenant)
+        fields = _Fields(meta, TASK_KEYS, default_tenant)
         task = Task(
-            id=f.id("tsk"), ts=f.ts(), tenant_id=f.tenant(),
-            status=f.choice("status", "open", TASK_STATUSES),
-            title=f.text("title"), details=body.strip(), owner=f.optional_text("owner"),
-            refs=f.refs(), session_id=f.optional_text("session_id"),
-            sensitivity=f.sensitivity(), tags=f.strings("tags"),
+            id=fields.id("tsk"), ts=fields.ts(), tenant_id=fields.tenant(),
+            status=fields.choice("status", "open", TASK_STATUSES),
+            title=fields.text("title"), details=body.strip(), owner=fields.optional_text("owner"),
+            refs=fields.refs(), session_id=fields.optional_text("session_id"),
+            sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -323,16 +324,16 @@ def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
     """Parse and validate a summary file."""
     meta, body, body_line = _record_frontmatter(text, path, "summary")
     try:
-        f = _Fields(meta, SUMMARY_KEYS, default_tenant)
-        refs = f.refs("a summary must cite the events it summarises (P4)")
+        fields = _Fields(meta, SUMMARY_KEYS, default_tenant)
+        refs = fields.refs("a summary must cite the events it summarises (P4)")
         summary = Summary(
-            id=f.id("sum"), ts=f.ts(), tenant_id=f.tenant(),
-            scope=f.choice("scope", "session", SUMMARY_SCOPES),
+            id=fields.id("sum"), ts=fields.ts(), tenant_id=fields.tenant(),
+            scope=fields.choice("scope", "session", SUMMARY_SCOPES),
             refs=refs, text=check_text(body.strip(), "body"),
-            session_id=f.optional_text("session_id"), decisions=f.ids("decisions", "dec"),
-            sensitivity=f.sensitivity(), tags=f.strings("tags"),
-            channel=("" if f.meta.get("channel") in (None, "")
-                     else f.choice("channel", "", CHANNELS)),
+            session_id=fields.optional_text("session_id"), decisions=fields.ids("decisions", "dec"),
+            sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
+            channel=("" if fields.meta.get("channel") in (None, "")
+                     else fields.choice("channel", "", CHANNELS)),
         )
     except FormatError as exc:
         raise _located(exc, text, path, body_line) from None
@@ -348,14 +349,14 @@ def parse_handoff(text: str, path: str, default_tenant: str) -> Handoff:
     """Parse and validate a handoff packet (YAML)."""
     meta = load_yaml(text, path)
     try:
-        f = _Fields(meta, HANDOFF_KEYS, default_tenant)
+        fields = _Fields(meta, HANDOFF_KEYS, default_tenant)
         handoff = Handoff(
-            id=f.id("hof"), ts=f.ts(), tenant_id=f.tenant(),
-            to_agent=check_name(f.meta.get("to_agent"), "to_agent"),
-            task=f.text("task"), from_agent=f.optional_text("from_agent"),
-            constraints=f.strings("constraints"), decisions=f.ids("decisions", "dec"),
-            required_files=f.strings("required_files"),
-            open_questions=f.strings("open_questions"), refs=f.refs(),
+            id=fields.id("hof"), ts=fields.ts(), tenant_id=fields.tenant(),
+            to_agent=check_name(fields.meta.get("to_agent"), "to_agent"),
+            task=fields.text("task"), from_agent=fields.optional_text("from_agent"),
+            constraints=fields.strings("constraints"), decisions=fields.ids("decisions", "dec"),
+            required_files=fields.strings("required_files"),
+            open_questions=fields.strings("open_questions"), refs=fields.refs(),
         )
     except FormatError as exc:
         raise _located(exc, text, path) from None

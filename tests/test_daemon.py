@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlparse
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from gitmem.client import Client, socket_address
 from gitmem.config import Config, redact_dsn
@@ -110,8 +111,8 @@ def test_a_daemon_stops_answering_from_an_index_another_store_took_over(
 
     def owner(path: str) -> None:
         with psycopg.connect(store_config.dsn or "", autocommit=True) as conn:
-            conn.execute(f'UPDATE "{store_config.schema}".meta SET value = %s '
-                         "WHERE key = 'store'", (path,))
+            conn.execute(sql.SQL("UPDATE {}.meta SET value = %s WHERE key = 'store'").format(
+                sql.Identifier(store_config.schema)), (path,))
 
     def db_ok(daemon: Daemon) -> Any:
         return daemon.call("daemon_status")["watcher"]["db_ok"]
