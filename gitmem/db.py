@@ -8,7 +8,6 @@ Without a DSN an embedded server (pgserver) is started under `.gitmem/pg`.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import logging
 import os
@@ -30,6 +29,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from gitmem.config import Config, redact_dsn
 from gitmem.errors import DatabaseError
+from gitmem.store import exclusive
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def named_queries() -> dict[str, str]:
 
 
 _embedded_lock = threading.Lock()
+_CREATE = os.O_RDWR | os.O_CREAT  # the embedded server's lock file, made on first use
 _embedded: dict[Path, Any] = {}
 
 
@@ -86,7 +87,7 @@ def embedded_dsn(state_dir: Path) -> str:
         server = _embedded.get(pgdata)
         if server is None:
             state_dir.mkdir(parents=True, exist_ok=True)
-            with _exclusive(state_dir / "pg.lock"), warnings.catch_warnings():
+            with exclusive(state_dir / "pg.lock", _CREATE), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 import pgserver  # deferred: only the embedded path needs it
                 try:
@@ -105,17 +106,6 @@ def embedded_dsn(state_dir: Path) -> str:
         return str(server.get_uri())
 
 
-@contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
-    """An exclusive lock on `path` (created if need be) between processes."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
 def revive_embedded(state_dir: Path) -> bool:
     """Start again the embedded PostgreSQL this process started, if its postmaster has
     gone (killed, crashed); whether it did. A daemon calls it while the index is down."""
@@ -126,7 +116,7 @@ def revive_embedded(state_dir: Path) -> bool:
             return False
         from pgserver import utils  # deferred: only the embedded path needs it
 
-        with _exclusive(state_dir / "pg.lock"):  # not while a command starts it
+        with exclusive(state_dir / "pg.lock", _CREATE):  # not while a command starts it
             info = utils.PostmasterInfo.read_from_pgdata(pgdata)
             if info is not None and info.is_running():
                 return False

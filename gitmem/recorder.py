@@ -9,7 +9,6 @@ place only after the line is durable, so a failed write changes nothing.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import logging
 import os
@@ -47,6 +46,7 @@ from gitmem.store import (
     artifact_path,
     content_digest,
     day_file_rel,
+    exclusive,
     file_stat,
 )
 
@@ -148,12 +148,8 @@ class Recorder:
             return
         directory = self.store / "tasks"
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive(directory):
             yield
-        finally:
-            os.close(fd)
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
                     lines: Sequence[int] | None = None) -> list[Event]:

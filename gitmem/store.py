@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -66,6 +68,18 @@ def manifest_text(default_tenant: str = "default") -> str:
     return json.dumps({"format": "gitmem", "format_version": FORMAT_VERSION,
                        "default_tenant": default_tenant, "tokenizer": TOKENIZER},
                       indent=2) + "\n"
+
+
+@contextmanager
+def exclusive(path: Path, flags: int = os.O_RDONLY) -> Iterator[None]:
+    """An exclusive lock between processes on `path` (a file or a directory, opened with
+    `flags`), held until the block ends."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def write_new(path: Path, data: bytes) -> bool:
