@@ -354,6 +354,16 @@ def test_end_to_end_on_the_embedded_server(tmp_path: Path) -> None:
     assert ".gitmem/" in (root / ".gitignore").read_text().splitlines()
 
 
+def embedded_store(root: Path) -> tuple[list[str], dict[str, str]]:
+    """A new store at `root`/memory (`gitmem init`) for `gitmem` processes with no DSN and
+    no daemon, on the embedded server: the command line to run and its environment."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GITMEM_DSN", "GITMEM_SCHEMA")}
+    env.update(GITMEM_STORE=str(root / "memory"), GITMEM_NO_DAEMON="1")
+    gitmem = [sys.executable, "-m", "gitmem"]
+    subprocess.run([*gitmem, "init", str(root)], env=env, check=True, capture_output=True)
+    return gitmem, env
+
+
 @pytest.mark.embedded
 def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> None:
     """Commands started at once on a new store, with no DSN and no daemon: one starts
@@ -361,10 +371,7 @@ def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> 
     that instead of connecting to a server that is restarting, and the last to finish
     stops it."""
     root = tmp_path / "proj"
-    env = {k: v for k, v in os.environ.items() if k not in ("GITMEM_DSN", "GITMEM_SCHEMA")}
-    env.update(GITMEM_STORE=str(root / "memory"), GITMEM_NO_DAEMON="1")
-    gitmem = [sys.executable, "-m", "gitmem"]
-    subprocess.run([*gitmem, "init", str(root)], env=env, check=True, capture_output=True)
+    gitmem, env = embedded_store(root)
     commands = [["record", "the blue cluster is in Frankfurt", "--session", "s1"],
                 ["acb", "blue cluster"], ["acb", "Frankfurt", "--session", "s1"], ["status"]]
     started = [subprocess.Popen([*gitmem, *args], env=env, stdout=subprocess.PIPE,
@@ -387,10 +394,7 @@ def test_an_embedded_server_that_cannot_start_is_named_with_the_way_out(tmp_path
     the error names it, its log, and that removing it loses nothing; after that the
     next command builds the index again from the files."""
     root = tmp_path / "proj"
-    env = {k: v for k, v in os.environ.items() if k not in ("GITMEM_DSN", "GITMEM_SCHEMA")}
-    env.update(GITMEM_STORE=str(root / "memory"), GITMEM_NO_DAEMON="1")
-    gitmem = [sys.executable, "-m", "gitmem"]
-    subprocess.run([*gitmem, "init", str(root)], env=env, check=True, capture_output=True)
+    gitmem, env = embedded_store(root)
     for args in (["record", "kept in the files"], ["sync"]):  # sync: the server starts
         subprocess.run([*gitmem, *args], env=env, check=True, capture_output=True)
     pgdata = (root / ".gitmem" / "pg").resolve()
