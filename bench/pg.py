@@ -18,7 +18,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from bench import CACHE_ROOT
-from gitmem.db import embedded_dsn, sql_text
+from gitmem.db import sql_text
+from gitmem.embedded import embedded_dsn
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 EMBEDDED_STATE = CACHE_ROOT / "embedded"

@@ -238,7 +238,7 @@ class Autocommit:
 def run(config: Config, options: DaemonOptions) -> None:
     """Serve the store in the foreground until SIGTERM or SIGINT."""
     from gitmem import gitops
-    from gitmem.db import embedded_dsn, revive_embedded
+    from gitmem.embedded import embedded_dsn, revive_embedded
     from gitmem.indexproc import IndexerProcess
     from gitmem.memory import Memory
     from gitmem.server import Server

@@ -12,9 +12,9 @@ from gitmem.db import (
     FEW_ROWS,
     Database,
     TextArray,
-    embedded_settings,
     named_queries,
 )
+from gitmem.embedded import embedded_settings
 
 
 def test_embedded_settings_scale_with_memory_and_read_as_postgresql_shows_them() -> None:

@@ -39,7 +39,7 @@ def scenario_run(obj: Context, paths: tuple[Path, ...], report_dir: Path) -> Non
       gitmem scenario run scenarios/004_supersede.scenario.yaml --report-dir /tmp/reports
     """
     from gitmem.config import STATE_DIRNAME
-    from gitmem.db import embedded_dsn
+    from gitmem.embedded import embedded_dsn
     from gitmem.harness import format_failure
     from gitmem.scenario import run_scenarios
 

@@ -1,0 +1,122 @@
+"""The embedded PostgreSQL: the index's server when no DSN is given.
+
+A server from the `pgserver` wheel under `.gitmem/pg` (the store's own state
+directory), started by the first process that needs it and stopped by the last
+(pgserver counts them), with settings for a disposable index (`embedded_settings`).
+Processes join it one at a time under `.gitmem/pg.lock`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+from gitmem.db import alter_system
+from gitmem.errors import DatabaseError
+from gitmem.store import exclusive
+
+logger = logging.getLogger(__name__)
+
+_embedded_lock = threading.Lock()
+_CREATE = os.O_RDWR | os.O_CREAT  # the embedded server's lock file, made on first use
+_embedded: dict[Path, Any] = {}
+
+
+def embedded_dsn(state_dir: Path) -> str:
+    """Start (or join) the embedded PostgreSQL under `state_dir/pg`; its DSN.
+
+    Processes join one at a time (`state_dir/pg.lock`): the first to start the server
+    gives it its settings, restarting it, before any other may connect to it."""
+    pgdata = (state_dir / "pg").resolve()
+    with _embedded_lock:
+        server = _embedded.get(pgdata)
+        if server is None:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            with exclusive(state_dir / "pg.lock", _CREATE), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                import pgserver  # deferred: only the embedded path needs it
+                try:
+                    server = pgserver.get_server(  # type: ignore[attr-defined]
+                        pgdata, cleanup_mode="stop")
+                    _tune_embedded(server)
+                except Exception as exc:  # pgserver raises bare subprocess/OS errors
+                    log = pgdata / "log"
+                    raise DatabaseError(
+                        f"could not start the embedded PostgreSQL in {pgdata}: {exc}; "
+                        f"see {log}, or pass --dsn / GITMEM_DSN for an existing server; "
+                        f"it holds only the index, so removing {pgdata} loses nothing: "
+                        "the next command builds the index again from the files"
+                    ) from exc
+            _embedded[pgdata] = server
+        return str(server.get_uri())
+
+
+def revive_embedded(state_dir: Path) -> bool:
+    """Start again the embedded PostgreSQL this process started, if its postmaster has
+    gone (killed, crashed); whether it did. A daemon calls it while the index is down."""
+    pgdata = (state_dir / "pg").resolve()
+    with _embedded_lock:
+        server = _embedded.get(pgdata)
+        if server is None:
+            return False
+        from pgserver import utils  # deferred: only the embedded path needs it
+
+        with exclusive(state_dir / "pg.lock", _CREATE):  # not while a command starts it
+            info = utils.PostmasterInfo.read_from_pgdata(pgdata)
+            if info is not None and info.is_running():
+                return False
+            logger.warning("the embedded PostgreSQL in %s has stopped; starting it again",
+                           pgdata)
+            try:
+                server.ensure_postgres_running()
+            except Exception as exc:  # pgserver raises bare subprocess/OS errors
+                raise DatabaseError(f"could not start the embedded PostgreSQL in {pgdata} "
+                                    f"again: {exc}; see {pgdata / 'log'}") from exc
+            return True
+
+
+def embedded_settings(memory_bytes: int) -> dict[str, str]:
+    """Server settings for the embedded PostgreSQL, which holds only a disposable index.
+
+    Sized by the machine's memory: a quarter for shared buffers (at most 2 GB) so a
+    million-event index is read from the server's own cache. Commits need not wait
+    for the WAL flush: a lost commit loses a file's rows together with its sync
+    state, and the next sync redoes both from the files. Minimal WAL lets a
+    reindex COPY into the tables it has just created without logging them.
+    """
+    mb = memory_bytes // (1024 * 1024)
+
+    def size(megabytes: int) -> str:  # as PostgreSQL shows it, so a rerun sees no change
+        return f"{megabytes // 1024}GB" if megabytes % 1024 == 0 else f"{megabytes}MB"
+
+    return {
+        "shared_buffers": size(max(128, min(mb // 4 // 128 * 128, 2048))),
+        "effective_cache_size": size(max(256, mb // 2 // 1024 * 1024)),
+        "work_mem": "32MB",
+        "maintenance_work_mem": size(max(64, min(mb // 16 // 64 * 64, 1024))),
+        "max_wal_size": "4GB",
+        "checkpoint_timeout": "15min",
+        "synchronous_commit": "off",
+        "wal_level": "minimal",
+        "max_wal_senders": "0",
+        "random_page_cost": "1.1",
+        "jit": "off",
+    }
+
+
+def _tune_embedded(server: Any) -> None:
+    """Apply `embedded_settings` once (ALTER SYSTEM), restarting the server if needed."""
+    wanted = embedded_settings(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    changed = alter_system(str(server.get_uri()), wanted)
+    if not changed:
+        return
+    from pgserver import _commands, utils  # deferred, as above
+
+    logger.info("restarting the embedded PostgreSQL for its settings: %s", changed)
+    _commands.pg_ctl(["-w", "-m", "fast", "restart"],  # type: ignore[attr-defined]
+                     pgdata=server.pgdata, user=server.system_user, timeout=60)
+    server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(server.pgdata)
