@@ -3,16 +3,15 @@ lock, fsync; all or nothing (a failed append is cut back out under its lock)."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from gitmem.errors import StoreError
 from gitmem.rows import Announced
-from gitmem.store import StatKey, stat_key
+from gitmem.store import StatKey, exclusive, stat_key
 
 logger = logging.getLogger(__name__)
 
@@ -52,18 +51,15 @@ def append_lines(path: Path, lines: list[bytes],
 def append_lock(path: Path) -> Iterator[int]:
     """A descriptor of `path` (created if need be) for appending, under an exclusive lock."""
     created = not path.exists()
-    try:
-        if created:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
-                         "nothing was written") from exc
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with ExitStack() as held:
+        try:
+            if created:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            fd = held.enter_context(exclusive(path, os.O_RDWR | os.O_APPEND | os.O_CREAT))
+        except OSError as exc:
+            raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
+                             "nothing was written") from exc
         yield fd
-    finally:
-        os.close(fd)  # closing releases the lock
     if created:
         fsync_dir(path.parent)
 

@@ -19,6 +19,7 @@ from gitmem.store import (
     iter_store_files,
     read_artifact,
     stat_store_files,
+    unrecognized_files,
     write_new,
 )
 from tests.conftest import git
@@ -186,6 +187,7 @@ def test_stat_store_files_gives_each_indexed_file_its_stat(tmp_path: Path) -> No
     (elsewhere / "2026-03-01.jsonl").write_text("")
     (store / "events" / "2026-03").symlink_to(elsewhere, target_is_directory=True)
     (store / "views" / "gone.md").symlink_to(tmp_path / "missing.md")
+    (month / "2026-02-11.jsonl").symlink_to(elsewhere, target_is_directory=True)
 
     found = stat_store_files(store)
 
@@ -195,7 +197,14 @@ def test_stat_store_files_gives_each_indexed_file_its_stat(tmp_path: Path) -> No
     assert found["views/gone.md"] == ("view", None)  # a broken link: listed, no stat
     assert "decisions/notes.txt" not in found
     assert not any(rel.startswith("events/2026-03/") for rel in found)  # link not entered
+    assert "events/2026-02/2026-02-11.jsonl" not in found  # named as a day file, a folder
     assert sorted(found) == [rel for rel, _ in iter_store_files(store)]
+    assert unrecognized_files(store) == [
+        {"path": "events/2026-03", "reason": "ignored: a link to a folder, not entered"},
+        {"path": "events/2026-02/2026-02-11.jsonl",
+         "reason": "ignored: a link to a folder, not entered"},
+        {"path": "decisions/notes.txt", "reason": "ignored: not named decisions/dec_<ULID>.md"},
+    ]
 
 
 def test_read_artifact_errors(tmp_path: Path) -> None:
