@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
-from datetime import datetime
+import time
+from datetime import UTC, datetime, timedelta
 
 from ulid import ULID
 
@@ -14,6 +16,7 @@ ULID_ID = re.compile(r"^(evt|dec|tsk|sum|hof)_[0-9A-HJKMNP-TV-Z]{26}$")
 ARTIFACT_ID = re.compile(r"^art_[0-9a-f]{64}$")
 ANY_REF = re.compile(r"^(?:(?:evt|dec|tsk|sum|hof)_[0-9A-HJKMNP-TV-Z]{26}|art_[0-9a-f]{64})$")
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _lock = threading.Lock()
 _last: dict[str, int] = {}
 
@@ -22,12 +25,16 @@ def new_id(prefix: str, at: datetime | None = None) -> str:
     """A fresh `<prefix>_<ULID>`; the ULID's time part is `at` (default now).
 
     Ids minted in one process for the same millisecond increase strictly, so a
-    burst of writes sorts in the order it was made.
+    burst of writes sorts in the order it was made. The random part comes from the
+    operating system for every new millisecond (python-ulid's own generator gives
+    the first id of its process at 1970-01-01T00:00:00Z no random part: one id for
+    every such event, on every machine).
     """
     if prefix not in PREFIXES:
         raise ValueError(f"unknown id prefix {prefix!r}; expected one of {PREFIXES}")
-    ulid = ULID.from_datetime(at) if at is not None else ULID()
-    value = int(ulid)
+    millis = (time.time_ns() // 1_000_000 if at is None
+              else (at.astimezone(UTC) - EPOCH) // timedelta(milliseconds=1))
+    value = millis << 80 | int.from_bytes(os.urandom(10), "big")
     with _lock:
         last = _last.get(prefix, 0)
         if value >> 80 == last >> 80 and value <= last:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
+from ulid import ULID
 
 from gitmem.documents import (
     decision_to_text,
@@ -614,6 +618,23 @@ def test_every_ts_accepted_is_read_alike_by_postgresql_and_keyed_by_the_index(
             assert search_keys("acme", event.ts)[1:] == time_keys(event.when), ts
             assert day_file_rel(event.when).endswith(f"/{ts[:10]}.jsonl")
             assert new_id("evt", event.when).startswith("evt_")
+
+
+def test_ids_at_the_first_instant_of_1970_are_random_and_keep_their_time() -> None:
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    minted = [new_id("evt", epoch) for _ in range(3)]
+    assert all(i.startswith("evt_0000000000") for i in minted)  # the time part: zero
+    assert len(set(minted)) == 3 and minted == sorted(minted)
+    # each process mints its first id afresh: two processes must not share it
+    first = [subprocess.run([sys.executable, "-c", "from datetime import UTC, datetime; "
+                             "from gitmem.ids import new_id; "
+                             "print(new_id('evt', datetime(1970, 1, 1, tzinfo=UTC)))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+             for _ in range(2)]
+    assert all(i.startswith("evt_0000000000") for i in first)
+    assert first[0] != first[1]
+    assert new_id("dec", datetime(2026, 2, 9, 5, 12, 33, 1000, tzinfo=UTC))[4:14] == \
+        str(ULID.from_datetime(datetime(2026, 2, 9, 5, 12, 33, 1000, tzinfo=UTC)))[:10]
 
 
 def test_a_markdown_record_with_a_ts_the_index_cannot_hold_names_its_line() -> None:
