@@ -291,6 +291,21 @@ def test_task_create_and_update(cli: Cli) -> None:
     rel = f"tasks/{task_id}.md"
     task = parse_task((cli.config.store / rel).read_text(), rel, "default")
     assert (task.status, task.owner) == ("done", "alice")
+    # an update that leaves the status out keeps it: a rename does not reopen the task
+    cli("task", "Write the onboarding guide", "--id", task_id, "--owner", "bob")
+    task = parse_task((cli.config.store / rel).read_text(), rel, "default")
+    assert (task.title, task.status, task.owner) == ("Write the onboarding guide", "done", "bob")
+
+
+def test_task_update_of_a_task_that_does_not_exist_is_refused(cli: Cli) -> None:
+    before = snapshot(cli.config.store.parent)
+    missing = "tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+    result = cli("task", "Typo", "--id", missing, "--status", "done", ok=False)
+    assert result.exit_code == 1 and f"no task {missing} to update" in result.stderr
+    assert "leave the id out to create a task" in result.stderr
+    result = cli("task", "Typo", "--id", "tsk_nope", ok=False)
+    assert result.exit_code == 1 and "'tsk_nope'" in result.stderr and "task_id" in result.stderr
+    assert snapshot(cli.config.store.parent) == before
 
 
 # ----------------------------------------------------------------------------- index

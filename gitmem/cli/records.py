@@ -206,9 +206,12 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
 
 @main.command()
 @click.argument("title")
-@click.option("--status", default="open", show_default=True,
-              help="open|doing|blocked|done|cancelled")
-@click.option("--id", "task_id", default=None, help="Update this task instead of creating one.")
+@click.option("--status", default=None,
+              help="open|doing|blocked|done|cancelled (a new task: open; an update keeps "
+                   "the task's).")
+@click.option("--id", "task_id", default=None,
+              help="Update this task (it must exist) instead of creating one; what is not "
+                   "given stays as it was.")
 @click.option("--details", default="", help="Details (the file's body).")
 @click.option("--owner", default="", help="Who owns it.")
 @click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
