@@ -28,18 +28,11 @@ from gitmem.documents import (
     handoff_to_text,
     parse_handoff,
 )
-from gitmem.errors import (
-    FormatError,
-    NotFoundError,
-    PrivacyError,
-    StoreError,
-    ValidationError,
-)
+from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.policies import Policies
 from gitmem.records import (
     EVENT_FIELDS,
     Event,
-    check_id,
     check_storable,
     content_hash,
     format_ts,
@@ -230,17 +223,13 @@ class Recorder:
 
     def task(self, title: str, *, status: str | None = None, task_id: str | None = None,
              details: str = "", owner: str = "", **event_fields: Any) -> Event:
-        """Create a task (`status` default open), or update the task `task_id`, which
-        must exist (what is not given stays as it was): a `task_update` event plus
-        `tasks/tsk_*.md`."""
+        """Create or update a task (`task_id`: the task's, new or existing): a
+        `task_update` event plus `tasks/tsk_*.md`. What an update does not give stays as
+        it was; a new task's `status` is open."""
         content: dict[str, Any] = {"title": title}
         if status is not None:
             content["status"] = status
         if task_id:
-            check_id(task_id, "tsk", "task_id")
-            if not (self.store / "tasks" / f"{task_id}.md").exists():
-                raise NotFoundError(f"no task {task_id} to update: tasks/{task_id}.md is not "
-                                    "in the store (leave the id out to create a task)")
             content["task_id"] = task_id
         if details:
             content["text"] = details

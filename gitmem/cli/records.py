@@ -231,6 +231,9 @@ def task(obj: Context, /, title: str, refs: tuple[str, ...], **options: Any) -> 
     if refs:
         kwargs["refs"] = list(refs)
     with reported():
+        if "task_id" in kwargs:  # --id updates: a mistyped id must not make a new task
+            from gitmem.store import require_task  # not on every command's import path
+            require_task(obj.config().store, kwargs["task_id"])
         answer = via_daemon(obj, "task", {"title": title, **kwargs})
         if answer is None:
             with obj.memory() as memory:
