@@ -145,9 +145,11 @@ class _Build:
     provenance: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
-    def cap(self, name: str) -> int:
+    def cap(self, name: str, scaled: bool = True) -> int:
         budget = self.policies.budgets.sections.get(name)
-        return int(budget.max_tokens * self.scale) if budget else 0
+        if budget is None:
+            return 0
+        return int(budget.max_tokens * self.scale) if scaled else budget.max_tokens
 
     def allows(self, sensitivity: str, channel: str) -> bool:
         """Whether the request's channel may load a chunk (an event's or a summary's:
@@ -273,7 +275,7 @@ def _pack_sections(build: _Build, names: Sequence[str],
                    fillers: Mapping[str, Callable[[Section], None]]) -> Packer:
     """Fill these sections, in this order; the packer."""
     for name in names:
-        section = build.packer.open(name, build.cap(name))
+        section = build.packer.open(name, build.cap(name), build.cap(name, scaled=False))
         step = time.perf_counter()
         if not build.request.handoff_id:
             _views(build, section, name)  # curated views first, in any section they name
@@ -325,6 +327,8 @@ def _views(build: _Build, section: Section, section_name: str) -> None:
             item: dict[str, Any] = {"type": "view", "id": anchor,
                                     "text": chunk.text, "refs": [anchor], "source": anchor,
                                     "token_est": chunk.token_est}
+            if view.pinned:
+                item["pinned"] = True
             if view.max_tokens is not None and view_used + chunk.token_est > view.max_tokens:
                 build.packer.omit("budget", anchor)
                 continue

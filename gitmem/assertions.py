@@ -20,6 +20,7 @@ from gitmem.config import Config
 from gitmem.errors import GitmemError, ScenarioError
 from gitmem.harness import percentile, timing_stats
 from gitmem.memory import Memory
+from gitmem.packing import within_caps
 from gitmem.records import Event, canonical_json, event_text
 from gitmem.scenario import ASSERTIONS
 from gitmem.steps import Failure, Run
@@ -108,16 +109,16 @@ def acb_max_tokens(run: Run, p: dict[str, Any]) -> None:
 
 
 def acb_within_caps(run: Run, p: dict[str, Any]) -> None:
-    """No section over its (scaled) cap; the whole under max_tokens - reserve."""
+    """No section over its (scaled) cap but by pinned items, which may fill the policy's
+    own cap; the whole under max_tokens - reserve."""
     acb = _acb(run, p)
     budget = acb["provenance"]["budget"]
-    caps = run.memory.policies.budgets.sections
+    caps = {name: (int(c.max_tokens * budget["scale"]), c.max_tokens)
+            for name, c in run.memory.policies.budgets.sections.items()}
     over = {s["name"]: s["token_est"] for s in acb["sections"]
-            if s["name"] in caps and s["token_est"] > int(caps[s["name"]].max_tokens
-                                                          * budget["scale"])}
+            if s["name"] in caps and not within_caps(s, *caps[s["name"]])}
     if over or acb["token_used_est"] > budget["available"]:
-        raise Failure({"caps": {n: int(caps[n].max_tokens * budget["scale"]) for n in over},
-                       "available": budget["available"]},
+        raise Failure({"caps": {n: caps[n] for n in over}, "available": budget["available"]},
                       {"sections": over, "token_used_est": acb["token_used_est"]})
 
 

@@ -7,7 +7,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -76,12 +76,24 @@ class _Many:
 
 @dataclass
 class Section:
-    """A section being packed."""
+    """A section being packed: `cap` is its cap scaled to the request's budget,
+    `pinned_cap` the policy's own, which pinned items may fill."""
 
     name: str
     cap: int
+    pinned_cap: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)
     used: int = 0
+
+
+def within_caps(section: Mapping[str, Any], cap: int, pinned_cap: int) -> bool:
+    """Whether a packed section (its JSON form) keeps to its caps: what is not pinned
+    to the scaled `cap`, the whole to it too unless pinned items took it up to the
+    policy's `pinned_cap`."""
+    loose: int = sum(i["token_est"] for i in section["items"] if not i.get("pinned"))
+    whole: int = section["token_est"]
+    pinned = any(i.get("pinned") for i in section["items"])
+    return loose <= cap and whole <= (max(cap, pinned_cap) if pinned else cap)
 
 
 class Packer:
@@ -98,9 +110,9 @@ class Packer:
         # what was packed, by content hash: the acb_id is a digest of it
         self.ledger: list[tuple[str, str, str, float | None]] = []
 
-    def open(self, name: str, cap: int) -> Section:
-        """Start a section with its (scaled) cap."""
-        section = Section(name, cap)
+    def open(self, name: str, cap: int, pinned_cap: int = 0) -> Section:
+        """Start a section with its scaled cap and the cap its pinned items may fill."""
+        section = Section(name, cap, max(cap, pinned_cap))
         self.sections[name] = section
         return section
 
@@ -122,7 +134,10 @@ class Packer:
                                                 else header_tokens(section.name))
 
     def add(self, section: Section, item: dict[str, Any], digest: str) -> bool:
-        """Add `item` if its hash is new and it fits; else record why not."""
+        """Add `item` if its hash is new and it fits; else record why not. A pinned
+        item (`item["pinned"]`) fits under the section's pinned cap: a small budget
+        scales the caps down, and pinned memory is always included while the whole
+        budget has room for it."""
         if digest in self.seen:
             if self.seen[digest] != item["id"]:
                 self.omit("duplicate", item["id"])
@@ -130,7 +145,8 @@ class Packer:
         cost = item["token_est"] + ITEM_SEPARATOR_TOKENS
         if not section.items:
             cost += header_tokens(section.name)
-        if section.used + cost > section.cap or self.used + cost > self.available:
+        cap = section.pinned_cap if item.get("pinned") else section.cap
+        if section.used + cost > cap or self.used + cost > self.available:
             self.omit("budget", item["id"])
             return False
         section.items.append(item)
@@ -150,7 +166,7 @@ class Packer:
         omissions are its own; the items packed so far are shared, not copied."""
         other = Packer(self.available)
         other.used = self.used
-        other.sections = {name: Section(s.name, s.cap, list(s.items), s.used)
+        other.sections = {name: replace(s, items=list(s.items))
                           for name, s in self.sections.items()}
         other.seen = dict(self.seen)
         other.omitted = {reason: dict(ids) for reason, ids in self.omitted.items()}

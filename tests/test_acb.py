@@ -16,7 +16,7 @@ from gitmem.config import Config
 from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
-from gitmem.packing import render_text
+from gitmem.packing import render_text, within_caps
 from tests.conftest import Cli, git
 
 NOW = "2026-03-01T12:00:00+00:00"
@@ -379,10 +379,40 @@ def test_caps_hold(memory: Memory, budget: int) -> None:
     assert acb["token_used_est"] <= available
     assert acb["budget_tokens"] == budget
     for s in acb["sections"]:
-        assert s["token_est"] <= int(budgets.sections[s["name"]].max_tokens * scale)
+        cap = budgets.sections[s["name"]].max_tokens
+        assert within_caps(s, int(cap * scale), cap)
         assert sum(i["token_est"] for i in s["items"]) <= s["token_est"]
     assert tokens.count(render_text(acb)) <= available
     assert omitted(acb, "budget")
+
+
+@pytest.mark.parametrize("budget", [300, 1000, 1500])
+def test_pinned_views_are_packed_at_small_budgets(memory: Memory, budget: int) -> None:
+    """The identity section's cap scaled to a small budget (1,200 x 1,500 / 65,000 = 27
+    tokens) is smaller than the pinned identity view: pinned items fill up to the
+    policy's own cap while the whole budget has room, and nothing else goes past the
+    scaled cap."""
+    say(memory, "the deploy pipeline runs on the blue cluster", session_id="s1")
+    views = memory.store / "views"
+    (views / "identity.md").write_text(
+        "---\nsection: identity\npinned: true\n---\n# Identity\n\n"
+        "You are the release assistant of the platform team. You answer with the "
+        "commands to run, the cluster they run on and the person to ask.\n")
+    (views / "style.md").write_text(
+        "---\nsection: identity\n---\n# Style\n\nShort answers.\n")
+    memory.sync()
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "max_tokens": budget,
+                            "query_text": "deploy pipeline"})
+    identity = section(acb, "identity")
+    assert [i["id"] for i in identity if i.get("pinned")] == ["views/identity.md#identity"]
+    assert "views/identity.md#identity" not in omitted(acb, "budget")
+    budgets = memory.policies.budgets
+    scale = budget / budgets.total
+    assert identity[0]["token_est"] > int(budgets.sections["identity"].max_tokens * scale)
+    for s in acb["sections"]:
+        cap = budgets.sections[s["name"]].max_tokens
+        assert within_caps(s, int(cap * scale), cap)
+    assert acb["token_used_est"] <= budget - int(budgets.reserve * scale)
 
 
 def test_five_identical_events_appear_once(memory: Memory) -> None:
