@@ -12,12 +12,12 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -32,6 +32,26 @@ logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "12"
 Row = dict[str, Any]
+T = TypeVar("T")
+DEADLOCK_ATTEMPTS = 3
+
+
+def retry_deadlocks(run: Callable[[], T], what: str) -> T:
+    """`run()`, run again (up to DEADLOCK_ATTEMPTS in all) when PostgreSQL ends it as a
+    deadlock's victim. A reindex drops the old index's tables one by one while a reader
+    may hold one and wait for another; PostgreSQL then rolls one of them back whole,
+    so running it again is safe, and the other has gone on meanwhile."""
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return run()
+        except DatabaseError as exc:
+            if (attempt == DEADLOCK_ATTEMPTS
+                    or not isinstance(exc.__cause__, psycopg.errors.DeadlockDetected)):
+                raise
+            logger.warning("%s was rolled back to end a deadlock (a reindex beside it); "
+                           "running it again (attempt %d of %d)", what, attempt + 1,
+                           DEADLOCK_ATTEMPTS)
+    raise AssertionError("unreachable")
 
 
 def sql_dir() -> Path:

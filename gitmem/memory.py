@@ -235,6 +235,7 @@ class Memory:
         `appended`: lines this process just wrote, by file (`indexer.sync`). Under the
         daemon the indexer process does it, from the files alone."""
         from gitmem import indexer
+        from gitmem.db import retry_deadlocks
         from gitmem.indexproc import IndexerGone
 
         report = None
@@ -245,7 +246,8 @@ class Memory:
             except IndexerGone as exc:
                 logger.warning("%s; indexing in the daemon from now on", exc)
         if report is None:
-            report = indexer.sync(self.db, self.store, self.policies, paths, appended)
+            report = retry_deadlocks(lambda: indexer.sync(
+                self.db, self.store, self.policies, paths, appended), "the sync")
         if report.changed:
             self.forget(report.changed)
         return report
@@ -277,12 +279,14 @@ class Memory:
         """Finish or undo the writes a crash interrupted, then drop and rebuild the
         index from the files."""
         from gitmem import indexer
+        from gitmem.db import retry_deadlocks
 
         with self._lock:
             self._claim = True  # a reindex makes an index that held another store's this one's
         self._check_takeover()
         finished = recovery.finish(self.store)
-        report = indexer.reindex(self.db, self.store, self.policies, progress)
+        report = retry_deadlocks(lambda: indexer.reindex(
+            self.db, self.store, self.policies, progress), "the reindex")
         report.finished = [f.to_dict() for f in finished]
         self.invalidate(None)
         return report
@@ -321,6 +325,7 @@ class Memory:
         `encoded`: on the fast path, `sections` and `omissions` come as JSON already
         encoded (`orjson.Fragment`), for the daemon's answer."""
         from gitmem import acb
+        from gitmem.db import retry_deadlocks
 
         started = time.perf_counter()
         if not isinstance(request, acb.AcbRequest):
@@ -337,8 +342,9 @@ class Memory:
         if deferred:  # being indexed, but nothing in them could change this answer
             state["not_awaited_files"] = deferred
         try:
-            return acb.build_acb(request, self.policies, self.cache, lambda: self.db,
-                                 state, encoded=encoded)
+            return retry_deadlocks(lambda: acb.build_acb(
+                request, self.policies, self.cache, lambda: self.db, state, encoded=encoded),
+                "build_acb")
         except DatabaseError as exc:
             if self.on_database_error is not None:
                 self.on_database_error(exc)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from gitmem.config import redact_dsn
 from gitmem.db import (
@@ -15,6 +19,7 @@ from gitmem.db import (
     named_queries,
 )
 from gitmem.embedded import embedded_settings
+from gitmem.memory import Memory
 
 
 def test_embedded_settings_scale_with_memory_and_read_as_postgresql_shows_them() -> None:
@@ -121,3 +126,48 @@ def test_insert_rows_falls_back_to_one_by_one_when_another_session_inserts_a_key
                 *_filler(filler, "x")])
             done.join()
             assert _artifacts(conn) == [("art_x", "evt_1", 1), ("art_y", "evt_1", 3)]
+
+
+def test_a_reindex_chosen_as_a_deadlocks_victim_is_run_again(
+        memory: Memory, dsn: str, schema: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A reader holding one table of the index and asking for another, while a reindex
+    drops them one by one, deadlocks with it. The reindex is rolled back whole and runs
+    again once the reader has gone on; the reader gets its rows."""
+    memory.record({"content": {"text": "the pangolin sleeps"}})
+    memory.decide("Keep the pangolin fed", [memory.record({"content": {"text": "fed"}}).id])
+    memory.sync()
+    tables = {row[0] for row in psycopg.connect(dsn, autocommit=True).execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()}
+    with psycopg.connect(dsn) as reader:
+        reader.execute("SET deadlock_timeout = '60s'")  # the reindex finds the deadlock
+        reader.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier(schema, "decisions"))).fetchone()
+        done: list[Any] = []
+        rebuild = threading.Thread(target=lambda: done.append(memory.reindex()))
+        rebuild.start()
+        held: set[str] = set()
+        with psycopg.connect(dsn, autocommit=True) as watch:
+            for _ in range(500):  # until the reindex's DROP waits for the decisions table
+                held = {row[0] for row in watch.execute(
+                    "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s "
+                    "AND l.mode = 'AccessExclusiveLock' AND l.granted "
+                    "AND l.pid <> pg_backend_pid()", (schema,)).fetchall()}
+                waiting = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE 'DROP SCHEMA%%'").fetchone()
+                if held & tables and waiting and waiting[0]:
+                    break
+                time.sleep(0.01)
+        taken = sorted(held & tables - {"decisions"})
+        assert taken, "the reindex's DROP SCHEMA took no table before waiting"
+        with caplog.at_level(logging.WARNING, logger="gitmem.db"):
+            rows = reader.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(schema, taken[0]))).fetchone()  # waits: the deadlock
+            reader.commit()
+            rebuild.join(timeout=60)
+    assert rows is not None and not rebuild.is_alive()
+    [report] = done
+    assert report.errors == [] and report.rows > 0
+    assert "rolled back to end a deadlock" in caplog.text
+    assert memory.build_acb({"query_text": "pangolin"})["provenance"]["retrieved"] >= 1
