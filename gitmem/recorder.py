@@ -132,9 +132,10 @@ class Recorder:
     def record(self, obj: Mapping[str, Any]) -> Event:
         """Validate and durably append one event; returns it with id, ts and hash."""
         with self._task_lock([obj]):
-            prepared = self._prepare(obj, {})
+            known = self._known([obj])
+            prepared = self._prepare(obj, {}, known)
             try:
-                todo = self._new([prepared], [obj])
+                todo = self._new([prepared], [obj], known)
             except _Repeated as exc:
                 raise exc.error from None
             self._commit(todo)
@@ -162,26 +163,33 @@ class Recorder:
         prepared: list[_Prepared] = []
         staging: Staging = {}
         with self._task_lock(objs):
+            known = self._known(objs)
             for position, obj in enumerate(objs):
                 number = lines[position] if lines is not None else position + 1
                 try:
-                    prepared.append(self._prepare(obj, staging))
+                    prepared.append(self._prepare(obj, staging, known))
                 except FormatError as exc:
                     raise exc.at(source, number) from None
                 except PrivacyError as exc:
                     raise PrivacyError(f"{source}:{number}: {exc}") from None
             try:
-                todo = self._new(prepared, objs)
+                todo = self._new(prepared, objs, known)
             except _Repeated as exc:
                 number = lines[exc.position] if lines is not None else exc.position + 1
                 raise exc.error.at(source, number) from None
             self._commit(todo)
         return [p.event for p in prepared]
 
-    def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]]
-             ) -> list[_Prepared]:
+    def _known(self, objs: Sequence[Mapping[str, Any]]) -> Mapping[str, Recorded]:
+        """Which of the event ids these objects name the index holds already."""
+        named = sorted({o["id"] for o in objs
+                        if isinstance(o, Mapping) and isinstance(o.get("id"), str) and o["id"]})
+        return self.recorded(named) if named and self.recorded is not None else {}
+
+    def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]],
+             known: Mapping[str, Recorded]) -> list[_Prepared]:
         """The prepared events to write: an id the caller chose must not be another
-        event's (in this batch or recorded already: `recorded`); the same event again
+        event's (in this batch or recorded already: `known`); the same event again
         (same id, tenant, time and content: a retried write) is not written twice."""
         named = {p.event.id: n for n, (p, obj) in enumerate(zip(prepared, objs, strict=True))
                  if obj.get("id")}
@@ -193,7 +201,6 @@ class Recorder:
                 raise _Repeated(n, ValidationError(
                     f"{p.event.id} is also event {first[p.event.id] + 1} of this write; "
                     "event ids never repeat", field="id"))
-        known = self.recorded(sorted(named)) if self.recorded is not None else {}
         for event_id, (tenant, ts, digest) in known.items():
             event = prepared[named[event_id]].event
             if (tenant, digest) != (event.tenant_id, event.hash) or ts != event.when:
@@ -312,7 +319,8 @@ class Recorder:
                                       field="hash")
         return full
 
-    def _prepare(self, obj: Mapping[str, Any], staging: Staging) -> _Prepared:
+    def _prepare(self, obj: Mapping[str, Any], staging: Staging,
+                 known: Mapping[str, Recorded]) -> _Prepared:
         full = self._complete(obj)
         if full["sensitivity"] in self.policies.privacy.never_store:
             raise PrivacyError(
@@ -344,6 +352,11 @@ class Recorder:
         self.files.require_records(event.refs, staging)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)
+        if derive is not None and known.get(event.id) == (
+                event.tenant_id, event.when, digest := content_hash(kind, full["content"])):
+            # the same event written again (a retry): its file is there already, and
+            # a decision or summary is never written twice
+            return _Prepared(replace(event, hash=digest))
         if derive is not None:
             item = derive(full, parse_ts(full["ts"]), staging)  # may add its id to the content
             staging[item.target] = item

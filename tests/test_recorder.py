@@ -502,6 +502,28 @@ def test_the_same_event_again_is_written_once(memory: Memory) -> None:
         memory.store, "events/2026-03/2026-03-01.jsonl")] == ["retried", "new"]
 
 
+def test_the_same_decision_or_summary_event_again_is_written_once(memory: Memory) -> None:
+    """A retried write of a decision or summary event (its line as written: the same id,
+    tenant, time and content) is not refused as a record that exists."""
+    ts = {"ts": "2026-02-09T10:00:00+00:00"}
+    cited = memory.record({"content": {"text": "the pangolin is hungry"}, **ts}).id
+    decision = memory.decide("Keep the pangolin fed", [cited], **ts)
+    summary = memory.record({"kind": "summary", "refs": [cited],
+                             "content": {"text": "a hungry pangolin"}, **ts})
+    lines = {e["id"]: e for e in events_on_disk(memory.store)}
+    before = snapshot(memory.store)
+    assert memory.record(lines[decision.id]).id == decision.id
+    again = memory.record_many([lines[summary.id], lines[decision.id]])
+    assert [e.id for e in again] == [summary.id, decision.id]
+    assert snapshot(memory.store) == before
+    changed = {**lines[decision.id], "content": {**lines[decision.id]["content"],
+                                                 "text": "Starve the pangolin"}}
+    del changed["hash"]
+    with pytest.raises(ValidationError, match="never rewritten"):  # not the same event
+        memory.record(changed)
+    assert snapshot(memory.store) == before
+
+
 def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) -> None:
     before = snapshot(repo)
     objs = [{"id": EVT, "content": {"text": "one"}}, {"content": {"text": "two"}},
