@@ -31,7 +31,7 @@ from typing import Any
 
 from gitmem import indexer
 from gitmem.config import Config
-from gitmem.errors import DatabaseError, GitmemError
+from gitmem.errors import DatabaseError, FormatError, GitmemError
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +130,11 @@ def _serve(config: Config, conn: Connection) -> None:
                 return
             answer: tuple[str, Any]
             try:
-                answer = ("report", indexer.sync(memory.db, memory.store, memory.policies,
-                                                 paths))
+                try:
+                    policies = memory.policies
+                except FormatError:  # an edit that does not load: the daemon reports it
+                    policies = memory.applied_policies  # and goes on with these, as here
+                answer = ("report", indexer.sync(memory.db, memory.store, policies, paths))
             except DatabaseError as exc:
                 answer = ("database", str(exc))
                 memory.close()  # its connections may be to a server that is gone: new ones

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gitmem import recovery
 from gitmem.config import Config
 from gitmem.documents import Handoff
-from gitmem.errors import DatabaseError, NotFoundError
+from gitmem.errors import DatabaseError, FormatError, NotFoundError
 from gitmem.ids import ARTIFACT_ID
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
@@ -110,6 +110,24 @@ class Memory:
             if self.catch_up is None and self._policies_changed():
                 self.reload_policies()
             return self._policies
+
+    @property
+    def applied_policies(self) -> Policies:
+        """The policies last loaded, without looking at their files again (under the
+        daemon, the last good ones while an edit does not load)."""
+        return self._policies
+
+    def policies_not_applied(self) -> FormatError | None:
+        """The error of a policy edit that does not load (its file and line), while the
+        daemon goes on with the last good policies; None when the files are as applied."""
+        with self._lock:
+            if not self._policies_changed():
+                return None
+        try:
+            load_policies(self.store)
+        except FormatError as exc:
+            return exc
+        return None
 
     def _policies_changed(self) -> bool:
         for rel, digest in self._policies.hashes.items():
@@ -393,4 +411,10 @@ class Memory:
         """What in the index is stale relative to the files, and why."""
         from gitmem import indexer
 
-        return indexer.status(self.db, self.store, self.policies)
+        report = indexer.status(self.db, self.store, self.policies)
+        broken = self.policies_not_applied()  # under the daemon: the last good ones serve
+        if broken is not None:
+            report["errors"].insert(0, broken.to_dict() | {
+                "message": f"{broken.detail} (not applied: the daemon goes on with the last "
+                           "good policies)"})
+        return report

@@ -333,10 +333,13 @@ def test_status_and_reindex_name_bad_lines(cli: Cli) -> None:
     day = cli.config.store / "events/2026-02/2026-02-09.jsonl"
     with day.open("ab") as handle:
         handle.write(b"{broken\n")
+        handle.write(b'{"content": {"text": "no id"}}\n')
     reindex = cli("reindex")
     assert "events/2026-02/2026-02-09.jsonl:2: malformed JSON" in reindex.stderr
     status = cli("status")
     assert "error   events/2026-02/2026-02-09.jsonl:2: malformed JSON" in status.stdout
+    # the field is named as `gitmem verify` and FormatError name it
+    assert "error   events/2026-02/2026-02-09.jsonl:3: field 'id': missing" in status.stdout
     with day.open("ab") as handle:
         handle.write(b'{"torn')
     pending = json.loads(cli("status", "--json").stdout)["pending"]

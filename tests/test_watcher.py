@@ -205,6 +205,28 @@ def test_policy_edits_apply_without_a_restart(daemon: Daemon) -> None:
     assert after["policies/privacy.yaml"] == before["policies/privacy.yaml"]
 
 
+def test_a_policy_edit_that_does_not_load_is_reported_and_indexing_goes_on(
+        daemon: Daemon) -> None:
+    """The daemon keeps the last good policies while an edit does not load; its indexer
+    process too (it stopped indexing every file before), and `status` names the file."""
+    privacy = daemon.config.store / "policies" / "privacy.yaml"
+    good = privacy.read_text()
+    privacy.write_text(good + "  bad: [\n")
+    recorded = daemon.call("record_event", {"session_id": "broken",
+                                            "content": {"text": "the pangolin sleeps"}})
+    acb = daemon.call("build_acb", {"session_id": "broken"})
+    assert [i["id"] for i in items(acb, "recent_window")] == [recorded["event_id"]]
+    status = daemon.call("status", {})
+    [problem] = [e for e in status["errors"] if e["path"] == "policies/privacy.yaml"]
+    assert problem["line"] > len(good.splitlines()) - 1 and "broken YAML" in problem["message"]
+    assert "not applied: the daemon goes on with the last good policies" in problem["message"]
+    assert status["clean"] and daemon.call("daemon_status")["indexer"]["alive"]
+    shown = daemon.cli("status").stdout
+    assert f"error   policies/privacy.yaml:{problem['line']}: broken YAML" in shown
+    privacy.write_text(good)
+    wait_for(lambda: not daemon.call("status", {})["errors"])
+
+
 def test_a_policy_that_shapes_rows_remakes_them(daemon: Daemon, index: Index) -> None:
     long_text = "\n\n".join(f"paragraph {n}: " + "word " * 80 for n in range(6))
     event_id, line = event_line("long", long_text, number=300)

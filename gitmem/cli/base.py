@@ -105,5 +105,7 @@ def main(ctx: click.Context, store: str | None, dsn: str | None, verbose: bool) 
 
 
 def where(problem: dict[str, Any]) -> str:
+    """`path:line` of a reported problem, and its field (as FormatError says it)."""
     line = f":{problem['line']}" if problem.get("line") else ""
-    return f"{problem.get('path', '')}{line}"
+    field = f": field '{problem['field']}'" if problem.get("field") else ""
+    return f"{problem.get('path', '')}{line}{field}"
