@@ -76,8 +76,13 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
             if (store_path / STORE_DIRNAME / "manifest.json").is_file():
                 raise ConfigError(f"{store_path} is not a gitmem store but holds one: pass "
                                   f"--store {store_path / STORE_DIRNAME}")
+            if store_path.name == STORE_DIRNAME:
+                hint = f"run `gitmem init {store_path.parent}` to create one"
+            else:  # init makes DIR/memory: say where the store it makes would be
+                hint = (f"`gitmem init {store_path}` creates the store "
+                        f"{store_path / STORE_DIRNAME} (pass that as --store)")
             raise ConfigError(f"{store_path} is not a gitmem store (no manifest.json); "
-                              f"run `gitmem init {store_path.parent}` to create one")
+                              + hint)
     else:
         found = find_store(cwd.resolve())
         if found is None:

@@ -265,6 +265,12 @@ def test_no_store_found_says_what_to_do(tmp_path: Path) -> None:
 
 def test_store_path_that_is_not_a_store(tmp_path: Path) -> None:
     (tmp_path / "memory").mkdir()  # a directory without manifest.json is not a store
-    with pytest.raises(ConfigError, match="not a gitmem store"):
+    with pytest.raises(ConfigError, match="not a gitmem store") as caught:
         load_config(env={"GITMEM_STORE": str(tmp_path / "memory")}, cwd=tmp_path)
+    assert f"run `gitmem init {tmp_path}` to create one" in str(caught.value)
     assert find_store(tmp_path) is None
+    # a store path not named memory: init DIR would make DIR/memory, so say so
+    with pytest.raises(ConfigError, match="not a gitmem store") as caught:
+        load_config("notes", env={}, cwd=tmp_path)
+    assert (f"`gitmem init {tmp_path / 'notes'}` creates the store "
+            f"{tmp_path / 'notes' / 'memory'} (pass that as --store)") in str(caught.value)
