@@ -36,7 +36,7 @@ class Assessment:
     start_line: int = 1
     state: dict[str, Any] = field(default_factory=dict)   # the new source_files row
     pending_bytes: int = 0  # JSONL bytes after the last newline (a torn or growing line)
-    # an events file whose first lines are as indexed (gitmem/indexer.py, _kept_prefix):
+    # an events file whose first lines are as indexed (gitmem/reread.py):
     # how many, and their events' ids; `data` is what follows them
     kept_lines: int = 0
     kept: tuple[str, ...] = ()

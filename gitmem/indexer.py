@@ -10,7 +10,7 @@ content decides (gitmem/freshness.py):
   indexed (a torn last line waits for its newline);
 - JSONL shrunk, with different anchors, or not grown and another prefix CRC
   (checkout, rewrite, an edit in place): reindexed from its first line that is not
-  what the index made of it (`_kept_prefix`; a checkout of an older commit that cut
+  what the index made of it (gitmem/reread.py; a checkout of an older commit that cut
   lines from its end reads none);
 - Markdown/YAML with a new content hash: re-parsed;
 - gone from disk: its rows are deleted.
@@ -39,14 +39,16 @@ from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
 from gitmem.freshness import Assessment, FileStat, assess, candidates
 from gitmem.policies import Policies
-from gitmem.records import Event, iter_events, parse_ts
+from gitmem.reread import kept_prefix
 from gitmem.rows import (
     CHUNK_COLUMNS,
+    EVENT_COLUMNS,
     SHORT_TOKENS,
     TABLE_COLUMNS,
     Appended,
     FileRows,
     parse_file,
+    repeated_id,
 )
 from gitmem.store import (
     TENANT_FILE_KINDS,
@@ -85,7 +87,9 @@ class SyncReport:
 
 
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
-    return [e.to_dict() for e in errors]
+    """A file's errors as its state keeps them: in line order (a sync that appends and a
+    reindex find them in different orders)."""
+    return [e.to_dict() for e in sorted(errors, key=lambda e: e.line or 0)]
 
 
 def load_states(db: Database) -> dict[str, Row]:
@@ -110,7 +114,25 @@ def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRo
             if table == "events" and added < len(values):  # some are indexed already
                 db.execute("event_copies_note", {"path": path,
                                                  "ids": [row[0] for row in values]}, conn)
+                rows.repeats += values
+    if rows.repeats:
+        rows.errors += _repeated_otherwise(db, conn, path, rows.repeats)
     return rows.count()
+
+
+_EVENT_LINE, _EVENT_HASH = EVENT_COLUMNS.index("line"), EVENT_COLUMNS.index("hash")
+
+
+def _repeated_otherwise(db: Database, conn: psycopg.Connection[Row], path: str,
+                        events: Sequence[tuple[Any, ...]]) -> list[FormatError]:
+    """The errors of those of a file's event rows whose id the index holds from another
+    line with other content (left out, as the first comes first: named, not silent)."""
+    found = db.fetchall("events_repeated_otherwise", {
+        "path": path, "ids": [row[0] for row in events],
+        "lines": [row[_EVENT_LINE] for row in events],
+        "hashes": [row[_EVENT_HASH] for row in events]}, conn)
+    return [repeated_id(r["event_id"], r["first_path"], r["first_line"], path, r["line"])
+            for r in found]
 
 
 def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
@@ -176,7 +198,7 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
         state = cursor.fetchone()
         found = assess(store, rel, kind, None if force else state, policies)
         if found.action == "rewrite" and state is not None:
-            found = _kept_prefix(db, conn, found, state)
+            found = kept_prefix(db, conn, found, state)
         if not force and (found.action == "unchanged" or (
                 found.action == "touched" and state is not None
                 and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode")))):
@@ -191,70 +213,6 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
         if held and homes is not None:
             homes.update(_copies_elsewhere(db, conn, rel, held))
     return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
-
-
-def _kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
-                 state: Row) -> Assessment:
-    """`found` (an events file to read again whole) read again only from its first line
-    that is not what the index made of it: the lines before it, each event compared
-    field by field with its row (content included; a line that failed or was a repeat,
-    as it was), keep their rows, and only those of the lines after it are made again.
-    A checkout of an older commit cuts lines from a day file's end ("truncate": no line
-    to read); one of another branch, or an edit in place, changes it from some line on.
-    Reading the 1M corpus's last day file (7,651 lines) again whole took 2.1-3.7 s."""
-    if found.kind != "events" or not state["line_count"]:
-        return found
-    last = state["line_count"]
-    rows = {r["line"]: r for r in db.fetchall(
-        "file_event_rows", {"path": found.path, "to_line": last}, conn)}
-    copies = {r["event_id"] for r in db.fetchall("file_copies", {"path": found.path}, conn)}
-    failed = {int(e["line"]): e for e in state["errors"] if e.get("line")}
-    ids: dict[str, int] = {}  # the events of the lines kept: their first line
-    kept = 0
-    for number, event in iter_events(found.data, found.path):
-        if number > last:
-            break
-        if isinstance(event, FormatError):
-            if failed.pop(number, None) != event.to_dict():  # failing as it did
-                break
-        else:
-            row = rows.pop(number, None)
-            if row is None:  # indexed from another line of this file, or another file
-                if event.id not in ids and event.id not in copies:
-                    break
-            elif not _same_event(event, row):
-                break
-            ids.setdefault(event.id, number)
-        kept = number
-    # a line left blank that held an event, or a failure, before
-    kept = min([kept, *(n - 1 for n in [*rows, *failed] if n <= kept)])
-    if kept == 0:
-        return found
-    at = 0
-    for _ in range(kept):
-        at = found.data.index(b"\n", at) + 1
-    rest = found.data[at:]
-    new_state = dict(found.state)
-    new_state["errors"] = [e for e in state["errors"] if int(e.get("line") or 0) <= kept]
-    if rest.strip():
-        action, reason = "rewrite", (f"lines from {kept + 1} on changed (checkout or edit); "
-                                     f"the {kept} before them as indexed")
-    else:
-        action, reason = "truncate", "lines cut from its end (the rest as indexed)"
-    return replace(found, action=action, reason=reason, data=rest, start_line=kept + 1,
-                   state=new_state, kept_lines=kept,
-                   kept=tuple(i for i, n in ids.items() if n <= kept))
-
-
-def _same_event(event: Event, row: Row) -> bool:
-    """Whether an events row is what `event_rows` makes of `event` (content included)."""
-    return bool(event.id == row["event_id"] and event.tenant_id == row["tenant_id"]
-            and parse_ts(event.ts) == row["ts"] and event.session_id == row["session_id"]
-            and event.agent_id == row["agent_id"] and event.channel == row["channel"]
-            and event.actor.type == row["actor_type"] and event.actor.id == row["actor_id"]
-            and event.kind == row["kind"] and event.sensitivity == row["sensitivity"]
-            and list(event.tags) == row["tags"] and list(event.refs) == row["refs"]
-            and event.hash == row["hash"] and event.content == row["content"])
 
 
 def _copies_elsewhere(db: Database, conn: psycopg.Connection[Row], rel: str,
@@ -353,13 +311,19 @@ def reindex(db: Database, store: Path, policies: Policies,
         batch = FileRows()
         states: list[tuple[Any, ...]] = []
         copies: list[tuple[str, str]] = []  # (path, event id) of every repeat skipped
+        # files with repeats of an id another file holds: (state's index, path, its
+        # errors, the rows left out)
+        repeats: list[tuple[int, str, list[FormatError], list[tuple[Any, ...]]]] = []
         with _gc_paused(), _CopyBehind(db, conn) as loader:
             for rel, kind in files:
                 found = assess(store, rel, kind, None, policies)
                 if found.action == "unchanged":  # vanished between listing and reading
                     continue
                 rows = parse_file(rel, kind, found.data, policies)
-                copies += [(rel, event_id) for event_id in sorted(_drop_seen(rows, seen_events))]
+                dropped = _drop_seen(rows, seen_events)
+                copies += sorted({(rel, row[0]) for row in dropped})
+                if dropped or rows.repeats:  # named once every file is in, if they differ
+                    repeats.append((len(states), rel, rows.errors, dropped + rows.repeats))
                 for chunk in rows.tables["chunks"]:
                     _count_chunk(totals, chunk[1], chunk[_TOKEN_EST])
                 batch.extend(rows)
@@ -373,6 +337,14 @@ def reindex(db: Database, store: Path, policies: Policies,
                     loader.put(batch)
                     batch = FileRows()
             loader.put(batch)
+        for at, rel, errors, dropped in repeats:
+            found_too = _repeated_otherwise(db, conn, rel, dropped)
+            if found_too:
+                patched = list(states[at])
+                patched[_STATE_COLUMNS.index("errors")] = json.dumps(
+                    _errors_json([*errors, *found_too]))
+                states[at] = tuple(patched)
+                report.errors.extend(_errors_json(found_too))
         report.rows += loader.rows
         db.execute("lexemes_count_all", None, conn)
         db.execute("lexemes_rebuild", None, conn)
@@ -427,19 +399,20 @@ _STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "
                   "prefix_crc", "errors", "size", "ctime_ns", "inode")
 
 
-def _drop_seen(rows: FileRows, seen: set[str]) -> set[str]:
-    """Keep the first occurrence of an event id across files; the ids dropped (copies,
-    for `event_copies`)."""
+def _drop_seen(rows: FileRows, seen: set[str]) -> list[tuple[Any, ...]]:
+    """Keep the first occurrence of an event id across files; the event rows dropped
+    (copies, for `event_copies`)."""
     events = rows.tables["events"]
     if not events:
-        return set()
+        return []
     dupes = {row[0] for row in events if row[0] in seen}
     seen.update(row[0] for row in events)
-    if dupes:
-        rows.tables["events"] = [r for r in events if r[0] not in dupes]
-        rows.tables["chunks"] = [r for r in rows.tables["chunks"] if r[3] not in dupes]
-        rows.tables["artifacts"] = [r for r in rows.tables["artifacts"] if r[1] not in dupes]
-    return dupes
+    if not dupes:
+        return []
+    rows.tables["events"] = [r for r in events if r[0] not in dupes]
+    rows.tables["chunks"] = [r for r in rows.tables["chunks"] if r[3] not in dupes]
+    rows.tables["artifacts"] = [r for r in rows.tables["artifacts"] if r[1] not in dupes]
+    return [r for r in events if r[0] in dupes]
 
 
 @contextmanager

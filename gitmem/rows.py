@@ -70,6 +70,9 @@ class FileRows:
         default_factory=lambda: {name: [] for name in TABLE_COLUMNS})
     errors: list[FormatError] = field(default_factory=list)
     known: int = 0   # event lines taken from their writer's events, not decoded
+    # the event rows of lines whose id an earlier line of the same read holds (not
+    # indexed; the indexer names those whose content differs from the indexed line)
+    repeats: list[tuple[Any, ...]] = field(default_factory=list)
 
     def count(self) -> int:
         """Rows over all tables."""
@@ -207,14 +210,19 @@ def event_chunk_text(event: Event) -> str:
     return f"{event.actor.id}: {body}"
 
 
+def event_row(event: Event, path: str, line: int) -> tuple[Any, ...]:
+    """The `events` row of one event line (EVENT_COLUMNS)."""
+    return (event.id, event.tenant_id, event.ts, event.session_id, event.agent_id,
+            event.channel, event.actor.type, event.actor.id, event.kind, event.sensitivity,
+            list(event.tags), list(event.refs), compact_json(event.content), event.hash,
+            path, line)
+
+
 def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows) -> None:
     """Rows of one event: the event, its chunks, its artifact reference."""
     tags = list(event.tags)
     refs = list(event.refs)
-    out.tables["events"].append((
-        event.id, event.tenant_id, event.ts, event.session_id, event.agent_id, event.channel,
-        event.actor.type, event.actor.id, event.kind, event.sensitivity, tags, refs,
-        compact_json(event.content), event.hash, path, line))
+    out.tables["events"].append(event_row(event, path, line))
     if "artifact_id" in event.content:
         out.tables["artifacts"].append((event.content["artifact_id"], event.id, event.tenant_id,
                                         int(event.content.get("bytes", 0)), path))
@@ -294,6 +302,15 @@ def split_known(appended: Sequence[Appended], offset: int,
     return runs
 
 
+def repeated_id(event_id: str, first_path: str, first_line: int, path: str,
+                line: int) -> FormatError:
+    """The error of a line whose event id an earlier line holds with other content: the
+    index keeps the first, so this one is named rather than silently left out."""
+    return FormatError(f"{event_id} is also {first_path}:{first_line} with other content; "
+                       "ids never repeat (this line is not indexed)", path=path, line=line,
+                       field="id")
+
+
 def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
                start_line: int = 1, offset: int = 0,
                appended: Sequence[Appended] = ()) -> FileRows:
@@ -320,6 +337,7 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
                     out.errors.append(event)
                     continue
                 if event.id in seen:  # a union merge may repeat a line: index it once
+                    out.repeats.append(event_row(event, path, number))
                     continue
                 seen.add(event.id)
                 event_rows(event, path, number, policies, out)

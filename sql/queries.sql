@@ -45,6 +45,15 @@ SELECT %(path)s, e.event_id FROM events e
 WHERE e.event_id = ANY (%(ids)s) AND e.path <> %(path)s
 ON CONFLICT DO NOTHING
 
+-- name: events_repeated_otherwise
+-- Of these events of file %(path)s (id, line, hash), the ones whose id the index holds
+-- from another line with other content: the line, and where the indexed one is.
+SELECT u.event_id, u.line, e.path AS first_path, e.line AS first_line
+FROM unnest(%(ids)s::text[], %(lines)s::integer[], %(hashes)s::text[]) AS u(event_id, line, hash)
+JOIN events e ON e.event_id = u.event_id
+WHERE e.hash <> u.hash AND (e.path <> %(path)s OR e.line <> u.line)
+ORDER BY u.line
+
 -- name: event_copies_of
 -- The files holding another copy of some events.
 SELECT DISTINCT path FROM event_copies WHERE event_id = ANY (%(ids)s) AND path <> %(path)s
@@ -96,13 +105,16 @@ SELECT count(*) AS n FROM gone
 
 -- name: file_event_rows
 -- What the index holds of events file %(path)s's first %(to_line)s lines: their events'
--- rows (file_copies: the events it holds another copy of, indexed from another file).
+-- rows (file_copies: the events it holds another copy of, indexed from another file,
+-- with where their row is and its hash).
 SELECT event_id, tenant_id, ts, session_id, agent_id, channel, actor_type, actor_id, kind,
        sensitivity, tags, refs, content, hash, line
 FROM events WHERE path = %(path)s AND line <= %(to_line)s
 
 -- name: file_copies
-SELECT event_id FROM event_copies WHERE path = %(path)s
+SELECT c.event_id, e.path, e.line, e.hash
+FROM event_copies c JOIN events e ON e.event_id = c.event_id
+WHERE c.path = %(path)s
 
 -- name: insert_events
 INSERT INTO events (event_id, tenant_id, ts, session_id, agent_id, channel, actor_type,

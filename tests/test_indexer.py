@@ -1098,21 +1098,54 @@ def test_lines_moved_copied_and_cut_across_day_files_never_lose_an_event(
         assert memory.status()["clean"], op
 
 
+def test_a_line_repeating_an_id_with_other_content_is_named_not_silently_left_out(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """The index keeps an id's first line; a later one with other content (a hand edit,
+    a bad merge) is not indexed, and status names it with the first one's place, as
+    `gitmem verify` does, whether it came in a whole read, an append, or another file."""
+    write(store, FAR, line(100, day="2026-02-01"))
+    write(store, DAY, line(1) + line(2) + line(1, content={"text": "other words"}))
+    memory.sync()
+
+    def repeats() -> list[tuple[str, int, str]]:
+        return [(e["path"], e["line"], e["message"]) for e in memory.status()["errors"]
+                if e["field"] == "id"]
+
+    first = f"evt_01JKZ3N4Q5R6S7T8V9W0X00001 is also {DAY}:1 with other content"
+    assert repeats() == [(DAY, 3, f"{first}; ids never repeat (this line is not indexed)")]
+    write(store, DAY, line(2, content={"text": "later words"})
+          + line(100, day="2026-02-01", content={"text": "copied words"}), mode="a")
+    memory.sync()  # an append: the first lines are in the index, not in this read
+    assert [(path, number) for path, number, _ in repeats()] == [(DAY, 3), (DAY, 4), (DAY, 5)]
+    assert f"is also {FAR}:1 with other content" in repeats()[2][2]
+    status = memory.status()
+    assert status["clean"] and "evt_01JKZ3N4Q5R6S7T8V9W0X00001" in event_ids(dsn, schema)
+    assert rows(dsn, schema, "SELECT content->>'text' FROM events WHERE event_id = %s",
+                ("evt_01JKZ3N4Q5R6S7T8V9W0X00001",)) == [("message number 1 about deployments",)]
+    assert_reindex_equal(memory, dsn, schema)
+    write(store, DAY, line(4), mode="a")  # the lines before are kept, errors and all
+    report = memory.sync()
+    assert [item["action"] for item in report.changed] == ["append"]
+    assert len(repeats()) == 3
+    assert_reindex_equal(memory, dsn, schema)
+
+
 def test_random_edits_of_a_day_file_index_like_a_reindex(memory: Memory, store: Path,
                                                          dsn: str, schema: str) -> None:
     """A day file edited at random (lines cut from the end, appended, changed, inserted,
     removed or repeated in the middle, made blank or bad; a copy of one in another file),
-    synced after each edit: its index equals a reindex's every time (seeded: the same 40
-    edits every run)."""
+    synced after each edit, some repeating an id with other content: its index, and the
+    errors naming those repeats, equal a reindex's every time (seeded: the same 60 edits
+    every run)."""
     rng = random.Random(11)
     lines = [line(n) for n in range(1, 9)]
     write(store, FAR, line(100, day="2026-02-01"))  # sorts first: its copy's row stays
     number = 8
     memory.sync()
     seen: set[str] = set()
-    for step in range(40):
+    for step in range(60):
         op = rng.choice(["cut", "append", "change", "insert", "remove", "repeat", "blank",
-                         "bad", "copy"])
+                         "bad", "copy", "clash", "clash_copy"])
         at = rng.randrange(len(lines)) if lines else 0
         if op == "cut":
             del lines[rng.randrange(len(lines) + 1):]
@@ -1133,6 +1166,10 @@ def test_random_edits_of_a_day_file_index_like_a_reindex(memory: Memory, store: 
             lines[at] = "\n"
         elif op == "bad":
             lines[at] = "{not json\n"
+        elif op == "clash":  # an id of this file again, with other content
+            lines.insert(at, line(rng.randint(1, number), content={"text": f"clash {step}"}))
+        elif op == "clash_copy":  # the other file's id, with other content
+            lines.insert(at, line(100, day="2026-02-01", content={"text": f"clash {step}"}))
         else:
             lines.insert(at, line(100, day="2026-02-01"))
         write(store, DAY, "".join(lines))
