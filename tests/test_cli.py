@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from gitmem.cli import main
@@ -305,6 +306,25 @@ def test_task_update_of_a_task_that_does_not_exist_is_refused(cli: Cli) -> None:
     assert "leave the id out to create a task" in result.stderr
     result = cli("task", "Typo", "--id", "tsk_nope", ok=False)
     assert result.exit_code == 1 and "'tsk_nope'" in result.stderr and "task_id" in result.stderr
+    assert snapshot(cli.config.store.parent) == before
+
+
+def test_handoff_writes_a_packet_that_acb_builds_from(cli: Cli) -> None:
+    evt = cli("record", "The deploy test fails on Mondays").stdout.strip()
+    dec = cli("decide", "Retry the deploy test once", "--ref", evt).stdout.strip()
+    hof = cli("handoff", "coder", "Fix the flaky deploy test", "--from", "planner",
+              "--decision", dec, "--question", "Why Mondays?", "--ref", evt).stdout.strip()
+    assert hof.startswith("hof_")
+    packet = yaml.safe_load((cli.config.store / "handoffs" / f"{hof}.yaml").read_text())
+    assert (packet["to_agent"], packet["from_agent"], packet["decisions"],
+            packet["open_questions"]) == ("coder", "planner", [dec], ["Why Mondays?"])
+    acb = json.loads(cli("acb", "--handoff", hof, "--agent", "coder").stdout)
+    assert [s["name"] for s in acb["sections"] if s["items"]][:1] == ["handoff"]
+    assert dec in json.dumps(acb["sections"])
+    before = snapshot(cli.config.store.parent)
+    missing = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+    result = cli("handoff", "coder", "x", "--decision", missing, ok=False)
+    assert result.exit_code == 1 and f"no decision {missing}" in result.stderr
     assert snapshot(cli.config.store.parent) == before
 
 

@@ -232,6 +232,8 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
         decision = daemon.cli("decide", "Use the socket", "--ref", served.stdout.strip(),
                               "--title", "Socket first").stdout.strip()
         task = daemon.cli("task", "Document the socket", "--owner", "ana").stdout.strip()
+        handoff = daemon.cli("handoff", "writer", "Document the socket", "--decision",
+                             decision).stdout.strip()
         status = json.loads(daemon.cli("status", "--json").stdout)
         synced = json.loads(daemon.cli("sync").stdout)
         errors = {
@@ -253,6 +255,7 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
     assert decision.startswith("dec_") and (store_config.store / "decisions"
                                            / f"{decision}.md").is_file()
     assert task.startswith("tsk_")
+    assert (store_config.store / "handoffs" / f"{handoff}.yaml").is_file()
     assert writer["events"] >= 1  # record went through the group writer
     assert status["clean"] and status["index"]["events"] == 5
     assert synced["changed"] == [] and "files" in synced

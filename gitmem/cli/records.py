@@ -239,3 +239,37 @@ def task(obj: Context, /, title: str, refs: tuple[str, ...], **options: Any) -> 
             with obj.memory() as memory:
                 answer = {"task_id": memory.task(title, **kwargs).content["task_id"]}
     click.echo(answer["task_id"])
+
+
+@main.command()
+@click.argument("to_agent")
+@click.argument("task")
+@click.option("--from", "from_agent", default=None, help="The agent handing over.")
+@click.option("--constraint", "constraints", multiple=True, help="A constraint; repeatable.")
+@click.option("--decision", "decisions", multiple=True,
+              help="A decision the receiver must follow (dec_...); repeatable.")
+@click.option("--file", "required_files", multiple=True, help="A file it needs; repeatable.")
+@click.option("--question", "open_questions", multiple=True, help="An open question.")
+@click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
+@click.option("--tenant", "tenant_id", default=None, help="Tenant.")
+@click.option("--ts", default=None, help="RFC 3339 time, e.g. 2026-06-01T12:00:00Z (default now).")
+@click.pass_obj
+def handoff(obj: Context, /, to_agent: str, task: str, **options: Any) -> None:
+    """Write a handoff packet (handoffs/hof_<id>.yaml) for TO_AGENT; print its id.
+
+    `gitmem acb --handoff ID` (or build_acb with handoff_id) then loads only the
+    packet, its decisions and a little evidence.
+
+    \b
+    Example:
+      gitmem handoff coder "Fix the flaky deploy test" --from planner --decision dec_01J...
+    """
+    kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()
+              if v not in (None, ())}
+    with reported():
+        answer = via_daemon(obj, "create_handoff", {"to_agent": to_agent, "task": task,
+                                                    **kwargs})
+        if answer is None:
+            with obj.memory() as memory:
+                answer = {"handoff_id": memory.create_handoff(to_agent, task, **kwargs).id}
+    click.echo(answer["handoff_id"])
