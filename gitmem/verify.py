@@ -128,13 +128,16 @@ class Checker:
 
     def fail(self, rel: str, line: int | None, message: str,
              field_name: str | None = None) -> None:
-        """Record one problem."""
-        self.problems.append(ValidationError(message, path=self.display + rel, line=line,
+        """Record one problem (a value it quotes that looks like a secret, redacted: the
+        report is printed, by the pre-commit hook too)."""
+        self.problems.append(ValidationError(self.policies.privacy.redact(message),
+                                             path=self.display + rel, line=line,
                                              field=field_name))
 
     def located(self, exc: FormatError, rel: str) -> None:
         """Record a parser's error, named as the user sees the file."""
-        self.problems.append(type(exc)(exc.detail, path=self.display + (exc.path or rel),
+        self.problems.append(type(exc)(self.policies.privacy.redact(exc.detail),
+                                       path=self.display + (exc.path or rel),
                                        line=exc.line, field=exc.field))
 
     # ------------------------------------------------------------------ files

@@ -165,11 +165,16 @@ def test_pre_commit_refuses_secrets(root: Path) -> None:
     append(root / DAY, leaked)
     _, secret = event_line("s", "classified", number=6, sensitivity="secret")
     append(root / DAY, secret)
+    _, quoted = event_line("s", "fine", number=7, channel="sk-proj1234567890abcdefghijklmnop")
+    append(root / DAY, quoted)
     result = commit(root)
     assert result.returncode == 1
     assert f"{DAY}:2: matches the redaction pattern" in result.stderr
     assert "sk-abcdefghij" not in result.stderr  # the secret itself is never echoed
     assert f"{DAY}:3: field 'sensitivity'" in result.stderr
+    # nor a value an error quotes (a key pasted into the wrong field)
+    assert f"{DAY}:4: field 'channel'" in result.stderr and "[REDACTED]" in result.stderr
+    assert "sk-proj1234" not in result.stderr
 
 
 def test_pre_commit_refuses_a_staged_file_of_an_interrupted_write(root: Path) -> None:
