@@ -22,6 +22,7 @@ advisory lock, so a crash or a concurrent sync never double-indexes or skips.
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import logging
 import queue
@@ -362,9 +363,18 @@ def reindex(db: Database, store: Path, policies: Policies,
 
 def row_policies(policies: Policies) -> str:
     """The policy values an index's rows are made with (how events are cut into chunks,
-    whose records name no tenant): rows made with others are made again."""
+    whose records name no tenant, what the texts it serves are redacted by): rows made
+    with others are made again."""
+    privacy = policies.privacy
+    redaction = hashlib.sha256(json.dumps(
+        [privacy.redaction, *(p.pattern for p in privacy.patterns)]).encode()).hexdigest()
     return json.dumps({"chunk_max_tokens": policies.budgets.chunk_max_tokens,
-                       "default_tenant": policies.manifest.default_tenant}, sort_keys=True)
+                       "default_tenant": policies.manifest.default_tenant,
+                       "redaction": redaction[:16]}, sort_keys=True)
+
+
+_POLICY_FILES = {"chunk_max_tokens": "policies/budgets.yaml", "default_tenant": "manifest.json",
+                 "redaction": "policies/privacy.yaml"}
 
 
 def reshaping(db: Database, policies: Policies) -> tuple[str, str] | None:
@@ -377,7 +387,7 @@ def reshaping(db: Database, policies: Policies) -> tuple[str, str] | None:
     made: dict[str, Any] = json.loads(found["value"]) if found is not None else {}
     wanted = json.loads(now)
     keys = [key for key in sorted(wanted) if made.get(key) != wanted[key]]
-    where = "manifest.json" if keys == ["default_tenant"] else "policies/budgets.yaml"
+    where = _POLICY_FILES[keys[0]] if keys else "policies/budgets.yaml"
     said = ", ".join(f"{key} {made.get(key, 'unknown')} -> {wanted[key]}" for key in keys)
     return where, f"rows were made under other policies ({said}): every file is read again"
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gitmem import tokens
 from gitmem.documents import (
@@ -218,8 +218,11 @@ def event_row(event: Event, path: str, line: int) -> tuple[Any, ...]:
             path, line)
 
 
-def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows) -> None:
-    """Rows of one event: the event, its chunks, its artifact reference."""
+def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows,
+               written: bool = False) -> None:
+    """Rows of one event: the event, its chunks, its artifact reference. The chunks'
+    text, what an ACB shows, goes through the redaction patterns unless the event is
+    one the write path just made (`written`: redacted already)."""
     tags = list(event.tags)
     refs = list(event.refs)
     out.tables["events"].append(event_row(event, path, line))
@@ -228,7 +231,9 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
                                         int(event.content.get("bytes", 0)), path))
     if event.kind in FILE_BACKED_KINDS:
         return
-    parts = split_counted(event_chunk_text(event), policies.budgets.chunk_max_tokens)
+    text = event_chunk_text(event)
+    parts = split_counted(text if written else policies.privacy.redact(text),
+                          policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
     extra = search_extra(event.actor.id, event.tags)
     keys = search_keys(event.tenant_id, event.ts)
@@ -340,7 +345,7 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
                     out.repeats.append(event_row(event, path, number))
                     continue
                 seen.add(event.id)
-                event_rows(event, path, number, policies, out)
+                event_rows(event, path, number, policies, out, written=known is not None)
             line += run.count(b"\n")
         return out
     try:
@@ -355,12 +360,24 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
                                       line=text.count("\n", 0, text.index("\x00")) + 1))
         return out
     try:
-        _markdown_rows(path, kind, text, tenant, out)
+        _markdown_rows(path, kind, text, tenant, out, policies.privacy.redact)
         _check_storable_rows(out, path, text)
     except FormatError as exc:
         out = FileRows()
         out.errors.append(exc.at(path, 1))
     return out
+
+
+R = TypeVar("R")
+
+
+def _redacted(record: R, redact: Callable[[str], str], *names: str) -> R:
+    """`record` with these fields (a text, or a tuple of texts) redacted."""
+    changes: dict[str, Any] = {}
+    for name in names:
+        value = getattr(record, name)
+        changes[name] = redact(value) if isinstance(value, str) else tuple(map(redact, value))
+    return replace(record, **changes)  # type: ignore[type-var]
 
 
 def _check_storable_rows(out: FileRows, path: str, text: str) -> None:
@@ -378,9 +395,13 @@ def _check_storable_rows(out: FileRows, path: str, text: str) -> None:
                     raise exc.at(path, field_line(text, column) or 1) from None
 
 
-def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) -> None:
+def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
+                   redact: Callable[[str], str]) -> None:
+    """A record's rows, every free text it serves through `redact` (the write path
+    redacts what it writes; a person's edit, or a pattern added since, is caught here)."""
     if kind == "decision":
-        d = parse_decision(text, path, tenant)
+        d = _redacted(parse_decision(text, path, tenant), redact, "title", "text",
+                      "rationale", "constraints", "alternatives", "consequences")
         out.tables["decisions"].append((
             d.id, d.tenant_id, d.ts, d.status, d.scope, d.title, d.text, list(d.rationale),
             list(d.constraints), list(d.alternatives), list(d.consequences), d.confidence,
@@ -390,7 +411,7 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) 
                       tags=d.tags, refs=d.refs, text=decision_text(d.title, d.text, d.rationale),
                       weight=importance("decision", d.tags))
     elif kind == "task":
-        t = parse_task(text, path, tenant)
+        t = _redacted(parse_task(text, path, tenant), redact, "title", "details", "owner")
         out.tables["tasks"].append((
             t.id, t.tenant_id, t.ts, t.status, t.title, t.details, t.owner, list(t.refs),
             t.session_id, t.sensitivity, list(t.tags), path))
@@ -400,7 +421,7 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) 
                       sensitivity=t.sensitivity, tags=t.tags, refs=t.refs, text=body,
                       weight=importance("task", t.tags) if t.status != "done" else 0.2)
     elif kind == "summary":
-        s = parse_summary(text, path, tenant)
+        s = _redacted(parse_summary(text, path, tenant), redact, "text")
         out.tables["summaries"].append((
             s.id, s.tenant_id, s.ts, s.scope, s.session_id, list(s.refs), list(s.decisions),
             s.text, s.sensitivity, list(s.tags), path))
@@ -410,7 +431,8 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) 
                       text=f"Summary ({s.scope}): {s.text}", weight=importance("summary", s.tags),
                       channel=s.channel)
     elif kind == "handoff":
-        h = parse_handoff(text, path, tenant)
+        h = _redacted(parse_handoff(text, path, tenant), redact, "task", "constraints",
+                      "required_files", "open_questions")
         out.tables["handoffs"].append((
             h.id, h.tenant_id, h.ts, h.from_agent, h.to_agent, h.task, list(h.constraints),
             list(h.decisions), list(h.required_files), list(h.open_questions), list(h.refs),
@@ -418,6 +440,9 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows) 
     elif kind == "view":
         section = "identity" if path == "views/identity.md" else "rules"
         v = parse_view(text, path, section)
+        v = replace(v, title=redact(v.title), chunks=tuple(
+            replace(chunk, heading=redact(chunk.heading), text=redact(chunk.text))
+            for chunk in v.chunks))
         out.tables["views"].append((v.path, v.section, v.pinned, v.sensitivity,
                                     list(v.channels), v.max_tokens, v.title))
         for order, chunk in enumerate(v.chunks):

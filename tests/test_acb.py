@@ -990,3 +990,41 @@ def test_the_bundle_is_the_same_whatever_the_servers_time_zone(
             assert decision["ts"] == "2026-03-08T06:30:00+00:00"
             found[zone] = acb
     assert found["UTC"]["acb_id"] == found["America/New_York"]["acb_id"]
+
+
+def test_a_secret_on_disk_is_never_served(memory: Memory) -> None:
+    """The write path redacts what it writes; what reaches the files another way (a line
+    appended by hand, a record edited, a pattern added since) is redacted by the index,
+    so no ACB shows it on any channel, and a search for it finds nothing."""
+    from tests.daemons import append, event_line
+
+    _, leaked = event_line("s1", "my password: hunter2hunter2 for the lynx server",
+                           channel="public", number=7)
+    append(memory.store / "events" / "2026-03" / "2026-03-01.jsonl", leaked)
+    _, codename = event_line("s1", "the lynx server runs release LYNX-4242", number=8)
+    append(memory.store / "events" / "2026-03" / "2026-03-01.jsonl", codename)
+    decision = memory.decide("Rotate the lynx server's keys", [say(memory, "keys")],
+                             ts="2026-03-01T10:00:00+00:00").content["decision_id"]
+    path = memory.store / "decisions" / f"{decision}.md"
+    path.write_text(path.read_text().replace("Rotate the lynx server's keys",
+                                             "Rotate the lynx keys; api_key=abcd1234efgh5678"))
+    memory.sync()
+    shown = json.dumps([memory.build_acb({"query_text": "lynx server keys", "channel": c,
+                                          "session_id": "s1", "now": NOW})["sections"]
+                        for c in ("public", "private")])
+    assert "hunter2hunter2" not in shown and "abcd1234efgh5678" not in shown
+    assert "alice: my [REDACTED] for the lynx server" in shown
+    assert "Rotate the lynx keys; [REDACTED]" in shown
+    assert "LYNX-4242" in shown  # no pattern for it yet
+    missed = memory.build_acb({"query_text": "hunter2hunter2", "now": NOW})
+    assert missed["provenance"]["retrieved"] == 0
+    # a pattern added to the policy: the rows are made again, the old line redacted
+    privacy = memory.store / "policies" / "privacy.yaml"
+    privacy.write_text(privacy.read_text().replace(
+        "  redact_patterns:\n", "  redact_patterns:\n    - 'LYNX-[0-9]{4}'\n"))
+    report = memory.sync()
+    assert any("rows were made under other policies (redaction" in item["reason"]
+               for item in report.changed)
+    shown = json.dumps(memory.build_acb({"query_text": "lynx server release", "now": NOW,
+                                         "session_id": "s1"})["sections"])
+    assert "LYNX-4242" not in shown and "runs release [REDACTED]" in shown
