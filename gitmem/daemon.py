@@ -349,6 +349,10 @@ def _reconcile_at_start(memory: Memory, watcher: Watcher) -> None:
     logger.info("reconciled %d changed file(s) of %d in %.0f ms%s", len(report.changed),
                 report.files, (time.perf_counter() - started) * 1000,
                 " (an empty index: rebuilt in bulk)" if report.rebuilt else "")
+    try:
+        watcher.note_problems_at_start()
+    except DatabaseError as exc:
+        logger.warning("cannot list the files that failed to parse: %s", exc)
 
 
 # --------------------------------------------------------------------------- start / stop

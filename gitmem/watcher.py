@@ -542,15 +542,24 @@ class Watcher:
         """Log each new parse problem of the files just indexed (they stay in status)."""
         for rel in changed:
             state = self.memory.db.fetchone("file_state", {"path": rel})
-            found = {f"{e.get('path') or rel}:{e.get('line') or ''}: {e.get('message')}"
+            found = {f"{e.get('path') or rel}:{e.get('line') or ''}: "
+                     + (f"field '{e['field']}': " if e.get("field") else "") + str(e.get("message"))
                      for e in (state["errors"] if state else [])}
             for text in sorted(found - self._logged.get(rel, set())):
                 logger.warning("skipped: %s", text)
                 self._problem(text)
             self._logged[rel] = found
 
+    def note_problems_at_start(self) -> None:
+        """List the files that failed to parse before this daemon started (unchanged,
+        they are never indexed again to be logged)."""
+        self._log_problems([row["path"] for row in self.memory.db.fetchall(
+            "files_with_errors")])
+
     def _problem(self, text: str) -> None:
         problems: list[str] = self.stats["problems"]
+        if text in problems:  # a policy edit that does not load is met at every batch
+            problems.remove(text)
         problems.append(text)
         del problems[:-20]
 

@@ -111,6 +111,10 @@ SELECT event_id, tenant_id, ts, session_id, agent_id, channel, actor_type, actor
        sensitivity, tags, refs, content, hash, line
 FROM events WHERE path = %(path)s AND line <= %(to_line)s
 
+-- name: files_with_errors
+-- The files whose lines or records failed to parse (the daemon lists them at start).
+SELECT path FROM source_files WHERE errors <> '[]'::jsonb ORDER BY path
+
 -- name: file_copies
 SELECT c.event_id, e.path, e.line, e.hash
 FROM event_copies c JOIN events e ON e.event_id = c.event_id

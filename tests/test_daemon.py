@@ -90,6 +90,24 @@ def test_sigusr1_writes_every_threads_stack_to_the_log(store_config: Config) -> 
     assert running_pid(store_config) is None
 
 
+def test_files_that_failed_to_parse_before_the_start_are_listed_as_skipped(
+        store_config: Config) -> None:
+    """A file that was malformed before the daemon started is not indexed again, so it
+    was never logged: the start lists it under "skipped", field and all."""
+    day = store_config.store / "events" / "2026-03" / "2026-03-01.jsonl"
+    day.parent.mkdir(parents=True, exist_ok=True)
+    day.write_text('{"content": {"text": "no id"}}\n{broken\n')
+    with running(store_config) as daemon:
+        daemon.call("sync", {})
+    with running(store_config) as daemon:  # unchanged since: nothing indexed at start
+        problems = daemon.call("daemon_status")["watcher"]["problems"]
+        shown = daemon.cli("daemon", "status").stdout
+    rel = "events/2026-03/2026-03-01.jsonl"
+    assert f"{rel}:1: field 'id': missing required field" in problems
+    assert any(p.startswith(f"{rel}:2: malformed JSON") for p in problems)
+    assert f"  skipped {rel}:1: field 'id'" in shown
+
+
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
     with running(store_config) as first:
         second = first.cli("daemon", "start", "--no-autocommit", check=False)
