@@ -412,16 +412,20 @@ class _Evidence:
         limits = planning.Limits.of(build.policies.budgets)
         self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,
                                          build.rule)
-        build.provenance.update({
-            "path": "retrieval",
-            "query_terms": retrieval.describe(self.result.terms, self.result.idf),
-            "candidate_pool_size": self.result.pool_size,
-            "retrieved": len(self.result.candidates),
-            "lanes": self.result.lanes})
+        build.provenance.update({"path": "retrieval",
+                                 "candidate_pool_size": self.result.loadable,
+                                 "retrieved": len(self.result.candidates)})
+        if build.rule.hides_stored(build.policies.privacy.never_store):
+            # statistics count the rows the channel may not load (a word's IDF, what a
+            # lane expected): they would tell whether hidden text holds a word
+            build.provenance["query_terms"] = [
+                {"term": t.text, "query": t.query, "phrase": t.phrase} for t in terms]
+        else:
+            build.provenance.update({
+                "query_terms": retrieval.describe(self.result.terms, self.result.idf),
+                "lanes": self.result.lanes})
         build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
         build.timings["retrieval"] = round((time.perf_counter() - started) * 1000, 3)
-        for chunk_id in self.result.suppressed:
-            build.packer.omit("privacy", chunk_id)
         return self.result
 
     def decision_scores(self) -> dict[str, float]:

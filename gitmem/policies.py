@@ -78,6 +78,10 @@ class ChannelRule:
         return self.loads_record(sensitivity) and not (
             channel and self.event_channels is not None and channel not in self.event_channels)
 
+    def hides_stored(self, never_stored: frozenset[str]) -> bool:
+        """Whether this channel may not load some rows the index can hold."""
+        return bool(self.suppress_sensitivity - never_stored) or self.event_channels is not None
+
     def loads_record(self, sensitivity: str) -> bool:
         """Whether this channel may load a decision or task of that sensitivity (they
         have no channel: their sensitivity decides)."""

@@ -56,7 +56,9 @@ RECORDS_LIMIT = 50      # best decisions, tasks and summaries, whatever the lane
 RECORDS_CAP = 200       # ... among the newest of them matching any term
 RECORDS_PERIODS = (4, 16, 64)  # ... read newest first: these newest days, then the older
 SPLIT_SHARES = (0.125, 0.5)  # a split stretch's periods: its newest eighth, half, the rest
-SUPPRESSED_SAMPLE = 20  # ids each lane names of the matches the channel may not load
+# rows each lane returns of the matches the channel may not load: one, so that a lane
+# whose matches are all hidden still tells the planner how many it matched
+SUPPRESSED_SAMPLE = 1
 STATEMENT_ROWS = 300    # what a statement costs beyond its rows, in rows: at 1M chunks one
                         # costs about 0.9 ms plus 3.6 us per row it keeps (planning, GIN
                         # lookups of its words, sorts), so its lookups weigh more than its rows
@@ -87,7 +89,7 @@ class Retrieval:
     idf: list[float]
     candidates: list[Candidate]          # scored, best first, privacy-filtered
     pool_size: int                       # rows the lanes matched, before scoring
-    suppressed: list[str] = field(default_factory=list)
+    loadable: int = 0                    # of those, the rows the channel may load
     lanes: list[dict[str, Any]] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
 
@@ -437,7 +439,7 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
     plain, mine, stats, weights = query.plain, query.terms, query.stats, query.weights
     timings["terms"] = _ms(start)
     if not mine:
-        return Retrieval(plain, weights, [], 0, [], [], timings)
+        return Retrieval(plain, weights, [], 0, 0, [], timings)
     scoring = Scoring(tuple(weights), limits, stats.average_tokens, now)
     lanes = plan(stats, weights, limits, now)
     budget = BUDGET_SHARE * limits.pool_max
@@ -477,8 +479,8 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
         timings["refill"] = round(_ms(start) - timings["lanes"] - timings["plan"]
                                   - timings["terms"], 3)
     ranked = found.ranked(limits.retrieved_max)
-    return Retrieval(plain, weights, ranked, found.pool, sorted(found.suppressed),
-                     found.described, timings)
+    return Retrieval(plain, weights, ranked, found.pool, found.loadable, found.described,
+                     timings)
 
 
 # A first round that found less than this share of what it expected refills. At 1M
@@ -499,27 +501,27 @@ class Found:
     """What the lane statements returned, merged."""
 
     best: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # a lane row per chunk
-    suppressed: set[str] = field(default_factory=set)
     described: list[dict[str, Any]] = field(default_factory=list)
     matched: list[int] = field(default_factory=list)
     oldest: list[float | None] = field(default_factory=list)  # each statement's oldest row
     pool: int = 0
+    loadable: int = 0  # of the pool, the rows the channel may load
 
     def add(self, todo: Sequence[Statement], results: Sequence[list[tuple[Any, ...]]]) -> None:
         """Merge the rows of a round of statements."""
         for statement, rows in zip(todo, results, strict=True):
             matched = int(rows[0][10]) if rows else 0
+            loadable = int(rows[0][13]) if rows else 0
             self.pool += matched
+            self.loadable += loadable
             self.matched.append(matched)
             self.oldest.append(float(rows[0][11]) if rows else None)
             self.described.append({"lane": statement.label,
                                    "expected": round(statement.expected, 1),
-                                   "matched": matched})
+                                   "matched": loadable})
             best = self.best
-            for row in rows:
-                if row[9] is None:
-                    self.suppressed.add(row[0])
-                elif row[0] not in best:  # the same row, whichever lane found it first
+            for row in rows:  # rows the channel may not load (score NULL) are never named
+                if row[9] is not None and row[0] not in best:  # first lane's row kept
                     best[row[0]] = row
 
     def ranked(self, limit: int) -> list[Candidate]:

@@ -41,9 +41,10 @@ WHERE tenant_id = %(tenant)s AND lexeme >= %(low)s AND lexeme < %(high)s
 -- One statement of bounded retrieval. gitmem/retrieval.py fills in the mask and the score
 -- for the query's number of terms, and the periods: one or more retrieval_lane_period,
 -- the newest stretch of time first. The newest `cap` matches at most; the best `limit`
--- the channel may load, scored; a sample of the ids it may not (score NULL); how many
--- matched (pool) and the oldest of them (epoch); each row's ctid (evidence_items reads
--- the rows it keeps by it).
+-- the channel may load, scored; a sample of the ids it may not (score NULL: the planner
+-- learns the lane matched, nothing names them); how many matched (pool), how many of
+-- them the channel may load, and the oldest (epoch); each row's ctid (evidence_items
+-- reads the rows it keeps by it).
 -- The periods are read one after another, and reading stops at the cap: matches that
 -- turn out dense (words that come together) fill it in the newest period, and the older
 -- ones are never looked up (a bitmap heap scan visits every match of its period).
@@ -68,16 +69,18 @@ WITH picked AS MATERIALIZED (
   FROM chunks c
   WHERE c.ctid = ANY (ARRAY(SELECT tid FROM picked))
 ), counted AS (
-  SELECT count(*) AS pool, min(epoch) AS oldest FROM lane
+  SELECT count(*) AS pool, min(epoch) AS oldest, count(*) FILTER (WHERE allowed) AS loadable
+  FROM lane
 )
 (SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
-        importance, mask, {score} AS score, counted.pool, counted.oldest, tid
+        importance, mask, {score} AS score, counted.pool, counted.oldest, tid,
+        counted.loadable
  FROM lane, counted WHERE allowed
  ORDER BY score DESC, importance DESC, epoch DESC, token_est, chunk_id COLLATE "C"
  LIMIT %(limit)s)
 UNION ALL
 (SELECT chunk_id, source_type, source_id, epoch, channel, sensitivity, token_est,
-        importance, mask, NULL, counted.pool, counted.oldest, tid
+        importance, mask, NULL, counted.pool, counted.oldest, tid, counted.loadable
  FROM lane, counted WHERE NOT allowed
  ORDER BY chunk_id COLLATE "C"
  LIMIT %(sample)s)

@@ -633,7 +633,7 @@ def test_summary_keeps_its_events_channel(memory: Memory) -> None:
     assert "channel: private" in path.read_text()
     public = memory.build_acb({"channel": "public", "now": NOW, "query_text": "lawyer Goodman"})
     assert "Goodman" not in texts(public)
-    assert summary_id in omitted(public, "privacy")
+    assert summary_id not in omitted(public, "privacy")  # a match is never named
     private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "lawyer Goodman"})
     assert summary_id in [i["id"] for i in section(private, "retrieved_evidence")]
 
@@ -1028,3 +1028,32 @@ def test_a_secret_on_disk_is_never_served(memory: Memory) -> None:
     shown = json.dumps(memory.build_acb({"query_text": "lynx server release", "now": NOW,
                                          "session_id": "s1"})["sections"])
     assert "LYNX-4242" not in shown and "runs release [REDACTED]" in shown
+
+
+def test_a_channel_cannot_tell_whether_text_it_may_not_load_holds_a_word(
+        memory: Memory) -> None:
+    """What a request on the public channel gets back must not depend on the words of
+    what it may not load: no omission names a hidden match, the pool counts what the
+    channel may load, and no statistic that counts hidden rows (a word's IDF, what a
+    lane expected or matched) is shown."""
+    say(memory, "The patient diagnosis is leukemia", session_id="s1", sensitivity="high")
+    say(memory, "Public launch note", session_id="s2", channel="public")
+
+    def asked(word: str, channel: str = "public") -> dict[str, Any]:
+        acb = memory.build_acb({"channel": channel, "session_id": "s2", "now": NOW,
+                                "query_text": word})
+        prov = acb["provenance"]
+        return {"omissions": acb["omissions"], "pool": prov["candidate_pool_size"],
+                "retrieved": prov["retrieved"], "lanes": prov.get("lanes"),
+                "terms": [{k: v for k, v in t.items() if k != "query"}
+                          for t in prov["query_terms"]]}
+
+    hidden, unknown = asked("leukemia"), asked("zzzunknownword")
+    assert hidden["terms"] == [{"term": "leukemia", "phrase": False}]
+    assert unknown["terms"] == [{"term": "zzzunknownword", "phrase": False}]
+    del hidden["terms"], unknown["terms"]
+    assert hidden == unknown == {"omissions": unknown["omissions"], "pool": 0,
+                                 "retrieved": 0, "lanes": None}
+    private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "leukemia"})
+    assert private["provenance"]["query_terms"][0]["idf"] > 0 and private["provenance"]["lanes"]
+    assert "leukemia" in texts(private)

@@ -450,16 +450,16 @@ def test_evidence_is_read_where_the_lanes_found_it_and_by_id_once_it_moved(
     assert [row["chunk_id"] for row in stale] == [first]  # the moved row fails the check
 
 
-def test_what_the_channel_may_not_load_is_named_not_scored(memory: Memory) -> None:
+def test_what_the_channel_may_not_load_is_counted_not_scored(memory: Memory) -> None:
     kept = memory.record({"content": {"text": "zeppelin hangar notes"}, "channel": "team"}).id
-    hidden = memory.record({"content": {"text": "zeppelin hangar secret plan"},
-                            "channel": "private"}).id
+    memory.record({"content": {"text": "zeppelin hangar secret plan"}, "channel": "private"})
     memory.sync()
     rule = ChannelRule(frozenset({"secret"}), frozenset(), frozenset({"team", "public"}))
     found = retrieval.retrieve(memory.db, "default", lexicon.analyze(memory.db, "zeppelin"),
                                limits(memory), NOW, rule)
     assert [c.chunk_id for c in found.candidates] == [kept]
-    assert found.suppressed == [hidden]
+    assert (found.pool_size, found.loadable) == (2, 1)  # the planner's count, the channel's
+    assert sum(lane["matched"] for lane in found.lanes) == 1
 
 
 def test_a_statement_cut_off_at_its_share_is_continued_while_the_pool_has_room(
