@@ -37,7 +37,29 @@ from gitmem.records import (
 )
 
 # libyaml's safe loader when PyYAML has it (several times faster), else the pure one.
-SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class SafeLoader(_BASE_LOADER):  # type: ignore[misc]
+    """The safe loader, refusing a key given twice in one mapping: YAML keeps the last
+    silently, so a second `public:` under the channel rules, say, would replace the
+    first with no word (a merge or a hand edit can make one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in first:
+                raise _KeyTwice(key, first[key], key_node.start_mark)
+            first.setdefault(key, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+class _KeyTwice(yaml.constructor.ConstructorError):
+    """A mapping gives a key twice (`yaml_problem` says where each is)."""
+
+    def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
+        super().__init__(None, first, f"the key {key!r} is given twice", again)
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 
 
@@ -56,7 +78,7 @@ def split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int]:
         raise FormatError("frontmatter opened by '---' on line 1 is never closed; add a "
                           "'---' line after the last field", path=path, line=1)
     try:
-        meta = yaml.load(text[opening.end() + 1:closing.start()], Loader=SAFE_LOADER)
+        meta = yaml.load(text[opening.end() + 1:closing.start()], Loader=SafeLoader)
     except yaml.MarkedYAMLError as exc:
         problem, line = yaml_problem(exc, first_line=2)
         raise FormatError(f"broken YAML frontmatter: {problem}", path=path, line=line) from None
@@ -437,6 +459,9 @@ def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, i
     mark = exc.problem_mark
     line = mark.line + first_line if mark is not None else first_line
     problem = str(exc.problem)
+    if isinstance(exc, _KeyTwice) and exc.context_mark is not None:
+        return (f"{problem} (first on line {exc.context_mark.line + first_line}); YAML "
+                "would keep only the last: remove one"), line
     if exc.context and exc.context_mark is not None:
         opened = exc.context_mark.line + first_line
         if opened != line:
@@ -447,7 +472,7 @@ def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, i
 def load_yaml(text: str, path: str) -> dict[str, Any]:
     """A YAML mapping document, or a FormatError naming its line."""
     try:
-        data = yaml.load(text, Loader=SAFE_LOADER)
+        data = yaml.load(text, Loader=SafeLoader)
     except yaml.MarkedYAMLError as exc:
         problem, line = yaml_problem(exc)
         raise FormatError(f"broken YAML: {problem}", path=path, line=line) from None

@@ -192,6 +192,17 @@ def test_broken_budgets_yaml() -> None:
     assert "broken YAML" in str(caught.value)
 
 
+def test_a_channel_rule_given_twice_is_refused_not_silently_replaced() -> None:
+    """YAML keeps the last of two equal keys: a second `public:` appended by a hand edit
+    or a merge would loosen the public channel's rules with no word."""
+    text = PRIVACY + "    public:\n      load_event_channels: [public, private]\n"
+    with pytest.raises(FormatError) as caught:
+        parse_privacy(text)
+    line = len(PRIVACY.splitlines()) + 1
+    assert (caught.value.path, caught.value.line) == ("policies/privacy.yaml", line)
+    assert "the key 'public' is given twice (first on line 42)" in str(caught.value)
+
+
 def privacy_error(text: str) -> ValidationError:
     with pytest.raises(ValidationError) as caught:
         parse_privacy(text)

@@ -302,6 +302,14 @@ def test_broken_frontmatter_names_the_line() -> None:
     assert "broken YAML frontmatter" in str(err) and "line 4" in str(err)
 
 
+def test_a_field_given_twice_in_frontmatter_is_refused_not_silently_replaced() -> None:
+    text = decision_text().replace('status: "active"\n',
+                                   'status: "active"\nstatus: "superseded"\n')
+    err = decision_error(text)
+    assert (err.path, err.line) == (DEC_PATH, 6)
+    assert "the key 'status' is given twice (first on line 5)" in str(err)
+
+
 def test_unclosed_frontmatter_is_refused() -> None:
     text = decision_text().replace("---\nUse", "Use")
     err = decision_error(text)
