@@ -151,7 +151,13 @@ class Client:
         request: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             request["params"] = params
-        self.send_line(json.dumps(request, ensure_ascii=False).encode("utf-8") + b"\n")
+        try:
+            line = json.dumps(request, ensure_ascii=False).encode("utf-8") + b"\n"
+        except UnicodeEncodeError as exc:  # the local work names the field that holds it
+            raise RequestNotSent(
+                f"the {method} request holds {exc.object[exc.start:exc.end]!r}, a lone "
+                "surrogate, which JSON over UTF-8 cannot carry; nothing was sent") from None
+        self.send_line(line)
         while True:
             response = self.read_response()
             if isinstance(response, dict) and response.get("id") == request_id:

@@ -268,6 +268,13 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
             "local": daemon.cli("record", "--json", "-", input=not_object, check=False,
                                 env=local_env),
         }
+        surrogate = '{"content": {"text": "a\\ud800b"}}\n'  # JSON for a lone surrogate
+        surrogate_errors = {
+            "daemon": daemon.cli("record", "--json", "-", input=surrogate, check=False),
+            "local": daemon.cli("record", "--json", "-", input=surrogate, check=False,
+                                env=local_env),
+        }
+        unsendable = daemon.cli("call", "record_event", surrogate.strip(), check=False)
         writer = daemon.call("daemon_status")["writer"]
     assert served.stdout.startswith("evt_") and len(jsonl_ids) == 2
     assert decision.startswith("dec_") and (store_config.store / "decisions"
@@ -277,12 +284,15 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
     assert writer["events"] >= 1  # record went through the group writer
     assert status["clean"] and status["index"]["events"] == 5
     assert synced["changed"] == [] and "files" in synced
-    for pair in (errors, batch_errors, shape_errors):
+    for pair in (errors, batch_errors, shape_errors, surrogate_errors):
         assert pair["daemon"].returncode == pair["local"].returncode == 1
         assert pair["daemon"].stderr == pair["local"].stderr
     assert "field 'channel'" in errors["daemon"].stderr
     assert "<stdin>:2" in batch_errors["daemon"].stderr
     assert "<stdin>:2: expected a JSON object, got list" in shape_errors["daemon"].stderr
+    assert "field 'content.text'" in surrogate_errors["daemon"].stderr
+    assert "Traceback" not in surrogate_errors["daemon"].stderr + unsendable.stderr
+    assert unsendable.returncode == 1 and "lone surrogate" in unsendable.stderr
     assert len(ids_in_files(store_config.store)) == 5  # the bad batch wrote nothing
 
 
