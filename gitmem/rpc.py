@@ -223,6 +223,7 @@ class Methods:
             "constraints": ("list of strings", False),
             "alternatives": ("list of strings", False),
             "consequences": ("list of strings", False), "confidence": ("number", False),
+            "sensitivity": ("string", False),
             "session_id": ("string", False), "agent_id": ("string", False),
             "tenant_id": ("string", False), "ts": ("string", False)})
         event = self.memory.decide(args.pop("text"), args.pop("refs"), **args)
@@ -234,8 +235,8 @@ class Methods:
             "title": ("string", True), "status": ("string", False),
             "task_id": ("string", False), "details": ("string", False),
             "owner": ("string", False), "refs": ("list of strings", False),
-            "session_id": ("string", False), "agent_id": ("string", False),
-            "tenant_id": ("string", False)})
+            "sensitivity": ("string", False), "session_id": ("string", False),
+            "agent_id": ("string", False), "tenant_id": ("string", False)})
         event = self.memory.task(args.pop("title"), **args)
         return {"event_id": event.id, "task_id": event.content["task_id"]}
 

@@ -309,6 +309,21 @@ def test_task_update_of_a_task_that_does_not_exist_is_refused(cli: Cli) -> None:
     assert snapshot(cli.config.store.parent) == before
 
 
+def test_a_decision_or_task_can_be_high_sensitivity(cli: Cli) -> None:
+    evt = cli("record", "the candidate is Quixotic", "--sensitivity", "high").stdout.strip()
+    dec = cli("decide", "Hire Quixotic", "--ref", evt, "--sensitivity", "high").stdout.strip()
+    tsk = cli("task", "Send Quixotic the offer", "--sensitivity", "high").stdout.strip()
+    rel = f"decisions/{dec}.md"
+    assert parse_decision((cli.config.store / rel).read_text(), rel,
+                          "default").sensitivity == "high"
+    public = json.loads(cli("acb", "Quixotic offer", "--channel", "public").stdout)
+    assert "Quixotic" not in json.dumps(public["sections"])
+    assert {dec, tsk} <= {c for o in public["omissions"] if o["reason"] == "privacy"
+                          for c in o["candidates"]}
+    private = json.dumps(json.loads(cli("acb", "Quixotic offer").stdout)["sections"])
+    assert "Hire Quixotic" in private and "Send Quixotic the offer" in private
+
+
 def test_handoff_writes_a_packet_that_acb_builds_from(cli: Cli) -> None:
     evt = cli("record", "The deploy test fails on Mondays").stdout.strip()
     dec = cli("decide", "Retry the deploy test once", "--ref", evt).stdout.strip()

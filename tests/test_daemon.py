@@ -249,7 +249,8 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
         jsonl_ids = daemon.cli("record", "--json", "-", input=jsonl).stdout.split()
         decision = daemon.cli("decide", "Use the socket", "--ref", served.stdout.strip(),
                               "--title", "Socket first").stdout.strip()
-        task = daemon.cli("task", "Document the socket", "--owner", "ana").stdout.strip()
+        task = daemon.cli("task", "Document the socket", "--owner", "ana",
+                          "--sensitivity", "high").stdout.strip()
         handoff = daemon.cli("handoff", "writer", "Document the socket", "--decision",
                              decision).stdout.strip()
         status = json.loads(daemon.cli("status", "--json").stdout)
@@ -280,6 +281,7 @@ def test_cli_commands_go_through_the_daemon_with_the_same_results(store_config: 
     assert decision.startswith("dec_") and (store_config.store / "decisions"
                                            / f"{decision}.md").is_file()
     assert task.startswith("tsk_")
+    assert "sensitivity: high" in (store_config.store / "tasks" / f"{task}.md").read_text()
     assert (store_config.store / "handoffs" / f"{handoff}.yaml").is_file()
     assert writer["events"] >= 1  # record went through the group writer
     assert status["clean"] and status["index"]["events"] == 5

@@ -179,6 +179,8 @@ def _content(kind: str, text: str | None, content_json: str | None,
 @click.option("--alternative", "alternatives", multiple=True, help="An option not taken.")
 @click.option("--consequence", "consequences", multiple=True, help="A consequence.")
 @click.option("--confidence", type=float, default=None, help="0..1")
+@click.option("--sensitivity", default=None,
+              help="none|low|high (high: channels that suppress it never load it)")
 @click.option("--session", "session_id", default=None, help="Session id.")
 @click.option("--agent", "agent_id", default=None, help="Agent id.")
 @click.option("--tenant", "tenant_id", default=None, help="Tenant.")
@@ -214,6 +216,8 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
                    "given stays as it was.")
 @click.option("--details", default="", help="Details (the file's body).")
 @click.option("--owner", default="", help="Who owns it.")
+@click.option("--sensitivity", default=None,
+              help="none|low|high (high: channels that suppress it never load it)")
 @click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
 @click.option("--session", "session_id", default=None, help="Session id.")
 @click.option("--agent", "agent_id", default=None, help="Agent id.")
