@@ -290,7 +290,9 @@ def run(config: Config, options: DaemonOptions) -> None:
                 "autocommit": committer.state() if committer else {"enabled": False}}
 
     def sync(paths: list[str] | None) -> dict[str, Any]:
-        return (memory.reconcile() if paths is None else memory.sync(paths)).to_dict()
+        report = memory.reconcile() if paths is None else memory.sync(paths)
+        watcher.note_problems([item["path"] for item in report.changed])
+        return report.to_dict()
 
     server = Server(memory, config.socket_path, sync=sync, daemon_status=daemon_status,
                     options=options.server,

@@ -110,6 +110,7 @@ class Watcher:
         self._changes_seen = 1
         self._changes_covered = 0
         self._logged: dict[str, set[str]] = {}
+        self._problems_lock = threading.RLock()
         self._policy_seen: dict[str, StatKey | None] = {}
         self._links: dict[str, StatKey | None] = {}  # symlinked files: their targets' stats
         # Starts the database again when its process has gone (the daemon's embedded one)
@@ -484,7 +485,7 @@ class Watcher:
         if report is not None:
             with self._cond:
                 self.handover.synced(report.changed)
-        self._log_problems(changed)
+        self.note_problems(changed)
         self.stats["batches"] += 1
         self.stats["files_synced"] += len(changed)
         self.stats["lines_from_writer"] += report.known_lines if report is not None else 0
@@ -538,30 +539,38 @@ class Watcher:
             self.memory.close()
             return
 
-    def _log_problems(self, changed: list[str]) -> None:
-        """Log each new parse problem of the files just indexed (they stay in status)."""
+    def note_problems(self, changed: list[str]) -> None:
+        """Log each new parse problem of the files just indexed (they stay in status), and
+        forget those of the files mended since."""
         for rel in changed:
             state = self.memory.db.fetchone("file_state", {"path": rel})
             found = {f"{e.get('path') or rel}:{e.get('line') or ''}: "
                      + (f"field '{e['field']}': " if e.get("field") else "") + str(e.get("message"))
                      for e in (state["errors"] if state else [])}
-            for text in sorted(found - self._logged.get(rel, set())):
-                logger.warning("skipped: %s", text)
-                self._problem(text)
-            self._logged[rel] = found
+            with self._problems_lock:  # the indexer thread, and the sync method's
+                before = self._logged.get(rel, set())
+                for text in sorted(found - before):
+                    logger.warning("skipped: %s", text)
+                    self._problem(text)
+                fixed = before - found  # mended since: no longer skipped
+                if fixed:
+                    self.stats["problems"][:] = [t for t in self.stats["problems"]
+                                                 if t not in fixed]
+                self._logged[rel] = found
 
     def note_problems_at_start(self) -> None:
         """List the files that failed to parse before this daemon started (unchanged,
         they are never indexed again to be logged)."""
-        self._log_problems([row["path"] for row in self.memory.db.fetchall(
+        self.note_problems([row["path"] for row in self.memory.db.fetchall(
             "files_with_errors")])
 
     def _problem(self, text: str) -> None:
-        problems: list[str] = self.stats["problems"]
-        if text in problems:  # a policy edit that does not load is met at every batch
-            problems.remove(text)
-        problems.append(text)
-        del problems[:-20]
+        with self._problems_lock:
+            problems: list[str] = self.stats["problems"]
+            if text in problems:  # a policy edit that does not load is met at every batch
+                problems.remove(text)
+            problems.append(text)
+            del problems[:-20]
 
     def state(self) -> dict[str, Any]:
         """What the watcher is doing, for `daemon_status`."""

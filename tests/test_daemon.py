@@ -102,10 +102,14 @@ def test_files_that_failed_to_parse_before_the_start_are_listed_as_skipped(
     with running(store_config) as daemon:  # unchanged since: nothing indexed at start
         problems = daemon.call("daemon_status")["watcher"]["problems"]
         shown = daemon.cli("daemon", "status").stdout
+        day.write_text(event_line("s", "mended")[1])  # fixed: no longer listed
+        daemon.call("sync", {})
+        mended = daemon.call("daemon_status")["watcher"]["problems"]
     rel = "events/2026-03/2026-03-01.jsonl"
     assert f"{rel}:1: field 'id': missing required field" in problems
     assert any(p.startswith(f"{rel}:2: malformed JSON") for p in problems)
     assert f"  skipped {rel}:1: field 'id'" in shown
+    assert mended == []
 
 
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
