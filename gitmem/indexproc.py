@@ -66,6 +66,9 @@ class IndexerProcess:
             status = 0
             try:
                 _serve(config, theirs)
+            except GitmemError as exc:  # a policy file that does not load, say: one line
+                logger.error("the indexer process stopped: %s", exc)
+                status = 1
             except BaseException:  # logged; the daemon finds the pipe closed
                 logger.exception("the indexer process failed")
                 status = 1

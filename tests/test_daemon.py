@@ -112,6 +112,18 @@ def test_files_that_failed_to_parse_before_the_start_are_listed_as_skipped(
     assert mended == []
 
 
+def test_a_daemon_whose_policies_do_not_load_names_the_line_not_a_traceback(
+        store_config: Config) -> None:
+    budgets = store_config.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("reserve_tokens: 5000",
+                                                   "reserve_tokens: lots"))
+    result = Daemon(store_config).cli("daemon", "start", check=False)
+    assert result.returncode == 1
+    assert "policies/budgets.yaml:5: field 'reserve_tokens'" in result.stderr
+    assert "Traceback" not in result.stderr and 'File "' not in result.stderr
+    assert running_pid(store_config) is None
+
+
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
     with running(store_config) as first:
         second = first.cli("daemon", "start", "--no-autocommit", check=False)
