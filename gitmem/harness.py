@@ -54,9 +54,9 @@ def run_scenario(scenario: Scenario, dsn: str) -> dict[str, Any]:
         try:
             run = Run(scenario, dsn, workdir, _schema_name(scenario.id))
             for step in scenario.steps:
+                steps_run += 1  # a step that fails has run too
                 if not _step(run, step, failures):
                     break
-                steps_run += 1
                 for index, spec in enumerate(step.assertions, start=1):
                     failure = evaluate(run, spec, f"{step.label} assertion {index}")
                     if failure:

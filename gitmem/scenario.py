@@ -268,7 +268,7 @@ def load_scenario(path: Path) -> Scenario:
     try:
         now = parse_ts(str(data["now"]), "now")
     except GitmemError as exc:
-        raise check.fail(["now"], f"field 'now': {exc}") from None
+        raise check.fail(["now"], str(exc)) from None  # it names the field
     defaults = data.get("defaults") or {}
     check.params(defaults, dict.fromkeys(DEFAULT_KEYS, "str"), ["defaults"], "defaults")
     setup = _setup(check, data.get("setup") or {})
@@ -364,7 +364,7 @@ def _step(check: _Checker, raw: Any, number: int, bound: set[str], now: datetime
     if every <= 0 or advance < 0:
         raise check.fail(where, "advance and every must move the clock forward", label)
     repeat = modifiers.get("repeat", 0)
-    if repeat < 0 or repeat > 100000:
+    if not 1 <= repeat <= 100000 and "repeat" in modifiers:
         raise check.fail([*where, "repeat"], "field 'repeat': expected 1..100000", label)
     if modifiers.get("expect_error") and modifiers["expect_error"] not in ERRORS:
         raise check.fail([*where, "expect_error"], f"field 'expect_error': expected one of "

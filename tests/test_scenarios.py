@@ -79,6 +79,8 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
      "final assertions", "field 'count': expected an integer"),
     ("steps:\n  - write: {path: ../../etc/passwd, text: x}\n", 6, "step 1 (write)",
      "must be a path inside the store"),
+    ("steps:\n  - record: {text: a}\n    repeat: 0\n", 7, "step 1 (record)",
+     "field 'repeat': expected 1..100000"),
 ])
 def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: str, line: int,
                                                         step: str, what: str) -> None:
@@ -100,6 +102,8 @@ def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: st
     (HEAD + "steps:\n  - record: {text: [unclosed\n", "not valid YAML"),
     (HEAD.replace('"2026-02-01T00:00:00+00:00"', '"2026-02-01T00:00:00"')
      + "steps: [{sync: true}]\n", "has no UTC offset"),
+    (HEAD.replace('"2026-02-01T00:00:00+00:00"', '"2026-02-01T00:00:00"')
+     + "steps: [{sync: true}]\n", ":4: field 'now': timestamp '2026-02-01T00:00:00' has"),
     (HEAD + "setup:\n  views:\n    x.md: 42\nsteps: [{sync: true}]\n", "setup.views.x.md"),
 ])
 def test_a_malformed_file_is_rejected_whole(tmp_path: Path, text: str, what: str) -> None:
@@ -166,7 +170,7 @@ assertions:
   - {type: event_exists, where: {contains: never}}
 """
     result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
-    assert result["steps_run"] == 1
+    assert result["steps_run"] == 2  # the step that failed ran; the third did not
     [failure] = result["failures"]
     assert failure["where"] == "step 2 (decide)" and failure["line"] == 8
     assert "ValidationError" in failure["error"] and "supersedes" in failure["error"]
