@@ -113,7 +113,10 @@ def flag_summaries(items: Iterable[dict[str, Any]], db: Callable[[], Database], 
         return []
     found = index_conflicts(db(), tenant, sorted(summaries), chain())
     for summary_id, conflicts in found.items():
-        summaries[summary_id]["conflicts"] = conflicts
+        # the cited event's session stays out: the event may be one the request's
+        # channel may not load (the ref's id says which, as an omission would)
+        summaries[summary_id]["conflicts"] = [
+            {k: v for k, v in c.items() if k != "session"} for c in conflicts]
     return sorted(found)
 
 

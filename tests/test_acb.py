@@ -1057,3 +1057,17 @@ def test_a_channel_cannot_tell_whether_text_it_may_not_load_holds_a_word(
     private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "leukemia"})
     assert private["provenance"]["query_terms"][0]["idf"] > 0 and private["provenance"]["lanes"]
     assert "leukemia" in texts(private)
+
+
+def test_a_summary_conflict_does_not_name_the_session_of_a_hidden_event(
+        memory: Memory) -> None:
+    hidden = say(memory, "the diagnosis is leukemia", session_id="patient-7",
+                 sensitivity="high")
+    summary = memory.record({"kind": "summary", "channel": "public", "session_id": "notes",
+                             "refs": [hidden], "ts": "2026-03-01T11:00:00+00:00",
+                             "content": {"text": "Summary of the ward round"}})
+    acb = memory.build_acb({"channel": "public", "session_id": "notes", "now": NOW,
+                            "query_text": "ward round summary"})
+    [item] = [i for i in all_items(acb) if i["id"] == summary.content["summary_id"]]
+    assert item["conflicts"] == [{"kind": "foreign_session_ref", "ref": hidden}]
+    assert "patient-7" not in json.dumps(acb) and "leukemia" not in json.dumps(acb)
