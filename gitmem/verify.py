@@ -296,6 +296,25 @@ class Checker:
                 self.fail(ref.path, ref.line, f"{ref.target} is a decision of another tenant "
                           f"than {ref.tenant!r}; supersede or hand over only its own tenant's "
                           "decisions", ref.field)
+        if complete:
+            self._check_forks()
+
+    def _check_forks(self) -> None:
+        """A warning where two decisions supersede the same one (two branches that each
+        replaced it, merged): both stay active, and the chain has no single latest."""
+        by_target: dict[str, list[_Ref]] = {}
+        for ref in self.refs:
+            if ref.field == "supersedes" and ref.path.startswith("decisions/"):
+                by_target.setdefault(ref.target, []).append(ref)
+        for target, refs in sorted(by_target.items()):
+            first, *others = sorted(refs, key=lambda r: r.path)
+            for ref in others:
+                self.problems.append(ValidationError(
+                    f"{target} is also superseded by {Path(first.path).stem}: both are active "
+                    "(a fork, as two branches that each replaced it leave once merged); record "
+                    "a decision that supersedes both, or the one that should stay",
+                    path=self.display + ref.path, line=ref.line, field=ref.field,
+                    severity="warning"))
 
     def _decision_tenant(self, decision_id: str) -> str | None:
         """The tenant of a decision of the tree (None: it cannot be read)."""

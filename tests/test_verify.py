@@ -205,3 +205,19 @@ def test_a_store_missing_default_redaction_patterns_gets_a_warning(cli: Cli,
     assert "(1 warning(s))" in result.output
     privacy.write_text(current)
     assert "warning" not in cli("verify").output
+
+
+def test_two_decisions_superseding_one_are_a_fork_verify_warns_about(cli: Cli,
+                                                                     memory: Memory) -> None:
+    """Two branches that each replaced a decision leave, once merged, two active ones:
+    verify warns (exit 0) on the second, naming the first."""
+    evt = memory.record({"content": {"text": "where to deploy"}}).id
+    old = memory.decide("Deploy from Frankfurt", [evt]).content["decision_id"]
+    berlin = memory.decide("Deploy from Berlin", [evt], supersedes=[old])
+    paris = memory.decide("Deploy from Paris", [evt], supersedes=[old])
+    first, second = sorted([berlin.content["decision_id"], paris.content["decision_id"]])
+    result = cli("verify")
+    assert result.exit_code == 0
+    assert (f"memory/decisions/{second}.md:" in result.output
+            and f"field 'supersedes': {old} is also superseded by {first}: both are active"
+            in result.output and "warning" in result.output)
