@@ -147,9 +147,8 @@ class _Build:
 
     def cap(self, name: str, scaled: bool = True) -> int:
         budget = self.policies.budgets.sections.get(name)
-        if budget is None:
-            return 0
-        return int(budget.max_tokens * self.scale) if scaled else budget.max_tokens
+        full = budget.max_tokens if budget else 0
+        return int(full * self.scale) if scaled else full
 
     def allows(self, sensitivity: str, channel: str) -> bool:
         """Whether the request's channel may load a chunk (an event's or a summary's:
@@ -412,18 +411,16 @@ class _Evidence:
         limits = planning.Limits.of(build.policies.budgets)
         self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,
                                          build.rule)
-        build.provenance.update({"path": "retrieval",
-                                 "candidate_pool_size": self.result.loadable,
-                                 "retrieved": len(self.result.candidates)})
+        build.provenance.update({"path": "retrieval", "retrieved": len(self.result.candidates),
+                                 "candidate_pool_size": self.result.loadable})
         if build.rule.hides_stored(build.policies.privacy.never_store):
             # statistics count the rows the channel may not load (a word's IDF, what a
             # lane expected): they would tell whether hidden text holds a word
             build.provenance["query_terms"] = [
                 {"term": t.text, "query": t.query, "phrase": t.phrase} for t in terms]
         else:
-            build.provenance.update({
-                "query_terms": retrieval.describe(self.result.terms, self.result.idf),
-                "lanes": self.result.lanes})
+            build.provenance.update(lanes=self.result.lanes, query_terms=retrieval.describe(
+                self.result.terms, self.result.idf))
         build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
         build.timings["retrieval"] = round((time.perf_counter() - started) * 1000, 3)
         return self.result
