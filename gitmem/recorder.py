@@ -229,18 +229,19 @@ class Recorder:
                             or {"type": "agent", "id": event_fields.get("agent_id", "agent")}})
 
     def task(self, title: str, *, status: str | None = None, task_id: str | None = None,
-             details: str = "", owner: str = "", **event_fields: Any) -> Event:
+             details: str | None = None, owner: str | None = None,
+             **event_fields: Any) -> Event:
         """Create or update a task (`task_id`: the task's, new or existing): a
-        `task_update` event plus `tasks/tsk_*.md`. What an update does not give stays as
-        it was; a new task's `status` is open."""
+        `task_update` event plus `tasks/tsk_*.md`. What an update does not give (None)
+        stays as it was, and "" clears details or owner; a new task's `status` is open."""
         content: dict[str, Any] = {"title": title}
         if status is not None:
             content["status"] = status
         if task_id:
             content["task_id"] = task_id
-        if details:
+        if details is not None:
             content["text"] = details
-        if owner:
+        if owner is not None:
             content["owner"] = owner
         return self.record({**event_fields, "kind": "task_update", "content": content})
 

@@ -296,6 +296,9 @@ def test_task_create_and_update(cli: Cli) -> None:
     cli("task", "Write the onboarding guide", "--id", task_id, "--owner", "bob")
     task = parse_task((cli.config.store / rel).read_text(), rel, "default")
     assert (task.title, task.status, task.owner) == ("Write the onboarding guide", "done", "bob")
+    cli("task", "Write the onboarding guide", "--id", task_id, "--owner", "")  # cleared
+    task = parse_task((cli.config.store / rel).read_text(), rel, "default")
+    assert (task.status, task.owner) == ("done", "")
 
 
 def test_task_update_of_a_task_that_does_not_exist_is_refused(cli: Cli) -> None:

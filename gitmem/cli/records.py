@@ -214,8 +214,8 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
 @click.option("--id", "task_id", default=None,
               help="Update this task (it must exist) instead of creating one; what is not "
                    "given stays as it was.")
-@click.option("--details", default="", help="Details (the file's body).")
-@click.option("--owner", default="", help="Who owns it.")
+@click.option("--details", default=None, help="Details (the file's body; \"\" clears them).")
+@click.option("--owner", default=None, help="Who owns it (\"\" clears it).")
 @click.option("--sensitivity", default=None,
               help="none|low|high (high: channels that suppress it never load it)")
 @click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
@@ -231,7 +231,7 @@ def task(obj: Context, /, title: str, refs: tuple[str, ...], **options: Any) -> 
       gitmem task "Write the onboarding guide" --owner alice
       gitmem task "Write the onboarding guide" --id tsk_01J... --status done
     """
-    kwargs = {k: v for k, v in options.items() if v not in (None, "")}
+    kwargs = {k: v for k, v in options.items() if v is not None}
     if refs:
         kwargs["refs"] = list(refs)
     with reported():
