@@ -80,6 +80,9 @@ class Watcher:
         self.max_delay = max_delay
         self.reconcile_interval = reconcile_interval
         self.flush_timeout = flush_timeout
+        # how long a read waits to see its barrier before it asks for a reconcile (the
+        # file events may be lost: inotify's queue overflowed)
+        self.barrier_timeout = 1.0
         self.on_indexed = on_indexed
         self.mode = "stopped"
         self._events = FileEvents(self)
@@ -278,7 +281,7 @@ class Watcher:
         if self.stats["db_ok"] is False:
             raise DatabaseError(f"the index is unavailable ({self.stats['db_error']}); events "
                                 "are still written to the files and indexed when it returns")
-        if self.mode != "inotify" or not self._settled(min(1.0, timeout)):
+        if self.mode != "inotify" or not self._settled(min(self.barrier_timeout, timeout)):
             self.request_reconcile("catch-up on read without ordered file events")
         with self._cond:
             target = self._enqueued
