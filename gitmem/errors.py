@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -63,6 +64,13 @@ class FormatError(GitmemError):
         """A JSON-friendly form for status reports and RPC errors."""
         return {"path": self.path, "line": self.line, "field": self.field,
                 "message": self.detail, "severity": self.severity}
+
+    @classmethod
+    def from_dict(cls, problem: Mapping[str, Any]) -> FormatError:
+        """The error `to_dict` made (a status report's, an index state's)."""
+        return cls(str(problem.get("message", "")), path=problem.get("path") or "",
+                   line=problem.get("line") or None, field=problem.get("field"),
+                   severity=problem.get("severity") or "error")
 
 
 def malformed_json(exc: json.JSONDecodeError, *, path: str, line: int | None) -> FormatError:

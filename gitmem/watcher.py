@@ -547,8 +547,7 @@ class Watcher:
         forget those of the files mended since."""
         for rel in changed:
             state = self.memory.db.fetchone("file_state", {"path": rel})
-            found = {f"{e.get('path') or rel}:{e.get('line') or ''}: "
-                     + (f"field '{e['field']}': " if e.get("field") else "") + str(e.get("message"))
+            found = {str(FormatError.from_dict({**e, "path": e.get("path") or rel}))
                      for e in (state["errors"] if state else [])}
             with self._problems_lock:  # the indexer thread, and the sync method's
                 before = self._logged.get(rel, set())

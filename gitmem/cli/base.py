@@ -102,10 +102,3 @@ def main(ctx: click.Context, store: str | None, dsn: str | None, verbose: bool) 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     ctx.obj = Context(store, dsn)
-
-
-def where(problem: dict[str, Any]) -> str:
-    """`path:line` of a reported problem, and its field (as FormatError says it)."""
-    line = f":{problem['line']}" if problem.get("line") else ""
-    field = f": field '{problem['field']}'" if problem.get("field") else ""
-    return f"{problem.get('path', '')}{line}{field}"

@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from gitmem.cli.base import Context, emit, main, reported, say, via_daemon, where
+from gitmem.cli.base import Context, emit, main, reported, say, via_daemon
+from gitmem.errors import FormatError
 
 
 @main.command()
@@ -31,7 +32,7 @@ def reindex(obj: Context) -> None:
     interrupted(report.to_dict())
     say(f"indexed {report.files} files, {report.rows} rows, {len(report.errors)} problem(s)")
     for problem in report.errors:
-        say(f"  {where(problem)}: {problem['message']}")
+        say(f"  {FormatError.from_dict(problem)}")
     emit(report.to_dict())
 
 
@@ -52,7 +53,7 @@ def sync(obj: Context) -> None:
     interrupted(answer)
     say(f"{len(answer['changed'])} file(s) brought up to date")
     for problem in answer.get("errors", []):
-        say(f"  {where(problem)}: {problem['message']}")
+        say(f"  {FormatError.from_dict(problem)}")
     emit(answer)
 
 
@@ -94,7 +95,7 @@ def status(obj: Context, as_json: bool) -> None:
     for item in report["pending"]:
         click.echo(f"  pending {item['path']}: {item['bytes']} bytes, {item['reason']}")
     for problem in report["errors"]:
-        click.echo(f"  error   {where(problem)}: {problem['message']}")
+        click.echo(f"  error   {FormatError.from_dict(problem)}")
     for item in report.get("unrecognized", []):
         click.echo(f"  ignored {item['path']}: {item['reason']}")
 
