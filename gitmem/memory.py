@@ -412,7 +412,9 @@ class Memory:
         from gitmem import indexer
 
         report = indexer.status(self.db, self.store, self.policies)
-        broken = self.policies_not_applied()  # under the daemon: the last good ones serve
+        # under the daemon the last good policies serve an edit that does not load
+        # (without one, `self.policies` has read the files and raised already)
+        broken = self.policies_not_applied() if self.catch_up is not None else None
         if broken is not None:
             report["errors"].insert(0, broken.to_dict() | {
                 "message": f"{broken.detail} (not applied: the daemon goes on with the last "

@@ -353,7 +353,7 @@ class Recorder:
         self.files.require_records(event.refs, staging)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)
-        if derive is not None and known.get(event.id) == (
+        if derive is not None and event.id in known and known[event.id] == (
                 event.tenant_id, event.when, digest := content_hash(kind, full["content"])):
             # the same event written again (a retry): its file is there already, and
             # a decision or summary is never written twice

@@ -16,9 +16,9 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
-from gitmem.errors import NotFoundError, StoreError, ValidationError
-from gitmem.ids import ULID_ID
+from gitmem.errors import NotFoundError, StoreError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
+from gitmem.records import check_id
 
 TEMPLATE_FILES = (
     "policies/budgets.yaml", "policies/privacy.yaml", "policies/channels.yaml",
@@ -355,9 +355,7 @@ def record_paths(record_id: str) -> list[str]:
 def require_task(store: Path, task_id: str) -> None:
     """Raise unless `task_id` names a task of the store: the target of an update that
     must not create a task by a mistyped id."""
-    if not (ULID_ID.match(task_id) and task_id.startswith("tsk_")):
-        raise ValidationError(f"expected tsk_ + a 26-character ULID, got {task_id!r}",
-                              field="task_id")
+    check_id(task_id, "tsk", "task_id")
     if not (store / "tasks" / f"{task_id}.md").is_file():
         raise NotFoundError(f"no task {task_id} to update: tasks/{task_id}.md is not in "
                             f"{store} (leave the id out to create a task)")
