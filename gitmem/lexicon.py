@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gitmem.db import Database
+from gitmem.folding import fold
 from gitmem.rows import tenant_tag
 
 DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
@@ -44,7 +45,9 @@ def quote(lexeme: str) -> str:
 
 
 def analyze(db: Database, text: str) -> list[Term]:
-    """The terms of a natural-language query (phrases first, then words)."""
+    """The terms of a natural-language query (phrases first, then words), read as the
+    index reads a text (gitmem/folding.py: accents folded, unspaced scripts paired)."""
+    text = fold(text)
     terms: list[Term] = []
     seen: set[str] = set()
     for phrase in _QUOTED.findall(text):

@@ -24,6 +24,7 @@ from gitmem.documents import (
     parse_view,
 )
 from gitmem.errors import FormatError
+from gitmem.folding import fold, search_text
 from gitmem.policies import Policies
 from gitmem.records import Event, check_storable, compact_json, event_text, iter_events
 from gitmem.store import StatKey
@@ -33,7 +34,8 @@ EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "chann
                  "hash", "path", "line")
 CHUNK_COLUMNS = ("chunk_id", "tenant_id", "source_type", "source_id", "path", "line", "ts",
                  "kind", "channel", "session_id", "agent_id", "sensitivity", "tags", "refs",
-                 "hash", "token_est", "importance", "text", "search_extra", "search_keys")
+                 "hash", "token_est", "importance", "text", "search_extra", "search_keys",
+                 "search_text")
 DECISION_COLUMNS = ("decision_id", "tenant_id", "ts", "status", "scope", "title", "text",
                     "rationale", "constraints", "alternatives", "consequences", "confidence",
                     "supersedes", "refs", "sensitivity", "tags", "path")
@@ -130,10 +132,11 @@ def _period_keys(start: str, offset: str) -> tuple[str, ...]:
 
 
 def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
-    """The actor's name and tags (`topic:memory` -> topic memory), searchable too."""
+    """The actor's name and tags (`topic:memory` -> topic memory), searchable too,
+    folded as a query is (gitmem/folding.py)."""
     words = [actor_id, *tags]
     words += [part for tag in tags for part in tag.replace("/", ":").split(":") if part]
-    return " ".join(words)
+    return fold(" ".join(words))
 
 
 def split_text(text: str, max_tokens: int) -> list[str]:
@@ -243,7 +246,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
         out.tables["chunks"].append((
             chunk_id, event.tenant_id, "event", event.id, path, line, event.ts, event.kind,
             event.channel, event.session_id, event.agent_id, event.sensitivity, tags, refs,
-            digest, size, weight, text, extra, keys))
+            digest, size, weight, text, extra, keys, search_text(text)))
 
 
 def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str, path: str,
@@ -254,7 +257,7 @@ def _record_chunk(out: FileRows, *, chunk_id: str, tenant: str, source_type: str
     out.tables["chunks"].append((
         chunk_id, tenant, source_type, chunk_id, path, line, ts, kind, channel, session, "",
         sensitivity, list(tags), list(refs), digest, tokens.count(text), weight, text,
-        search_extra("", tags), search_keys(tenant, ts)))
+        search_extra("", tags), search_keys(tenant, ts), search_text(text)))
 
 
 def decision_text(title: str, text: str, rationale: tuple[str, ...]) -> str:

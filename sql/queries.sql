@@ -129,8 +129,8 @@ ON CONFLICT (event_id) DO NOTHING
 -- name: insert_chunks
 INSERT INTO chunks (chunk_id, tenant_id, source_type, source_id, path, line, ts, kind,
                     channel, session_id, agent_id, sensitivity, tags, refs, hash, token_est,
-                    importance, text, search_extra, search_keys)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    importance, text, search_extra, search_keys, search_text)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (chunk_id) DO NOTHING
 
 -- name: insert_decisions

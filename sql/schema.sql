@@ -110,10 +110,13 @@ CREATE TABLE IF NOT EXISTS chunks (
   -- {tenant tag, @dYYYYMMDD, @wIIIIWW, @mYYYYMM}: the tag qualifies every lexeme; the
   -- time keys (UTC day, ISO week, month) let a search ask for recent matches only
   search_keys  text[] NOT NULL,
+  -- the text as search reads it where that differs: accents folded, unspaced scripts
+  -- cut into pairs of characters (gitmem/folding.py); NULL for most texts
+  search_text  text,
   -- left(): a tsvector holds at most 1 MB; one huge record (a pasted log, thousands
   -- of tags) must not make the whole sync fail, so only its head is searchable.
   tsv          tsvector GENERATED ALWAYS AS
-                 (gitmem_qualify(to_tsvector('english', left(text, 100000))
+                 (gitmem_qualify(to_tsvector('english', left(coalesce(search_text, text), 100000))
                                  || to_tsvector('simple', left(search_extra, 10000))
                                  || array_to_tsvector(search_keys[2:]), search_keys[1])) STORED
 )

@@ -507,6 +507,47 @@ def test_actor_names_and_tags_are_searchable(memory: Memory) -> None:
     assert section(acb, "retrieved_evidence")[0]["id"] == tagged
 
 
+@pytest.mark.parametrize(("stored", "asked"), [
+    ("Lunch meeting at the café near the station", "cafe"),
+    ("Lunch meeting at the cafe near the station", "café"),
+    ("Les décisions du comité sont publiées le lundi", "decisions"),
+    ("Die Straße nach Łódź ist gesperrt", "strasse lodz"),
+    ("\uff26\uff35\uff2c\uff2c\uff37\uff29\uff24\uff34\uff28 letters in a note",
+     "fullwidth"),  # full-width Latin
+])
+def test_a_word_is_found_with_or_without_its_accents(memory: Memory, stored: str,
+                                                      asked: str) -> None:
+    fact = say(memory, stored)
+    say(memory, "An unrelated note about the weather")
+    acb = memory.build_acb({"now": NOW, "query_text": asked})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [fact]
+    assert stored in section(acb, "retrieved_evidence")[0]["text"]  # shown as written
+
+
+@pytest.mark.parametrize(("stored", "asked"), [
+    ("我们决定使用PostgreSQL作为索引", "决定"),
+    ("我们决定使用PostgreSQL作为索引", "使用 postgresql"),
+    ("データベースのバックアップは毎晩です", "バックアップ"),
+    ("팀은 데이터베이스를 매일 백업합니다", "데이터베이스"),
+])
+def test_a_word_inside_unspaced_text_is_found(memory: Memory, stored: str, asked: str) -> None:
+    fact = say(memory, stored)
+    say(memory, "我们明天开会。会議は明日です。")
+    acb = memory.build_acb({"now": NOW, "query_text": asked})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [fact]
+    assert section(acb, "retrieved_evidence")[0]["text"] == f"user: {stored}"
+
+
+def test_folding_does_not_join_words_that_differ(memory: Memory) -> None:
+    gakkou = say(memory, "がっこう")   # school: the voicing mark makes another word
+    kakkou = say(memory, "かっこう")   # cuckoo
+    for asked, found in (("がっ", [gakkou]), ("かっ", [kakkou])):
+        acb = memory.build_acb({"now": NOW, "query_text": asked})
+        assert [i["id"] for i in section(acb, "retrieved_evidence")] == found
+    acb = memory.build_acb({"now": NOW, "query_text": "がっこう"})  # pairs in common, ranked
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [gakkou, kakkou]
+
+
 def test_retrieval_is_bounded(memory: Memory) -> None:
     memory.record_many([{"content": {"text": f"deploy note {n} about the pipeline"},
                          "ts": f"2026-02-{1 + n % 28:02d}T{n % 24:02d}:00:00+00:00"}

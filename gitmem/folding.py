@@ -1,0 +1,62 @@
+"""Search text: what the full-text index and a query's analysis read of a text.
+
+PostgreSQL's parser and the English stemmer leave two gaps that the text alone
+cannot close:
+
+- *Accents.* 'café' is not 'cafe', and 'décisions' keeps its accent, so the
+  stemmer does not make it 'decis' as it does 'decisions'. (The `unaccent`
+  extension is not in every server, the embedded one included.)
+- *Unspaced scripts.* Chinese and Japanese write words without spaces, and the
+  parser takes a whole run of letters for one word: '我们决定使用' is one token,
+  so '决定' finds nothing.
+
+`fold` closes both, on the index's side (gitmem/rows.py: the chunks'
+`search_text`) and on the query's (gitmem/lexicon.py), so the two meet:
+compatibility forms are unified (NFKC: full-width Latin letters are the plain ones), the
+combining accents of alphabetic scripts are dropped ('é' -> 'e'; the voicing
+marks of kana stay: 'が' is not 'か') and letters with a stroke of their own
+are spelt plainly ('ø' -> 'o', 'ß' -> 'ss'), and every run of Han, kana or Hangul is
+cut into overlapping pairs of characters, as Lucene's CJK analyzer does
+('决定使用' -> '决定 定使 使用'), so a word of two or more characters is found as
+the pairs it is made of. What an item shows is never folded.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+# Combining marks of alphabetic scripts (Latin, Greek, Cyrillic): the accents that
+# NFD takes off their letters. Kana's voicing marks (U+3099, U+309A) are not here.
+_ACCENTS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+# Letters that carry their stroke in themselves, as PostgreSQL's unaccent rules fold them.
+_LETTERS = str.maketrans({"ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE",
+                          "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D",
+                          "ð": "d", "Ð": "D", "þ": "th", "Þ": "TH", "\u0131": "i", "ħ": "h",
+                          "Ħ": "H"})
+# Han (with its extensions and compatibility ideographs), hiragana, katakana (the
+# prolonged sound mark included) and Hangul syllables.
+_UNSPACED = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+                       "\uac00-\ud7a3\uf900-\ufaff\U00020000-\U0003134f]+")
+
+
+def fold(text: str) -> str:
+    """The text as the index searches it (the module's docstring says how)."""
+    if text.isascii():
+        return text
+    plain = unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFKD", text)))
+    plain = plain.translate(_LETTERS)
+    return _UNSPACED.sub(_pairs, plain)
+
+
+def search_text(text: str) -> str | None:
+    """What the index reads instead of `text`, or None where it reads `text` itself."""
+    folded = fold(text)
+    return None if folded == text else folded
+
+
+def _pairs(match: re.Match[str]) -> str:
+    run = match.group()
+    if len(run) == 1:
+        return f" {run} "
+    return " " + " ".join(run[i:i + 2] for i in range(len(run) - 1)) + " "

@@ -1,0 +1,31 @@
+"""Search text: accents folded and unspaced scripts paired, as both sides read it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gitmem.folding import fold, search_text
+
+
+@pytest.mark.parametrize(("text", "folded"), [
+    ("café décisions naïve", "cafe decisions naive"),
+    ("Ålesund Straße Łódź Ærø", "Alesund Strasse Lodz AEro"),
+    ("\uff21\uff22\uff23 \ufb01le", "ABC file"),  # full-width letters, a ligature
+    ("决定使用", " 决定 定使 使用 "),
+    ("使用PostgreSQL作为", " 使用 PostgreSQL 作为 "),
+    ("单", " 单 "),
+    ("がっこう", " がっ っこ こう "),                 # kana keep their voicing marks
+    ("ｶﾞｯｺｳ", " ガッ ッコ コウ "),                   # half-width kana are the full ones
+    ("데이터베이스를 사용", " 데이 이터 터베 베이 이스 스를   사용 "),  # syllables, not jamo
+    ("Привет, Ёлка", "Привет, Елка"),
+    ("plain ascii stays as it is", "plain ascii stays as it is"),
+])
+def test_fold(text: str, folded: str) -> None:
+    assert fold(text) == folded
+    assert fold(folded) == folded or fold(folded).split() == folded.split()
+
+
+def test_search_text_is_none_where_the_text_reads_as_itself() -> None:
+    assert search_text("deploy the blue cluster") is None
+    assert search_text("em dash — and “quotes”") is None   # nothing to fold
+    assert search_text("café") == "cafe"
