@@ -315,7 +315,8 @@ def repeated_id(event_id: str, first_path: str, first_line: int, path: str,
     """The error of a line whose event id an earlier line holds with other content: the
     index keeps the first, so this one is named rather than silently left out."""
     return FormatError(f"{event_id} is also {first_path}:{first_line} with other content; "
-                       "ids never repeat (this line is not indexed)", path=path, line=line,
+                       "ids never repeat (this line is not indexed); remove it and record it again "
+                       "without its id, which mints a new one", path=path, line=line,
                        field="id")
 
 

@@ -201,7 +201,8 @@ class Checker:
             seen = self.event_ids.get(event.id)
             if seen is not None and seen[2] != event.hash:
                 self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]} with other "
-                          "content; ids never repeat", "id")
+                          "content; ids never repeat: remove this line and record it again "
+                          "without its id, which mints a new one", "id")
             elif seen is not None and seen[0] != self.display + rel:
                 self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]}; an event "
                           "lives in one day file (the index keeps one copy, and loses it "

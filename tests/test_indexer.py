@@ -1112,7 +1112,8 @@ def test_a_line_repeating_an_id_with_other_content_is_named_not_silently_left_ou
                 if e["field"] == "id"]
 
     first = f"evt_01JKZ3N4Q5R6S7T8V9W0X00001 is also {DAY}:1 with other content"
-    assert repeats() == [(DAY, 3, f"{first}; ids never repeat (this line is not indexed)")]
+    assert repeats() == [(DAY, 3, f"{first}; ids never repeat (this line is not indexed); "
+                          "remove it and record it again without its id, which mints a new one")]
     write(store, DAY, line(2, content={"text": "later words"})
           + line(100, day="2026-02-01", content={"text": "copied words"}), mode="a")
     memory.sync()  # an append: the first lines are in the index, not in this read

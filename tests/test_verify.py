@@ -147,6 +147,18 @@ def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flag
     assert "4 problem(s)" in out
 
 
+def test_an_id_repeated_with_other_content_is_named_with_the_way_out(cli: Cli,
+                                                                      config: Config) -> None:
+    event_id, line = event_line("s", "said once", number=1)
+    _, other = event_line("s", "said otherwise", number=1)
+    append(config.store / DAY, line)
+    append(config.store / DAY, other)
+    out = cli("verify", ok=False).output
+    assert (f"memory/{DAY}:2: field 'id': {event_id} is also memory/{DAY}:1 with other "
+            "content; ids never repeat: remove this line and record it again without its id, "
+            "which mints a new one") in out
+
+
 def test_an_event_in_two_day_files_or_in_another_days_file_fails(cli: Cli,
                                                                  config: Config) -> None:
     """The index keeps one copy of an event: removing the file of that copy would lose
