@@ -184,9 +184,13 @@ def mark_commit(git_dir: Path, pid: int) -> None:
     (git_dir / COMMIT_MARKER).write_text(f"{pid}\n", encoding="utf-8")
 
 
-def unmark_commit(git_dir: Path) -> None:
-    """The commit finished (post-commit) or was refused."""
-    (git_dir / COMMIT_MARKER).unlink(missing_ok=True)
+def unmark_commit(git_dir: Path) -> bool:
+    """The commit finished (post-commit) or was refused; whether it had been marked."""
+    try:
+        (git_dir / COMMIT_MARKER).unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def has_head(repo: git.Repo) -> bool:
@@ -214,13 +218,33 @@ def list_paths(repo: git.Repo, prefix: str, rev: str) -> list[str]:
     return sorted(p[len(prefix):] for p in out.split("\0") if p)
 
 
-def staged_changes(repo: git.Repo, prefix: str) -> list[tuple[str, str]]:
-    """(status A|M|D|T, store-relative path) of the store files staged for commit."""
-    base = "HEAD" if has_head(repo) else repo.git.hash_object("-t", "tree", "/dev/null")
-    out = repo.git.diff("--cached", "--name-status", "--no-renames", "-z", base, "--",
-                        prefix or ".")
+def changed_paths(repo: git.Repo, prefix: str, base: str | None,
+                  rev: str) -> list[tuple[str, str]]:
+    """(status A|M|D|T, store-relative path) of the store files that `rev` ('': the git
+    index, what a commit would record) changes from `base` (None: the empty tree)."""
+    start = base or repo.git.hash_object("-t", "tree", "/dev/null")
+    which = [start, rev] if rev else ["--cached", start]
+    out = repo.git.diff("--name-status", "--no-renames", "-z", *which, "--", prefix or ".")
     fields = [f for f in out.split("\0") if f]
     return [(fields[i][0], fields[i + 1][len(prefix):]) for i in range(0, len(fields) - 1, 2)]
+
+
+def parents(repo: git.Repo, rev: str) -> list[str]:
+    """The parents of commit `rev` (none for a root commit)."""
+    return str(repo.git.rev_list("--parents", "-n", "1", rev)).split()[1:]
+
+
+def fork_point(repo: git.Repo, since: str) -> str:
+    """The commit where HEAD's history left `since`'s (their merge base), by its id:
+    what a pull request from HEAD into `since` adds is what HEAD has beyond it."""
+    import git
+
+    try:
+        return str(repo.git.merge_base(since, "HEAD")).strip()
+    except git.GitCommandError as exc:
+        raise GitError(f"no common commit of {since!r} and HEAD: "
+                       f"{str(exc.stderr).strip() or 'they share no history'}; name a "
+                       "branch or commit this one grew from (e.g. origin/main)") from None
 
 
 def hooks_dir(repo: git.Repo) -> Path:

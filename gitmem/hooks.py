@@ -33,7 +33,7 @@ from gitmem.db import Database
 from gitmem.errors import ConfigError, GitError, GitmemError, VerifyError
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
-from gitmem.verify import verify_staged
+from gitmem.verify import verify_commit, verify_staged
 
 HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout", "post-rewrite")
 SYNC_HOOKS = ("post-merge", "post-checkout", "post-rewrite", "sync")
@@ -61,9 +61,13 @@ def hook_script(name: str, python: str) -> str:
                 f'if [ -x {chained} ]; then {chained} "$@" || {{ status=$?; '
                 f'[ -z "$git_dir" ] || rm -f {marker}; exit $status; }}; fi\n'
                 + run_gitmem.replace("{cmd}", "exec") + "\n")
-    if name == "post-commit":  # only the mark to clear: no Python started for it
-        return (head + f'[ -n "$git_dir" ] && rm -f {marker}\nstatus=0\n'
-                f'if [ -x {chained} ]; then {chained} "$@" || status=$?; fi\nexit $status\n')
+    if name == "post-commit":  # Python starts only for a commit that pre-commit did not see
+        return (head + f'checked=1\nif [ -n "$git_dir" ] && ! rm {marker} 2>/dev/null && '
+                '[ ! -d "$git_dir/rebase-merge" ] && [ ! -d "$git_dir/rebase-apply" ]; '
+                'then checked=; fi\n'
+                f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
+                f'[ -n "$checked" ] || {{ {run_gitmem.replace("{cmd} ", "")}; }}\n'
+                'exit $status\n')
     return (head + f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
             + run_gitmem.replace("{cmd} ", "") + "\nexit $status\n")
 
@@ -139,8 +143,9 @@ def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:
             raise VerifyError(problems)
         return []
     if name == "post-commit":
-        _commit_done(config.store)
-        return []
+        if _commit_done(config.store):
+            return []
+        return unchecked_commit(config.store)
     if name in SYNC_HOOKS:
         return sync_after_git(config)
     raise ConfigError(f"unknown hook {name!r}; expected one of "
@@ -177,16 +182,37 @@ def _commit_starts(store: Path) -> None:
         repo.close()
 
 
-def _commit_done(store: Path) -> None:
-    """Clear the commit-in-progress mark the installed pre-commit hook left."""
+def _commit_done(store: Path) -> bool:
+    """Clear the commit-in-progress mark the pre-commit hook left. Whether the commit was
+    checked: pre-commit saw it (it left the mark), or a rebase replays commits made
+    before (each was checked when it was made)."""
     try:
         repo = gitops.open_repo(store)
     except GitError:
-        return
+        return True
     try:
-        gitops.unmark_commit(Path(repo.git_dir))
+        git_dir = Path(repo.git_dir)
+        return gitops.unmark_commit(git_dir) or any(
+            (git_dir / name).is_dir() for name in ("rebase-merge", "rebase-apply"))
     finally:
         repo.close()
+
+
+def unchecked_commit(store: Path) -> list[str]:
+    """Warnings for a commit git made without the pre-commit hook (`git revert`, `git
+    cherry-pick`, `git commit --no-verify`): what that hook would have refused. The
+    commit is made; the warning says how to mend it."""
+    try:
+        problems = verify_commit(store, load_policies(store))
+    except GitmemError as exc:
+        return [f"gitmem: this commit was not checked ({exc}); run `gitmem verify`"]
+    errors = [p for p in problems if p.severity == "error"]
+    if not errors:
+        return []
+    return [f"gitmem: this commit was made without the pre-commit check (git revert, git "
+            f"cherry-pick and --no-verify skip it), and the check finds {len(errors)} "
+            "problem(s) in it:", *(f"  {p}" for p in errors),
+            "gitmem: mend them in a new commit (`git revert HEAD` undoes this one)"]
 
 
 def _absolute_git_env() -> None:

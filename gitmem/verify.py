@@ -120,6 +120,7 @@ class Checker:
     display: str = ""          # prefix that names files as the user sees them (memory/)
     base: Tree | None = None
     merging: bool = False      # a merge commit: HEAD's lines must survive, in order
+    base_name: str = "HEAD"    # the revision `base` is, as messages name it
     only_new: bool = False     # events: check appended lines only (the committed were checked)
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
@@ -155,7 +156,7 @@ class Checker:
         if data is None:
             if kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "
-                          "restore it with `git checkout HEAD -- <path>`")
+                          f"restore it with `git checkout {self.base_name} -- <path>`")
             return
         if kind == "events":
             self._check_events(rel, data)
@@ -176,8 +177,8 @@ class Checker:
             else:
                 line = before[:_common_prefix(before, data)].count(b"\n") + 1
                 self.fail(rel, line, "events files are append-only, but this line differs "
-                          "from the committed version; restore it with `git checkout HEAD -- "
-                          "<path>` and record a correction as a new event")
+                          f"from {self.base_name}'s version; restore it with `git checkout "
+                          f"{self.base_name} -- <path>` and record a correction as a new event")
                 before = None  # which lines are new is unknown: check them all
         if before is not None and self.only_new:
             start = before.count(b"\n") + 1
@@ -358,25 +359,34 @@ def _keeps_lines(before: bytes, after: bytes) -> bool:
     return all(any(line == other for other in remaining) for line in before.split(b"\n"))
 
 
-def verify_tree(store: Path, policies: Policies, *,
-                display: str | None = None) -> list[FormatError]:
-    """Check every file of the store on disk (and append-only against git's HEAD).
+def verify_tree(store: Path, policies: Policies, *, display: str | None = None,
+                since: str | None = None) -> list[FormatError]:
+    """Check every file of the store on disk (and append-only against git's HEAD, or
+    with `since` against the commit where the work tree's branch left that revision:
+    what a pull request into it adds must be appends).
 
     Files are named with `display` in front; by default as git names them
     (`memory/...`), or by the store's directory name outside git.
     """
     base: Tree | None = None
     repo: git.Repo | None = None
+    name = "HEAD"
     try:
         repo = gitops.open_repo(store)
         prefix = gitops.store_prefix(repo, store)
         display = prefix if display is None else display
-        if gitops.has_head(repo):
+        if since is not None:
+            name = gitops.fork_point(repo, since)
+            base = GitTree(repo, prefix, name)
+        elif gitops.has_head(repo):
             base = GitTree(repo, prefix, "HEAD")
-    except GitError:  # not in a git repository: nothing to compare with
-        display = f"{store.name}/" if display is None else display
+    except GitError:
+        if since is not None:
+            raise
+        display = f"{store.name}/" if display is None else display  # nothing to compare
     try:
-        checker = Checker(WorkTree(store), policies, display=display, base=base)
+        checker = Checker(WorkTree(store), policies, display=display, base=base,
+                          base_name=name)
         for rel in checker.tree.paths():
             checker.check_file(rel)
         if base is not None:
@@ -435,31 +445,53 @@ def verify_staged(store: Path, policies: Policies) -> list[FormatError]:
     """Check what `git commit` would record for the store (the pre-commit hook)."""
     repo = gitops.open_repo(store)
     try:
-        prefix = gitops.store_prefix(repo, store)
-        changes = gitops.staged_changes(repo, prefix)
-        if not changes:
-            return []
         merging = (Path(repo.git_dir) / "MERGE_HEAD").exists()
-        base = GitTree(repo, prefix, "HEAD") if gitops.has_head(repo) else None
-        checker = Checker(GitTree(repo, prefix, ""), policies, display=prefix, base=base,
-                          merging=merging, only_new=True)
-        for _, rel in changes:
-            checker.check_file(rel)
-        checker.check_refs(complete=False)
-        for status, rel in changes:
-            if status == "D" and classify(rel) in ("decision", "task", "summary", "handoff"):
-                _cited_elsewhere(repo, prefix, rel, checker)
-        return checker.problems
+        return _verify_changes(repo, gitops.store_prefix(repo, store), policies, "",
+                               "HEAD" if gitops.has_head(repo) else None, merging)
     finally:
         repo.close()
 
 
-def _cited_elsewhere(repo: git.Repo, prefix: str, rel: str, checker: Checker) -> None:
+def verify_commit(store: Path, policies: Policies, rev: str = "HEAD") -> list[FormatError]:
+    """Check what commit `rev` recorded for the store against its first parent, as the
+    pre-commit hook would have: for a commit made without it (`git revert`, `git
+    cherry-pick`, `git commit --no-verify`; the post-commit hook)."""
+    repo = gitops.open_repo(store)
+    try:
+        parents = gitops.parents(repo, rev)
+        return _verify_changes(repo, gitops.store_prefix(repo, store), policies, rev,
+                               f"{rev}^1" if parents else None, len(parents) > 1)
+    finally:
+        repo.close()
+
+
+def _verify_changes(repo: git.Repo, prefix: str, policies: Policies, rev: str,
+                    base_rev: str | None, merging: bool) -> list[FormatError]:
+    """The checks of the store files that `rev` ('': the git index) changes from
+    `base_rev` (None: from nothing)."""
+    changes = gitops.changed_paths(repo, prefix, base_rev, rev)
+    if not changes:
+        return []
+    base = GitTree(repo, prefix, base_rev) if base_rev is not None else None
+    checker = Checker(GitTree(repo, prefix, rev), policies, display=prefix, base=base,
+                      merging=merging, only_new=True, base_name=base_rev or "HEAD")
+    for _, rel in changes:
+        checker.check_file(rel)
+    checker.check_refs(complete=False)
+    for status, rel in changes:
+        if status == "D" and classify(rel) in ("decision", "task", "summary", "handoff"):
+            _cited_elsewhere(repo, prefix, rel, checker, rev)
+    return checker.problems
+
+
+def _cited_elsewhere(repo: git.Repo, prefix: str, rel: str, checker: Checker,
+                     rev: str) -> None:
     record_id = rel.rsplit("/", 1)[-1].split(".", 1)[0]
-    out = repo.git.grep("--cached", "-n", "-F", "-I", record_id, "--", prefix or ".",
+    where = [rev] if rev else ["--cached"]
+    out = repo.git.grep(*where, "-n", "-F", "-I", record_id, "--", prefix or ".",
                         with_exceptions=False)
     for hit in out.splitlines():
-        path, _, rest = hit.partition(":")
+        path, _, rest = (hit[len(rev) + 1:] if rev else hit).partition(":")
         number, _, _ = rest.partition(":")
         checker.fail(path[len(prefix):], int(number) if number.isdigit() else None,
                      f"cites {record_id}, which this commit deletes ({prefix}{rel}); "

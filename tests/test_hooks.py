@@ -191,6 +191,86 @@ def test_pre_commit_ignores_changes_outside_the_store(root: Path) -> None:
     assert commit(root).returncode == 0
 
 
+def test_a_revert_or_cherry_pick_that_breaks_the_rules_is_named_after_the_commit(
+        root: Path) -> None:
+    """git revert and git cherry-pick make their commits without pre-commit; post-commit
+    then checks what the commit recorded, and says how to mend it."""
+    record(root, "first")
+    assert commit(root, "first").returncode == 0
+    record(root, "second")
+    assert commit(root, "second").returncode == 0
+    result = run_git(root, "revert", "--no-edit", "HEAD")
+    assert result.returncode == 0  # made: a hook after the commit cannot refuse it
+    assert (f"{DAY}:2: events files are append-only, but this line differs from "
+            "HEAD^1's version") in result.stderr
+    assert "made without the pre-commit check" in result.stderr
+    assert "mend them in a new commit" in result.stderr
+    result = run_git(root, "revert", "--no-edit", "HEAD")  # the revert of the revert
+    assert result.returncode == 0 and "gitmem" not in result.stderr, result.stderr
+
+
+def test_a_commit_the_pre_commit_hook_checked_is_not_checked_again(root: Path) -> None:
+    _, said = event_line("s", "said once", number=1)
+    append(root / DAY, said)
+    result = commit(root)
+    assert result.returncode == 0 and result.stderr == ""
+    _, secret = event_line("s", "classified", number=2, sensitivity="secret")
+    append(root / DAY, secret)
+    result = run_git(root, "commit", "-q", "-am", "classified", "--no-verify")
+    assert result.returncode == 0
+    assert f"{DAY}:2: field 'sensitivity'" in result.stderr
+    assert not (root / ".git" / "gitmem-commit-in-progress").exists()
+
+
+def test_a_rebase_does_not_check_each_commit_again(root: Path) -> None:
+    record(root, "first")
+    assert commit(root, "first").returncode == 0
+    main = run_git(root, "branch", "--show-current").stdout.strip()
+    run_git(root, "checkout", "-q", "-b", "side")
+    (root / "notes.txt").write_text("side work\n")
+    assert commit(root, "side").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    record(root, "second")
+    assert commit(root, "second").returncode == 0
+    run_git(root, "checkout", "-q", "side")
+    result = run_git(root, "rebase", main)
+    assert result.returncode == 0, result.stderr
+    assert "gitmem" not in result.stderr
+
+
+def test_verify_since_checks_a_branch_against_where_it_left_the_other(
+        root: Path, tmp_path: Path) -> None:
+    """In CI a checkout's HEAD is the work tree: only `--since` can tell that a pull
+    request rewrote a committed line."""
+    record(root, "first")
+    assert commit(root, "first").returncode == 0
+    main = run_git(root, "branch", "--show-current").stdout.strip()
+    run_git(root, "checkout", "-q", "-b", "topic")
+    _, line = event_line("s", "rewritten", number=9)
+    (root / DAY).write_text(line)  # a valid line, in place of the committed one
+    assert run_git(root, "commit", "-q", "-am", "rewrite", "--no-verify").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    record(root, "main moved on")
+    assert commit(root, "later").returncode == 0
+    run_git(root, "checkout", "-q", "topic")
+    env = {"GITMEM_STORE": str(root / "memory")}
+    plain = _gitmem(root, "verify", env=env)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    since = _gitmem(root, "verify", "--since", main, env=env)
+    assert since.returncode == 1
+    assert f"{DAY}:1: events files are append-only" in since.stderr, since.stderr
+    fork = run_git(root, "merge-base", main, "HEAD").stdout.strip()
+    assert f"git checkout {fork} -- <path>" in since.stderr
+    unknown = _gitmem(root, "verify", "--since", "no-such-branch", env=env)
+    assert unknown.returncode == 1 and "'no-such-branch'" in unknown.stderr
+    assert "origin/main" in unknown.stderr
+
+
+def _gitmem(root: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gitmem", *args], cwd=root,
+                          env={**os.environ, **env}, capture_output=True, text=True)
+
+
 # --------------------------------------------------------------------------- post-* hooks
 
 @pytest.fixture

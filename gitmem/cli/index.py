@@ -141,22 +141,26 @@ def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
 
 @main.command("verify")
 @click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
+@click.option("--since", metavar="REV", default=None,
+              help="Events files must only grow since where HEAD left REV (their merge "
+                   "base), not only since HEAD: what a pull request into REV adds.")
 @click.pass_obj
-def verify(obj: Context, as_json: bool) -> None:
+def verify(obj: Context, as_json: bool, since: str | None) -> None:
     """Check the whole store: records parse, events files only grow, refs resolve, no secrets.
 
     Exit 1 with each problem as path:line: message.
 
     \b
-    Example:
+    Examples:
       gitmem verify
+      gitmem verify --since origin/main    # in CI, on a pull request's checkout
     """
     from gitmem.policies import load_policies
     from gitmem.verify import verify_tree
 
     with reported():
         config = obj.config()
-        problems = verify_tree(config.store, load_policies(config.store))
+        problems = verify_tree(config.store, load_policies(config.store), since=since)
     if as_json:
         emit([p.to_dict() for p in problems])
     errors = [p for p in problems if p.severity == "error"]
