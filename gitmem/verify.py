@@ -180,9 +180,11 @@ class Checker:
                           f"from {self.base_name}'s version; restore it with `git checkout "
                           f"{self.base_name} -- <path>` and record a correction as a new event")
                 before = None  # which lines are new is unknown: check them all
+        committed = b""  # lines not read again: a new line's id is looked up in them
         if before is not None and self.only_new:
             start = before.count(b"\n") + 1
             data = data[len(before):]
+            committed = before
         if data and not data.endswith(b"\n"):
             self.fail(rel, start + data.count(b"\n"), "the last line has no newline "
                       "(a torn write?); finish or remove it")
@@ -199,6 +201,8 @@ class Checker:
             if event.sensitivity in self.policies.privacy.never_store:
                 self.fail(rel, number, f"sensitivity {event.sensitivity!r} is never stored "
                           "(policies/privacy.yaml); remove this line", "sensitivity")
+            if committed and event.id not in self.event_ids:
+                self._committed_line(rel, committed, event.id)
             seen = self.event_ids.get(event.id)
             if seen is not None and seen[2] != event.hash:
                 self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]} with other "
@@ -222,6 +226,21 @@ class Checker:
             record = event.content.get(key) if key else None
             if isinstance(record, str) and record_paths(record):
                 self.written.append(_Ref(rel, number, f"content.{key}", record))
+
+    def _committed_line(self, rel: str, committed: bytes, event_id: str) -> None:
+        """Note where the committed lines of `rel` hold `event_id`, if they do: only the
+        lines holding its text are parsed."""
+        needle = event_id.encode()
+        pos = committed.find(needle)
+        while pos >= 0:
+            begin = committed.rfind(b"\n", 0, pos) + 1
+            end = committed.find(b"\n", pos) + 1 or len(committed)
+            number = committed.count(b"\n", 0, begin) + 1
+            for _, event in iter_events(committed[begin:end], rel, number):
+                if not isinstance(event, FormatError) and event.id == event_id:
+                    self.event_ids[event_id] = (self.display + rel, number, event.hash)
+                    return
+            pos = committed.find(needle, end)
 
     def _check_record(self, rel: str, kind: str, data: bytes) -> None:
         try:

@@ -116,6 +116,25 @@ def test_pre_commit_refuses_an_edited_event_line(root: Path) -> None:
     assert "git commit --no-verify" in result.stderr
 
 
+def test_pre_commit_refuses_a_new_line_repeating_a_committed_id_with_other_content(
+        root: Path) -> None:
+    """The index keeps an id's first line; a later one with other content would be left
+    out of it. Only the committed lines holding the id are read again."""
+    record(root, "before")
+    event_id, said = event_line("s", "said once", number=1)
+    append(root / DAY, said)
+    assert commit(root).returncode == 0
+    _, retried = event_line("s", "said once", number=1)  # the same event again: harmless
+    append(root / DAY, retried)
+    assert commit(root).returncode == 0
+    _, other = event_line("s", "said otherwise", number=1)
+    append(root / DAY, other)
+    result = commit(root)
+    assert result.returncode == 1
+    assert (f"{DAY}:4: field 'id': {event_id} is also {DAY}:2 with other content; ids "
+            "never repeat") in result.stderr
+
+
 def test_pre_commit_refuses_invalid_records_naming_path_and_line(root: Path) -> None:
     record(root, "fine")
     _, bad = event_line("s", "wrong channel", number=1, channel="radio")
