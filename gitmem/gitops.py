@@ -237,14 +237,20 @@ def parents(repo: git.Repo, rev: str) -> list[str]:
 def fork_point(repo: git.Repo, since: str) -> str:
     """The commit where HEAD's history left `since`'s (their merge base), by its id:
     what a pull request from HEAD into `since` adds is what HEAD has beyond it."""
-    import git
-
-    try:
-        return str(repo.git.merge_base(since, "HEAD")).strip()
-    except git.GitCommandError as exc:
-        raise GitError(f"no common commit of {since!r} and HEAD: "
-                       f"{str(exc.stderr).strip() or 'they share no history'}; name a "
-                       "branch or commit this one grew from (e.g. origin/main)") from None
+    if not repo.git.rev_parse("--verify", "-q", f"{since}^{{commit}}", with_exceptions=False):
+        raise GitError(f"unknown revision {since!r}: name a branch or commit this one grew "
+                       "from (e.g. origin/main; a CI checkout may need `git fetch origin "
+                       "main` first)")
+    base = str(repo.git.merge_base(since, "HEAD", with_exceptions=False)).strip()
+    if base:
+        return base
+    if repo.git.rev_parse("--is-shallow-repository", with_exceptions=False).strip() == "true":
+        raise GitError(f"no common commit of {since!r} and HEAD in this shallow clone (it "
+                       "holds only the newest commits): fetch the history (`git fetch "
+                       "--unshallow`, or `fetch-depth: 0` with actions/checkout) and run "
+                       "this again")
+    raise GitError(f"{since!r} and HEAD share no history; name a branch or commit this one "
+                   "grew from (e.g. origin/main)")
 
 
 def hooks_dir(repo: git.Repo) -> Path:
@@ -312,8 +318,8 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
         held: dict[str, list[str]] = {}
         for path in paths:
             if not os.path.lexists(root / path):
-                held[path] = [f"{path}: " + (_DELETED_EVENTS if classify(path[len(prefix):])
-                                             == "events" else _DELETED)]
+                held[path] = [f"{path}: " + (_DELETED_EVENTS.format(path=path) if classify(
+                    path[len(prefix):]) == "events" else _DELETED)]
         policies = _policies(store)
         with _temporary_index(repo) as (env, tmp):
             candidates = [p for p in paths if p not in held]
@@ -355,7 +361,7 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
 
 
 _DELETED_EVENTS = ("events files are append-only, but this one is deleted; restore it with "
-                   "`git checkout HEAD -- <path>`")
+                   "`git checkout HEAD -- {path}`")
 _DELETED = ("deleted; autocommit never commits a deletion: commit it yourself (the "
             "pre-commit hook checks it) or restore the file")
 

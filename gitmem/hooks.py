@@ -6,7 +6,11 @@ writes) that exec `gitmem hook NAME`; everything else lives here:
 - pre-commit: the checks of `gitmem verify` over what is staged for the store;
   the installed hook first marks a commit in progress (`$GIT_DIR/
   gitmem-commit-in-progress`, the git process's pid) so that the daemon's
-  autocommit does not move HEAD under it; post-commit removes the mark;
+  autocommit does not move HEAD under it; post-commit removes the mark, and
+  checks a commit that came without it (`git revert`, `git cherry-pick`, `git
+  am`, a rebase's picks, `--no-verify`) when it changed the store's files;
+- pre-merge-commit: the same checks for a merge that git concludes by itself
+  (every line of HEAD's events files must survive);
 - post-merge, post-checkout, post-rewrite: an incremental sync, through the
   daemon when one runs, else locally when an index exists. A database that is
   down only warns: a hook never fails a git operation that already happened.
@@ -35,7 +39,8 @@ from gitmem.memory import Memory
 from gitmem.policies import load_policies
 from gitmem.verify import verify_commit, verify_staged
 
-HOOK_NAMES = ("pre-commit", "post-commit", "post-merge", "post-checkout", "post-rewrite")
+HOOK_NAMES = ("pre-commit", "pre-merge-commit", "post-commit", "post-merge", "post-checkout",
+              "post-rewrite")
 SYNC_HOOKS = ("post-merge", "post-checkout", "post-rewrite", "sync")
 CHAINED_SUFFIX = ".pre-gitmem"
 MARKER = "# gitmem-hook v1"
@@ -61,10 +66,16 @@ def hook_script(name: str, python: str) -> str:
                 f'if [ -x {chained} ]; then {chained} "$@" || {{ status=$?; '
                 f'[ -z "$git_dir" ] || rm -f {marker}; exit $status; }}; fi\n'
                 + run_gitmem.replace("{cmd}", "exec") + "\n")
-    if name == "post-commit":  # Python starts only for a commit that pre-commit did not see
-        return (head + f'checked=1\nif [ -n "$git_dir" ] && ! rm {marker} 2>/dev/null && '
-                '[ ! -d "$git_dir/rebase-merge" ] && [ ! -d "$git_dir/rebase-apply" ]; '
-                'then checked=; fi\n'
+    if name == "pre-merge-commit":  # a refusal stops the merge
+        return (head + f'if [ -x {chained} ]; then {chained} "$@" || exit $?; fi\n'
+                + run_gitmem.replace("{cmd}", "exec") + "\n")
+    if name == "post-commit":
+        # Python starts only for a commit that pre-commit did not see (no mark) and that
+        # changed a store's files: `git config gitmem.store` lists them (none: look)
+        return (head + f'checked=1\nif [ -n "$git_dir" ] && ! rm {marker} 2>/dev/null; then\n'
+                f'  stores=$(git config --get-all {STORE_KEY})\n'
+                '  if [ -z "$stores" ] || ! git diff-tree --quiet --root -r HEAD -- $stores; '
+                'then checked=; fi\nfi\n'
                 f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
                 f'[ -n "$checked" ] || {{ {run_gitmem.replace("{cmd} ", "")}; }}\n'
                 'exit $status\n')
@@ -142,6 +153,11 @@ def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:
             _commit_done(config.store)
             raise VerifyError(problems)
         return []
+    if name == "pre-merge-commit":
+        problems = verify_staged(config.store, load_policies(config.store))
+        if problems:
+            raise VerifyError(problems)
+        return []
     if name == "post-commit":
         if _commit_done(config.store):
             return []
@@ -183,25 +199,22 @@ def _commit_starts(store: Path) -> None:
 
 
 def _commit_done(store: Path) -> bool:
-    """Clear the commit-in-progress mark the pre-commit hook left. Whether the commit was
-    checked: pre-commit saw it (it left the mark), or a rebase replays commits made
-    before (each was checked when it was made)."""
+    """Clear the commit-in-progress mark the pre-commit hook left; whether there was one
+    (pre-commit saw the commit)."""
     try:
         repo = gitops.open_repo(store)
     except GitError:
         return True
     try:
-        git_dir = Path(repo.git_dir)
-        return gitops.unmark_commit(git_dir) or any(
-            (git_dir / name).is_dir() for name in ("rebase-merge", "rebase-apply"))
+        return gitops.unmark_commit(Path(repo.git_dir))
     finally:
         repo.close()
 
 
 def unchecked_commit(store: Path) -> list[str]:
     """Warnings for a commit git made without the pre-commit hook (`git revert`, `git
-    cherry-pick`, `git commit --no-verify`): what that hook would have refused. The
-    commit is made; the warning says how to mend it."""
+    cherry-pick`, `git am`, a rebase, `git commit --no-verify`): what that hook would
+    have refused. The commit is made; the warning says how to take it back."""
     try:
         problems = verify_commit(store, load_policies(store))
     except GitmemError as exc:
@@ -209,10 +222,12 @@ def unchecked_commit(store: Path) -> list[str]:
     errors = [p for p in problems if p.severity == "error"]
     if not errors:
         return []
-    return [f"gitmem: this commit was made without the pre-commit check (git revert, git "
-            f"cherry-pick and --no-verify skip it), and the check finds {len(errors)} "
-            "problem(s) in it:", *(f"  {p}" for p in errors),
-            "gitmem: mend them in a new commit (`git revert HEAD` undoes this one)"]
+    return [f"gitmem: this commit was made without the pre-commit check (git revert, "
+            f"cherry-pick, am, rebase and --no-verify skip it), and the check finds "
+            f"{len(errors)} problem(s) in it:", *(f"  {p}" for p in errors),
+            "gitmem: take it back before you push it: `git reset --soft HEAD^` undoes the "
+            "commit and keeps its changes staged, to mend and commit again (a secret then "
+            "never reaches the history others fetch)"]
 
 
 def _absolute_git_env() -> None:

@@ -120,7 +120,8 @@ class Checker:
     display: str = ""          # prefix that names files as the user sees them (memory/)
     base: Tree | None = None
     merging: bool = False      # a merge commit: HEAD's lines must survive, in order
-    base_name: str = "HEAD"    # the revision `base` is, as messages name it
+    base_rev: str = "HEAD"     # the revision `base` is, for the commands messages give
+    base_name: str = ""        # how messages name it ("" -> "HEAD's version")
     only_new: bool = False     # events: check appended lines only (the committed were checked)
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
@@ -156,7 +157,8 @@ class Checker:
         if data is None:
             if kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "
-                          f"restore it with `git checkout {self.base_name} -- <path>`")
+                          f"restore it with `git checkout {self.base_rev} -- "
+                          f"{self.display}{rel}`")
             return
         if kind == "events":
             self._check_events(rel, data)
@@ -175,10 +177,7 @@ class Checker:
             if self.merging and _keeps_lines(before, data):
                 before = None  # a union merge: every committed line is still there
             else:
-                line = before[:_common_prefix(before, data)].count(b"\n") + 1
-                self.fail(rel, line, "events files are append-only, but this line differs "
-                          f"from {self.base_name}'s version; restore it with `git checkout "
-                          f"{self.base_name} -- <path>` and record a correction as a new event")
+                self._rewritten(rel, before, data)
                 before = None  # which lines are new is unknown: check them all
         committed = b""  # lines not read again: a new line's id is looked up in them
         if before is not None and self.only_new:
@@ -226,6 +225,26 @@ class Checker:
             record = event.content.get(key) if key else None
             if isinstance(record, str) and record_paths(record):
                 self.written.append(_Ref(rel, number, f"content.{key}", record))
+
+    def _rewritten(self, rel: str, before: bytes, data: bytes) -> None:
+        """Name where an events file stops being an append of its base, and the way back
+        that keeps the lines appended since."""
+        version = self.base_name or f"{self.base_rev}'s version"
+        path = f"{self.display}{rel}"
+        restore = f"`git checkout {self.base_rev} -- {path}`"
+        line = before[:_common_prefix(before, data)].count(b"\n") + 1
+        if before.startswith(data):
+            last = before.count(b"\n")
+            gone = f"line {line}" if line == last else f"lines {line}-{last}"
+            self.fail(rel, line, f"events files are append-only, but {gone} of {version} "
+                      f"{'is' if line == last else 'are'} gone; restore {path} with {restore}")
+            return
+        added = data.count(b"\n") - before.count(b"\n")
+        way_back = (f"restore it with {restore}" if added <= 0 else
+                    f"put it back as `git show {self.base_rev}:{path}` has it ({restore} would "
+                    f"also drop the {added} line(s) appended since)")
+        self.fail(rel, line, f"events files are append-only, but this line differs from "
+                  f"{version}; {way_back}, and record a correction as a new event")
 
     def _committed_line(self, rel: str, committed: bytes, event_id: str) -> None:
         """Note where the committed lines of `rel` hold `event_id`, if they do: only the
@@ -389,14 +408,15 @@ def verify_tree(store: Path, policies: Policies, *, display: str | None = None,
     """
     base: Tree | None = None
     repo: git.Repo | None = None
-    name = "HEAD"
+    rev, name = "HEAD", ""
     try:
         repo = gitops.open_repo(store)
         prefix = gitops.store_prefix(repo, store)
         display = prefix if display is None else display
         if since is not None:
-            name = gitops.fork_point(repo, since)
-            base = GitTree(repo, prefix, name)
+            rev = gitops.fork_point(repo, since)
+            name = f"the version where this branch left {since} (commit {rev[:12]})"
+            base = GitTree(repo, prefix, rev)
         elif gitops.has_head(repo):
             base = GitTree(repo, prefix, "HEAD")
     except GitError:
@@ -405,7 +425,7 @@ def verify_tree(store: Path, policies: Policies, *, display: str | None = None,
         display = f"{store.name}/" if display is None else display  # nothing to compare
     try:
         checker = Checker(WorkTree(store), policies, display=display, base=base,
-                          base_name=name)
+                          base_rev=rev, base_name=name)
         for rel in checker.tree.paths():
             checker.check_file(rel)
         if base is not None:
@@ -493,7 +513,7 @@ def _verify_changes(repo: git.Repo, prefix: str, policies: Policies, rev: str,
         return []
     base = GitTree(repo, prefix, base_rev) if base_rev is not None else None
     checker = Checker(GitTree(repo, prefix, rev), policies, display=prefix, base=base,
-                      merging=merging, only_new=True, base_name=base_rev or "HEAD")
+                      merging=merging, only_new=True, base_rev=base_rev or "HEAD")
     for _, rel in changes:
         checker.check_file(rel)
     checker.check_refs(complete=False)

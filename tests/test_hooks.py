@@ -213,18 +213,23 @@ def test_pre_commit_ignores_changes_outside_the_store(root: Path) -> None:
 def test_a_revert_or_cherry_pick_that_breaks_the_rules_is_named_after_the_commit(
         root: Path) -> None:
     """git revert and git cherry-pick make their commits without pre-commit; post-commit
-    then checks what the commit recorded, and says how to mend it."""
+    then checks what the commit recorded, and says how to take it back."""
     record(root, "first")
     assert commit(root, "first").returncode == 0
     record(root, "second")
     assert commit(root, "second").returncode == 0
     result = run_git(root, "revert", "--no-edit", "HEAD")
     assert result.returncode == 0  # made: a hook after the commit cannot refuse it
-    assert (f"{DAY}:2: events files are append-only, but this line differs from "
-            "HEAD^1's version") in result.stderr
+    assert (f"{DAY}:2: events files are append-only, but line 2 of HEAD^1's version is "
+            f"gone; restore {DAY} with `git checkout HEAD^1 -- {DAY}`") in result.stderr
     assert "made without the pre-commit check" in result.stderr
-    assert "mend them in a new commit" in result.stderr
-    result = run_git(root, "revert", "--no-edit", "HEAD")  # the revert of the revert
+    assert "`git reset --soft HEAD^` undoes the commit" in result.stderr
+    assert run_git(root, "reset", "-q", "--soft", "HEAD^").returncode == 0  # as advised
+    assert run_git(root, "restore", "--staged", "--worktree", ".").returncode == 0
+    assert run_git(root, "status", "--porcelain").stdout == ""
+    main = run_git(root, "branch", "--show-current").stdout.strip()
+    run_git(root, "checkout", "-q", "-b", "other", "HEAD^")
+    result = run_git(root, "cherry-pick", main)  # a clean append: nothing to say
     assert result.returncode == 0 and "gitmem" not in result.stderr, result.stderr
 
 
@@ -241,13 +246,16 @@ def test_a_commit_the_pre_commit_hook_checked_is_not_checked_again(root: Path) -
     assert not (root / ".git" / "gitmem-commit-in-progress").exists()
 
 
-def test_a_rebase_does_not_check_each_commit_again(root: Path) -> None:
+def test_a_rebase_checks_the_commits_it_makes_of_the_store(root: Path) -> None:
+    """A rebase's picks are new commits: a clean append passes, a rewrite is named."""
     record(root, "first")
     assert commit(root, "first").returncode == 0
     main = run_git(root, "branch", "--show-current").stdout.strip()
     run_git(root, "checkout", "-q", "-b", "side")
     (root / "notes.txt").write_text("side work\n")
     assert commit(root, "side").returncode == 0
+    record(root, "side fact", ts="2026-03-02T09:00:00+00:00")
+    assert commit(root, "side fact").returncode == 0
     run_git(root, "checkout", "-q", main)
     record(root, "second")
     assert commit(root, "second").returncode == 0
@@ -255,6 +263,42 @@ def test_a_rebase_does_not_check_each_commit_again(root: Path) -> None:
     result = run_git(root, "rebase", main)
     assert result.returncode == 0, result.stderr
     assert "gitmem" not in result.stderr
+    run_git(root, "checkout", "-q", "-b", "bad", main)
+    (root / DAY).write_text("")  # committed lines dropped
+    assert run_git(root, "commit", "-q", "-am", "drop", "--no-verify").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    (root / "other.txt").write_text("main moves on\n")
+    assert commit(root, "other").returncode == 0
+    run_git(root, "checkout", "-q", "bad")
+    result = run_git(root, "rebase", main)  # the drop, replayed: a new commit
+    assert result.returncode == 0, result.stderr
+    assert f"{DAY}:1: events files are append-only" in result.stderr, result.stderr
+
+
+def test_a_merge_git_concludes_by_itself_is_checked_before_it_is_made(root: Path) -> None:
+    """A merge without conflicts runs pre-merge-commit, not pre-commit."""
+    record(root, "first")
+    assert commit(root, "first").returncode == 0
+    main = run_git(root, "branch", "--show-current").stdout.strip()
+    run_git(root, "checkout", "-q", "-b", "rewrite")
+    _, line = event_line("s", "rewritten", number=9)
+    (root / DAY).write_text(line)
+    assert run_git(root, "commit", "-q", "-am", "rewrite", "--no-verify").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    record(root, "second", ts="2026-03-02T09:00:00+00:00")
+    assert commit(root, "second").returncode == 0
+    result = run_git(root, "merge", "--no-edit", "rewrite")
+    assert result.returncode != 0
+    assert f"{DAY}:1: events files are append-only" in result.stderr, result.stderr
+    assert "git merge --no-verify" in result.stderr
+    run_git(root, "merge", "--abort")
+    assert run_git(root, "rev-parse", "-q", "--verify", "MERGE_HEAD").returncode != 0
+    run_git(root, "checkout", "-q", "-b", "fine", "HEAD~1")
+    record(root, "appended", ts="2026-03-03T09:00:00+00:00")
+    assert commit(root, "appended").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    result = run_git(root, "merge", "--no-edit", "fine")
+    assert result.returncode == 0, result.stderr
 
 
 def test_verify_since_checks_a_branch_against_where_it_left_the_other(
@@ -279,10 +323,21 @@ def test_verify_since_checks_a_branch_against_where_it_left_the_other(
     assert since.returncode == 1
     assert f"{DAY}:1: events files are append-only" in since.stderr, since.stderr
     fork = run_git(root, "merge-base", main, "HEAD").stdout.strip()
-    assert f"git checkout {fork} -- <path>" in since.stderr
+    assert f"git checkout {fork} -- {DAY}" in since.stderr
+    assert f"where this branch left {main} (commit {fork[:12]})" in since.stderr
     unknown = _gitmem(root, "verify", "--since", "no-such-branch", env=env)
-    assert unknown.returncode == 1 and "'no-such-branch'" in unknown.stderr
+    assert unknown.returncode == 1
+    assert "unknown revision 'no-such-branch'" in unknown.stderr
     assert "origin/main" in unknown.stderr
+    shallow = tmp_path / "shallow"  # as a CI checkout fetches a pull request
+    assert run_git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "topic",
+                   f"file://{root}", str(shallow)).returncode == 0
+    assert run_git(shallow, "fetch", "-q", "--depth", "1", "origin",
+                   f"{main}:refs/remotes/origin/{main}").returncode == 0
+    cut = _gitmem(shallow, "verify", "--since", f"origin/{main}",
+                  env={"GITMEM_STORE": str(shallow / "memory")})
+    assert cut.returncode == 1 and "shallow clone" in cut.stderr
+    assert "git fetch --unshallow" in cut.stderr
 
 
 def _gitmem(root: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -390,6 +445,7 @@ def test_pre_commit_framework_manifest_lists_the_hooks() -> None:
                               .read_text())
     ids = {hook["id"]: hook for hook in manifest}
     assert ids["gitmem-verify"]["entry"] == "gitmem hook pre-commit"
+    assert ids["gitmem-verify-merge"]["stages"] == ["pre-merge-commit"]
     assert "post-checkout" in ids["gitmem-sync"]["stages"]
     assert ids["gitmem-committed"]["entry"] == "gitmem hook post-commit"
     assert ids["gitmem-committed"]["stages"] == ["post-commit"]

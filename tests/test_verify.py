@@ -48,7 +48,11 @@ def test_every_problem_is_listed_as_path_line(cli: Cli, config: Config,
     result = cli("verify", ok=False)
     assert result.exit_code == 1
     out = result.output
-    assert "memory/events/2026-03/2026-03-01.jsonl:1: events files are append-only" in out
+    assert ("memory/events/2026-03/2026-03-01.jsonl:1: events files are append-only, but "
+            "this line differs from HEAD's version; put it back as `git show HEAD:memory/events"
+            "/2026-03/2026-03-01.jsonl` has it (`git checkout HEAD -- memory/events/2026-03/"
+            "2026-03-01.jsonl` would also drop the 2 line(s) appended since), and record a "
+            "correction as a new event") in out
     assert "memory/events/2026-03/2026-03-01.jsonl:2: field 'kind'" in out
     assert ("memory/events/2026-03/2026-03-01.jsonl:3: field 'refs': "
             "evt_01KHBYB0000000000000000099 is not in the store") in out
@@ -145,6 +149,24 @@ def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flag
     assert f"memory/views/glossary.md:{line}: matches the redaction pattern" in out
     assert [s for s in secrets if s in out] == []
     assert "4 problem(s)" in out
+
+
+def test_lines_cut_from_the_end_are_named_as_gone_with_the_way_back(cli: Cli, config: Config,
+                                                                     repo: Path) -> None:
+    lines = [event_line("s", f"said {n}", number=n)[1] for n in (1, 2, 3)]
+    append(config.store / DAY, "".join(lines))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "three")
+    (config.store / DAY).write_text(lines[0])
+    out = cli("verify", ok=False).output
+    assert (f"memory/{DAY}:2: events files are append-only, but lines 2-3 of HEAD's version "
+            f"are gone; restore memory/{DAY} with `git checkout HEAD -- memory/{DAY}`") in out
+    (config.store / DAY).write_text(lines[0] + lines[1])
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:3: events files are append-only, but line 3 of HEAD's version " \
+        "is gone" in out
+    (config.store / DAY).write_text("".join(lines))
+    cli("verify")
 
 
 def test_an_id_repeated_with_other_content_is_named_with_the_way_out(cli: Cli,

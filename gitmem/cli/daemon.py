@@ -266,9 +266,10 @@ def _run_hook(name: str, args: tuple[str, ...], config: Config) -> None:
     try:
         warnings = run_hook(name, args, config)
     except VerifyError as exc:
-        say(f"gitmem pre-commit: {exc}")
-        raise click.ClickException("commit refused; fix the files above (or bypass the "
-                                   "check once with `git commit --no-verify`)") from exc
+        say(f"gitmem {name}: {exc}")
+        what = "merge" if name == "pre-merge-commit" else "commit"
+        raise click.ClickException(f"{what} refused; fix the files above (or bypass the "
+                                   f"check once with `git {what} --no-verify`)") from exc
     except GitmemError as exc:
         if name in SYNC_HOOKS:  # the git operation already happened: warn, never fail it
             say(f"gitmem: {exc}")
