@@ -18,7 +18,10 @@ marks of kana stay: 'が' is not 'か') and letters with a stroke of their own
 are spelt plainly ('ø' -> 'o', 'ß' -> 'ss'), and every run of Han, kana or Hangul is
 cut into overlapping pairs of characters, as Lucene's CJK analyzer does
 ('决定使用' -> '决定 定使 使用'), so a word of two or more characters is found as
-the pairs it is made of. What an item shows is never folded.
+the pairs it is made of. The index also holds each character of such a run
+alone, after the text (`search_text`), so a word of one character ('雨',
+'猫') is found too; a query's runs of two or more are asked as pairs only.
+What an item shows is never folded.
 """
 
 from __future__ import annotations
@@ -41,18 +44,29 @@ _UNSPACED = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4
 
 
 def fold(text: str) -> str:
-    """The text as the index searches it (the module's docstring says how)."""
+    """The text as a query is searched with (the module's docstring says how)."""
     if text.isascii():
         return text
-    plain = unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFKD", text)))
-    plain = plain.translate(_LETTERS)
-    return _UNSPACED.sub(_pairs, plain)
+    return _UNSPACED.sub(_pairs, _plain(text))
 
 
 def search_text(text: str) -> str | None:
-    """What the index reads instead of `text`, or None where it reads `text` itself."""
-    folded = fold(text)
+    """What the index reads instead of `text` (folded, and the characters of the
+    unspaced runs alone after it), or None where it reads `text` itself."""
+    if text.isascii():
+        return None
+    plain = _plain(text)
+    folded = _UNSPACED.sub(_pairs, plain)
+    singles = dict.fromkeys(c for run in _UNSPACED.findall(plain) if len(run) > 1 for c in run)
+    if singles:
+        folded += "\n" + " ".join(singles)
     return None if folded == text else folded
+
+
+def _plain(text: str) -> str:
+    """Compatibility forms unified, accents dropped, stroked letters spelt plainly."""
+    plain = unicodedata.normalize("NFC", _ACCENTS.sub("", unicodedata.normalize("NFKD", text)))
+    return plain.translate(_LETTERS)
 
 
 def _pairs(match: re.Match[str]) -> str:

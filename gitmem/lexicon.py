@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import calendar
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ class Term:
     query: str            # tsquery text
     lexemes: tuple[str, ...]
     phrase: bool = False
+    # a phrase's distances between its words, as the index counts positions: a
+    # stopword between two words holds a position of its own ("near the office")
+    gaps: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- terms
@@ -47,19 +51,30 @@ def quote(lexeme: str) -> str:
 def analyze(db: Database, text: str) -> list[Term]:
     """The terms of a natural-language query (phrases first, then words), read as the
     index reads a text (gitmem/folding.py: accents folded, unspaced scripts paired)."""
+    shown = _QUOTED.findall(text)
     text = fold(text)
+    phrases = _QUOTED.findall(text)
+    if len(shown) != len(phrases):  # folding made a quote mark (a full-width one)
+        shown = phrases
     terms: list[Term] = []
     seen: set[str] = set()
-    for phrase in _QUOTED.findall(text):
-        words = [lexemes for _, lexemes in _tokens(db, phrase) if lexemes]
+    for phrase, as_asked in zip(phrases, shown, strict=True):
+        words: list[tuple[int, str]] = []  # (position, stem)
+        position = 0
+        for _, lexemes in _tokens(db, phrase):
+            if lexemes is None:
+                continue  # no position: a token no dictionary takes
+            position += 1
+            if lexemes:
+                words.append((position, lexemes[0]))
         if len(words) >= 2:
-            stems = tuple(w[0] for w in words)
-            key = "<->".join(stems)
-            if key not in seen:
-                seen.add(key)
-                terms.append(_term(phrase.strip(), stems, True))
-    for token, lexemes in _tokens(db, _QUOTED.sub(" ", text) + " " + " ".join(
-            _QUOTED.findall(text))):
+            stems = tuple(stem for _, stem in words)
+            gaps = tuple(b[0] - a[0] for a, b in itertools.pairwise(words))
+            term = _term(as_asked.strip(), stems, True, gaps)
+            if term.query not in seen:
+                seen.add(term.query)
+                terms.append(term)
+    for token, lexemes in _tokens(db, _QUOTED.sub(" ", text) + " " + " ".join(phrases)):
         if not lexemes:
             continue  # a stopword
         forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
@@ -70,26 +85,36 @@ def analyze(db: Database, text: str) -> list[Term]:
     return terms
 
 
-def _term(text: str, lexemes: tuple[str, ...], phrase: bool) -> Term:
-    joint = " <-> " if phrase else " | "
-    return Term(text, joint.join(quote(x) for x in lexemes), lexemes, phrase)
+def _term(text: str, lexemes: tuple[str, ...], phrase: bool,
+          gaps: tuple[int, ...] = ()) -> Term:
+    if not phrase:
+        return Term(text, " | ".join(quote(x) for x in lexemes), lexemes)
+    gaps = gaps or (1,) * (len(lexemes) - 1)
+    query = quote(lexemes[0]) + "".join(
+        f" {'<->' if gap == 1 else f'<{gap}>'} {quote(x)}" for gap, x in zip(gaps, lexemes[1:],
+                                                                         strict=True))
+    return Term(text, query, lexemes, True, gaps)
 
 
-def _tokens(db: Database, text: str) -> list[tuple[str, list[str]]]:
+def _tokens(db: Database, text: str) -> list[tuple[str, list[str] | None]]:
+    """The text's tokens with their lexemes: [] for a stopword (it holds a position in
+    the index), None for a token no dictionary takes (it holds none)."""
     rows = db.fetchall_planned("query_tokens", {"text": text})  # one plan for any text
-    return [(row["token"], list(row["lexemes"] or [])) for row in rows]
+    return [(row["token"], None if row["lexemes"] is None else list(row["lexemes"]))
+            for row in rows]
 
 
 def qualify(terms: Sequence[Term], tenant: str) -> list[Term]:
     """The same terms in the tenant's own lexemes (what its chunks' tsvectors hold)."""
     tag = tenant_tag(tenant)
-    return [_term(t.text, tuple(tag + x for x in t.lexemes), t.phrase) for t in terms]
+    return [_term(t.text, tuple(tag + x for x in t.lexemes), t.phrase, t.gaps) for t in terms]
 
 
 def stamped(terms: Sequence[Term], unit: str) -> list[Term]:
     """The same terms stamped with a time unit ('@w202621'): the lexemes of the short
     chunks' stamped index (sql/schema.sql, gitmem_stamped)."""
-    return [_term(t.text, tuple(x + unit for x in t.lexemes), t.phrase) for t in terms]
+    return [_term(t.text, tuple(x + unit for x in t.lexemes), t.phrase, t.gaps)
+            for t in terms]
 
 
 # --------------------------------------------------------------------------- statistics

@@ -498,6 +498,17 @@ def test_quoted_phrase_is_kept(memory: Memory) -> None:
     assert section(acb, "retrieved_evidence")[0]["id"] == exact
 
 
+def test_a_quoted_phrase_keeps_the_place_of_its_stopwords(memory: Memory) -> None:
+    """PostgreSQL gives a stopword a position of its own: 'near the office' has 'offic'
+    two places after 'near', as the query's phrase must."""
+    exact = say(memory, "We met at the cafe near the office", ts="2026-02-01T10:00:00+00:00")
+    say(memory, "The office is near the river, not the cafe", ts=NOW)
+    acb = memory.build_acb({"now": NOW, "query_text": '"near the office"'})
+    phrase = acb["provenance"]["query_terms"][0]
+    assert phrase["phrase"] is True and phrase["query"].endswith("'near' <2> 'offic'")
+    assert section(acb, "retrieved_evidence")[0]["id"] == exact
+
+
 def test_actor_names_and_tags_are_searchable(memory: Memory) -> None:
     by_alice = say(memory, "I will take the migration", actor={"type": "human", "id": "alice"})
     tagged = say(memory, "Rotate the certificates", tags=["project:zephyr"])
@@ -529,6 +540,8 @@ def test_a_word_is_found_with_or_without_its_accents(memory: Memory, stored: str
     ("我们决定使用PostgreSQL作为索引", "使用 postgresql"),
     ("データベースのバックアップは毎晩です", "バックアップ"),
     ("팀은 데이터베이스를 매일 백업합니다", "데이터베이스"),
+    ("今日は雨です", "雨"),                 # a word of one character
+    ("我们决定用猫", "猫"),
 ])
 def test_a_word_inside_unspaced_text_is_found(memory: Memory, stored: str, asked: str) -> None:
     fact = say(memory, stored)
@@ -536,6 +549,15 @@ def test_a_word_inside_unspaced_text_is_found(memory: Memory, stored: str, asked
     acb = memory.build_acb({"now": NOW, "query_text": asked})
     assert [i["id"] for i in section(acb, "retrieved_evidence")] == [fact]
     assert section(acb, "retrieved_evidence")[0]["text"] == f"user: {stored}"
+
+
+def test_a_quoted_phrase_in_unspaced_text_is_found_and_shown_as_asked(memory: Memory) -> None:
+    fact = say(memory, "我们决定使用PostgreSQL作为索引")
+    say(memory, "使用说明, 先决条件")  # the same characters, not the phrase
+    acb = memory.build_acb({"now": NOW, "query_text": '"决定使用"'})
+    assert section(acb, "retrieved_evidence")[0]["id"] == fact
+    phrase = acb["provenance"]["query_terms"][0]
+    assert phrase["phrase"] is True and phrase["term"] == "决定使用"
 
 
 def test_folding_does_not_join_words_that_differ(memory: Memory) -> None:

@@ -29,3 +29,10 @@ def test_search_text_is_none_where_the_text_reads_as_itself() -> None:
     assert search_text("deploy the blue cluster") is None
     assert search_text("em dash — and “quotes”") is None   # nothing to fold
     assert search_text("café") == "cafe"
+
+
+def test_the_index_holds_each_character_of_an_unspaced_run_alone_too() -> None:
+    assert search_text("今日は雨です") == " 今日 日は は雨 雨で です \n今 日 は 雨 で す"
+    assert search_text("猫が猫を") == " 猫が が猫 猫を \n猫 が を"  # once each
+    assert search_text("单") == " 单 "     # a lone character is its own token already
+    assert fold("今日") == " 今日 "         # a query asks for the pair only
