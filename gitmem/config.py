@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -54,6 +55,27 @@ def redact_dsn(dsn: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
 
 
+# The repository's git config lists its stores (`gitmem hooks install` records each, as a
+# path from the top of the work tree): git runs hooks there, and a command run at the
+# top of a repository whose store lives in a subdirectory finds it through them.
+STORE_KEY = "gitmem.store"
+
+
+def recorded_stores(cwd: Path) -> list[Path]:
+    """The stores recorded in the git config of the repository holding `cwd` that still
+    exist; [] outside git or when none is recorded."""
+    found = subprocess.run(["git", "config", "--get-all", STORE_KEY], cwd=cwd,
+                           capture_output=True, text=True)
+    entries = [e for e in found.stdout.splitlines() if e.strip()]
+    if not entries:
+        return []
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                         capture_output=True, text=True).stdout.strip()
+    base = Path(top) if top else cwd
+    stores = dict.fromkeys((base / entry).resolve() for entry in entries)
+    return [store for store in stores if (store / "manifest.json").is_file()]
+
+
 def find_store(start: Path) -> Path | None:
     """`memory/` in `start` or its nearest ancestor that has one."""
     for directory in (start, *start.parents):
@@ -85,10 +107,16 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
                               + hint)
     else:
         found = find_store(cwd.resolve())
-        if found is None:
-            if must_exist:
+        if found is None and must_exist:
+            recorded = recorded_stores(cwd)
+            if len(recorded) > 1:
+                raise ConfigError(f"this repository holds {len(recorded)} gitmem stores ("
+                                  f"{', '.join(map(str, recorded))}); pass --store with one")
+            if not recorded:
                 raise ConfigError(f"no memory/ store in {cwd} or any parent directory; "
                                   "run `gitmem init` here or pass --store PATH")
+            found = recorded[0]
+        if found is None:
             found = cwd.resolve() / STORE_DIRNAME
         store_path = found
     schema_value = schema or env.get("GITMEM_SCHEMA") or DEFAULT_SCHEMA

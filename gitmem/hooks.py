@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from gitmem import client, gitops
-from gitmem.config import Config
+from gitmem.config import STORE_KEY, Config, recorded_stores
 from gitmem.db import Database
 from gitmem.errors import ConfigError, GitError, GitmemError, VerifyError
 from gitmem.memory import Memory
@@ -44,7 +43,6 @@ HOOK_NAMES = ("pre-commit", "pre-merge-commit", "post-commit", "post-merge", "po
 SYNC_HOOKS = ("post-merge", "post-checkout", "post-rewrite", "sync")
 CHAINED_SUFFIX = ".pre-gitmem"
 MARKER = "# gitmem-hook v1"
-STORE_KEY = "gitmem.store"
 HOOK_DB_TIMEOUT = 1.5
 
 
@@ -130,17 +128,7 @@ def hook_stores(cwd: Path | None = None) -> list[Path]:
     """The stores `install` recorded for the repository git runs the hook in (git config
     `gitmem.store`, from the top of the work tree) that still exist; [] when none does."""
     _absolute_git_env()
-    cwd = cwd or Path.cwd()
-    found = subprocess.run(["git", "config", "--get-all", STORE_KEY], cwd=cwd,
-                           capture_output=True, text=True)
-    entries = [e for e in found.stdout.splitlines() if e.strip()]
-    if not entries:
-        return []
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                         capture_output=True, text=True).stdout.strip()
-    base = Path(top) if top else cwd
-    stores = dict.fromkeys((base / entry).resolve() for entry in entries)
-    return [store for store in stores if (store / "manifest.json").is_file()]
+    return recorded_stores(cwd or Path.cwd())
 
 
 def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:

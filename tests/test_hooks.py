@@ -341,8 +341,9 @@ def test_verify_since_checks_a_branch_against_where_it_left_the_other(
 
 
 def _gitmem(root: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {key: value for key, value in os.environ.items() if key != "GITMEM_STORE"}
     return subprocess.run([sys.executable, "-m", "gitmem", *args], cwd=root,
-                          env={**os.environ, **env}, capture_output=True, text=True)
+                          env={**full, **env}, capture_output=True, text=True)
 
 
 # --------------------------------------------------------------------------- post-* hooks
@@ -495,6 +496,25 @@ def test_hooks_find_a_store_in_a_subdirectory_of_the_repository(
         assert index.has_event(first) and not index.has_event(second)
     finally:
         index.close()
+
+
+def test_commands_at_the_top_of_the_repository_find_its_recorded_store(tmp_path: Path) -> None:
+    """A CI job runs at the top of the work tree; a store in a subdirectory is found
+    through the git config that `init` wrote, as the hooks find it."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    assert _gitmem(root, "init", "proj", env={}).returncode == 0
+    found = _gitmem(root, "verify", env={})
+    assert found.returncode == 0, found.stderr
+    assert f"{root / 'proj' / 'memory'}: no problems" in found.stderr + found.stdout
+    assert _gitmem(root, "init", "other", env={}).returncode == 0
+    both = _gitmem(root, "verify", env={})
+    assert both.returncode == 1
+    assert "holds 2 gitmem stores" in both.stderr and str(root / "other" / "memory") in \
+        both.stderr and "--store" in both.stderr
+    elsewhere = _gitmem(tmp_path, "verify", env={})  # not in a repository at all
+    assert elsewhere.returncode == 1 and "no memory/ store in" in elsewhere.stderr
 
 
 def test_hooks_run_for_every_store_of_the_repository(tmp_path: Path) -> None:

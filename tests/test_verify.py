@@ -151,6 +151,17 @@ def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flag
     assert "4 problem(s)" in out
 
 
+def test_verify_json_lists_each_problem_once_on_stdout(cli: Cli, config: Config) -> None:
+    _, bad = event_line("s", "wrong channel", number=1, channel="radio")
+    append(config.store / DAY, bad)
+    result = cli("verify", "--json", ok=False)
+    assert result.exit_code == 1
+    [problem] = json.loads(result.stdout)
+    assert (problem["path"], problem["line"], problem["field"]) == (f"memory/{DAY}", 1,
+                                                                     "channel")
+    assert "field 'channel'" not in result.stderr  # not listed a second time for people
+
+
 def test_lines_cut_from_the_end_are_named_as_gone_with_the_way_back(cli: Cli, config: Config,
                                                                      repo: Path) -> None:
     lines = [event_line("s", f"said {n}", number=n)[1] for n in (1, 2, 3)]

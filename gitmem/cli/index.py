@@ -161,11 +161,12 @@ def verify(obj: Context, as_json: bool, since: str | None) -> None:
     with reported():
         config = obj.config()
         problems = verify_tree(config.store, load_policies(config.store), since=since)
-    if as_json:
-        emit([p.to_dict() for p in problems])
     errors = [p for p in problems if p.severity == "error"]
-    for problem in problems:
-        say(("" if problem.severity == "error" else f"{problem.severity}: ") + str(problem))
+    if as_json:  # the list once, for machines; the exit status says whether it failed
+        emit([p.to_dict() for p in problems])
+    else:
+        for problem in problems:
+            say(("" if problem.severity == "error" else f"{problem.severity}: ") + str(problem))
     if errors:
         raise click.ClickException(f"{len(errors)} problem(s) in {config.store}")
     warnings = len(problems) - len(errors)
