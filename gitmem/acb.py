@@ -420,7 +420,7 @@ class _Evidence:
                 {"term": t.text, "query": t.query, "phrase": t.phrase} for t in terms]
         else:
             build.provenance.update(lanes=self.result.lanes, query_terms=retrieval.describe(
-                self.result.terms, self.result.idf))
+                self.result.terms, self.result.idf), terms_not_searched=self.result.unsearched)
         build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
         build.timings["retrieval"] = round((time.perf_counter() - started) * 1000, 3)
         return self.result

@@ -92,6 +92,7 @@ class Retrieval:
     loadable: int = 0                    # of those, the rows the channel may load
     lanes: list[dict[str, Any]] = field(default_factory=list)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    unsearched: list[dict[str, str]] = field(default_factory=list)  # Query.unsearched
 
 
 # --------------------------------------------------------------------------- statements
@@ -415,19 +416,24 @@ class Query:
     terms: list[Term]
     stats: Stats
     weights: list[float]
+    # the query's terms left out, each with why: {"term", "why"}, in the query's order
+    unsearched: list[dict[str, str]] = field(default_factory=list)
 
 
 def prepare(db: Database, tenant: str, terms: Sequence[Term]) -> Query:
     """Qualify the terms, look up their statistics, keep those the tenant has."""
     mine = qualify(terms, tenant)
     stats = statistics(db, tenant, mine)
-    order = [n for _, n in sorted((df, n) for n, df in enumerate(stats.dfs) if df > 0)]
-    order = order[:MAX_TERMS]
+    matched = [n for _, n in sorted((df, n) for n, df in enumerate(stats.dfs) if df > 0)]
+    order = matched[:MAX_TERMS]
+    why = {n: "no chunk of the tenant holds it" for n, df in enumerate(stats.dfs) if not df}
+    why.update((n, f"past the {MAX_TERMS} rarest terms") for n in matched[MAX_TERMS:])
     stats = Stats([stats.dfs[n] for n in order], [stats.short_dfs[n] for n in order],
                   stats.chunks, stats.short_chunks, stats.average_tokens, stats.days,
                   stats.units)
     return Query([terms[n] for n in order], [mine[n] for n in order], stats,
-                 [idf(df, stats.chunks) for df in stats.dfs])
+                 [idf(df, stats.chunks) for df in stats.dfs],
+                 [{"term": terms[n].text, "why": why[n]} for n in sorted(why)])
 
 
 def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, now: datetime,
@@ -439,7 +445,7 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
     plain, mine, stats, weights = query.plain, query.terms, query.stats, query.weights
     timings["terms"] = _ms(start)
     if not mine:
-        return Retrieval(plain, weights, [], 0, 0, [], timings)
+        return Retrieval(plain, weights, [], 0, 0, [], timings, query.unsearched)
     scoring = Scoring(tuple(weights), limits, stats.average_tokens, now)
     lanes = plan(stats, weights, limits, now)
     budget = BUDGET_SHARE * limits.pool_max
@@ -480,7 +486,7 @@ def retrieve(db: Database, tenant: str, terms: Sequence[Term], limits: Limits, n
                                   - timings["terms"], 3)
     ranked = found.ranked(limits.retrieved_max)
     return Retrieval(plain, weights, ranked, found.pool, found.loadable, found.described,
-                     timings)
+                     timings, query.unsearched)
 
 
 # A first round that found less than this share of what it expected refills. At 1M

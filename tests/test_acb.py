@@ -509,6 +509,23 @@ def test_a_quoted_phrase_keeps_the_place_of_its_stopwords(memory: Memory) -> Non
     assert section(acb, "retrieved_evidence")[0]["id"] == exact
 
 
+def test_provenance_names_the_terms_retrieval_left_out_and_why(memory: Memory) -> None:
+    words = [f"w{n}x" for n in range(14)]
+    say(memory, " ".join(words))
+    say(memory, " ".join(words[:12]))  # the last two are the rarest, then the first 10
+    acb = memory.build_acb({"now": NOW, "query_text": " ".join([*words, "zzyzx"])})
+    prov = acb["provenance"]
+    assert len(prov["query_terms"]) == 12
+    assert prov["terms_not_searched"] == [
+        {"term": "w10x", "why": "past the 12 rarest terms"},
+        {"term": "w11x", "why": "past the 12 rarest terms"},
+        {"term": "zzyzx", "why": "no chunk of the tenant holds it"}]
+    nothing = memory.build_acb({"now": NOW, "query_text": "zzyzx"})["provenance"]
+    assert nothing["query_terms"] == [] and nothing["retrieved"] == 0
+    assert nothing["terms_not_searched"] == [{"term": "zzyzx",
+                                              "why": "no chunk of the tenant holds it"}]
+
+
 def test_actor_names_and_tags_are_searchable(memory: Memory) -> None:
     by_alice = say(memory, "I will take the migration", actor={"type": "human", "id": "alice"})
     tagged = say(memory, "Rotate the certificates", tags=["project:zephyr"])
@@ -1108,6 +1125,7 @@ def test_a_channel_cannot_tell_whether_text_it_may_not_load_holds_a_word(
         prov = acb["provenance"]
         return {"omissions": acb["omissions"], "pool": prov["candidate_pool_size"],
                 "retrieved": prov["retrieved"], "lanes": prov.get("lanes"),
+                "unsearched": prov.get("terms_not_searched"),
                 "terms": [{k: v for k, v in t.items() if k != "query"}
                           for t in prov["query_terms"]]}
 
@@ -1116,7 +1134,7 @@ def test_a_channel_cannot_tell_whether_text_it_may_not_load_holds_a_word(
     assert unknown["terms"] == [{"term": "zzzunknownword", "phrase": False}]
     del hidden["terms"], unknown["terms"]
     assert hidden == unknown == {"omissions": unknown["omissions"], "pool": 0,
-                                 "retrieved": 0, "lanes": None}
+                                 "retrieved": 0, "lanes": None, "unsearched": None}
     private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "leukemia"})
     assert private["provenance"]["query_terms"][0]["idf"] > 0 and private["provenance"]["lanes"]
     assert "leukemia" in texts(private)
