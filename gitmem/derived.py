@@ -4,9 +4,10 @@ exist and are its tenant's. Each sees the files the same write staged before it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError, ValidationError
 from gitmem.policies import Policies
-from gitmem.store import record_paths
+from gitmem.store import day_file_rel, record_paths
 
 
 @dataclass
@@ -63,13 +64,31 @@ class RecordFiles:
     def require_records(self, refs: Iterable[str], staging: Staging) -> None:
         """Every record an event cites (a decision, task, summary, handoff, artifact) is in
         the store or in this write: a line is never rewritten, so a typo in a ref would be
-        a dangling reference for good. (Events cited are checked by `gitmem verify`: the
-        index may trail the writes that made them.)"""
+        a dangling reference for good. (Events cited: `Recorder._require_events`.)"""
         for ref in refs:
             paths = [self.store / rel for rel in record_paths(ref)]
             if paths and not any(p in staging or p.exists() for p in paths):
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an id that exists", field="refs")
+
+    def holds_event(self, event_id: str) -> bool:
+        """Whether a day file holds `event_id`, looked for where its event would be: the
+        days around the time its id carries (for an event written elsewhere a moment ago,
+        which the index does not hold yet). Only the lines holding the id are parsed."""
+        when = ids.time_of(event_id)
+        if when is None:
+            return False
+        needle = event_id.encode()
+        for offset in (0, -1, 1):  # an event's file is its own date, at its own offset
+            rel = day_file_rel(when + timedelta(days=offset))
+            try:
+                data = (self.store / rel).read_bytes()
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for line in data.splitlines():
+                if needle in line and _line_id(line) == event_id:
+                    return True
+        return False
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
                          staging: Staging) -> None:
@@ -203,3 +222,12 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
         raise ValidationError(f"expected a list of strings, got {value!r}",
                               field=f"content.{key}")
     return tuple(value)
+
+
+def _line_id(line: bytes) -> object:
+    """The `id` of an event line, or None for a line that is not an event object."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event.get("id") if isinstance(event, dict) else None

@@ -43,6 +43,15 @@ def new_id(prefix: str, at: datetime | None = None) -> str:
     return f"{prefix}_{ULID.from_int(value)}"
 
 
+def time_of(record_id: str) -> datetime | None:
+    """The time the ULID of `<prefix>_<ULID>` carries (an id gitmem minted carries its
+    record's time); None when the rest is not a ULID."""
+    try:
+        return ULID.from_str(record_id.partition("_")[2]).datetime
+    except (ValueError, OverflowError):
+        return None
+
+
 def artifact_id(data: bytes) -> str:
     """The content address of an artifact: `art_` + sha256 hex of its bytes."""
     return "art_" + hashlib.sha256(data).hexdigest()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,9 @@ if TYPE_CHECKING:  # the read path and the index are imported where they are fir
     from gitmem.indexproc import IndexerProcess
 
 logger = logging.getLogger(__name__)
+# Events this process wrote, kept for the next writes to see before the index does
+# (4 s of writes at 4,000 events/s; the daemon's index catches up within a second).
+WRITTEN_KEPT = 16_384
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,10 @@ class Memory:
         self.indexing: IndexerProcess | None = None
         # Told when a read finds the index unreachable (the daemon's watcher).
         self.on_database_error: Callable[[DatabaseError], None] | None = None
+        # The events this process wrote last (id -> tenant, time, hash): a write that
+        # names or cites an id asks the index, which may not hold them yet.
+        self._written: OrderedDict[str, Recorded] = OrderedDict()
+        self._written_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -159,16 +167,23 @@ class Memory:
         """Which of these event ids the index holds (for a write naming its ids). Best
         effort: with the index out of reach the write goes ahead (`gitmem verify`
         reports an id that repeats)."""
+        with self._written_lock:
+            found = {i: self._written[i] for i in event_ids if i in self._written}
         try:
             if self.catch_up is None:  # no daemon: bring the index up to the files first
                 self.sync()
             rows = self.db.fetchall("events_recorded", {"ids": event_ids})
         except DatabaseError as exc:
             logger.warning("cannot check whether event ids are new: %s", exc)
-            return {}
-        return {r["event_id"]: (r["tenant_id"], r["ts"], r["hash"]) for r in rows}
+            return found
+        return found | {r["event_id"]: (r["tenant_id"], r["ts"], r["hash"]) for r in rows}
 
     def _appended(self, rel: str, appended: Appended) -> None:
+        with self._written_lock:
+            for event in appended.events:
+                self._written[event.id] = (event.tenant_id, event.when, event.hash)
+            while len(self._written) > WRITTEN_KEPT:
+                self._written.popitem(last=False)
         if self.on_append is not None:
             self.on_append(rel, appended)
 

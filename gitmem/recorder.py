@@ -13,7 +13,7 @@ import functools
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -106,6 +106,17 @@ def cut_excerpt(data: bytes, limit: int) -> bytes:
     return head.decode("utf-8", errors="ignore").encode("utf-8")
 
 
+def _retried(obj: Mapping[str, Any], event: Event, recorded: Recorded | None,
+             digest: str) -> bool:
+    """Whether `event` is one recorded already (`recorded`): the same id, tenant and
+    content, and the same time where the write gives one (a retry without `ts` is
+    stamped with the time of the retry)."""
+    if recorded is None:
+        return False
+    tenant, ts, held = recorded
+    return (tenant, held) == (event.tenant_id, digest) and (not obj.get("ts") or ts == event.when)
+
+
 class Recorder:
     """Appends events (and the files they carry) to one store."""
 
@@ -133,7 +144,7 @@ class Recorder:
         """Validate and durably append one event; returns it with id, ts and hash."""
         with self._task_lock([obj]):
             known = self._known([obj])
-            prepared = self._prepare(obj, {}, known)
+            prepared = self._prepare(obj, {}, known, ())
             try:
                 todo = self._new([prepared], [obj], known)
             except _Repeated as exc:
@@ -164,10 +175,12 @@ class Recorder:
         staging: Staging = {}
         with self._task_lock(objs):
             known = self._known(objs)
+            written: set[str] = set()  # this write's events so far: they may be cited
             for position, obj in enumerate(objs):
                 number = lines[position] if lines is not None else position + 1
                 try:
-                    prepared.append(self._prepare(obj, staging, known))
+                    prepared.append(self._prepare(obj, staging, known, written))
+                    written.add(prepared[-1].event.id)
                 except FormatError as exc:
                     raise exc.at(source, number) from None
                 except PrivacyError as exc:
@@ -181,10 +194,31 @@ class Recorder:
         return [p.event for p in prepared]
 
     def _known(self, objs: Sequence[Mapping[str, Any]]) -> Mapping[str, Recorded]:
-        """Which of the event ids these objects name the index holds already."""
-        named = sorted({o["id"] for o in objs
-                        if isinstance(o, Mapping) and isinstance(o.get("id"), str) and o["id"]})
-        return self.recorded(named) if named and self.recorded is not None else {}
+        """Which of the event ids these objects name, or cite, the index holds already."""
+        if self.recorded is None:
+            return {}
+        named = {o["id"] for o in objs
+                 if isinstance(o, Mapping) and isinstance(o.get("id"), str) and o["id"]}
+        cited = {ref for o in objs if isinstance(o, Mapping)
+                 and isinstance(refs := _as_list(o.get("refs")), list)  # else: named later
+                 for ref in refs if isinstance(ref, str) and ref.startswith("evt_")}
+        asked = sorted(named | cited)
+        return self.recorded(asked) if asked else {}
+
+    def _require_events(self, event: Event, known: Mapping[str, Recorded],
+                        written: Collection[str]) -> None:
+        """Every event an event cites is recorded: indexed (`known`), earlier in this
+        write, or in its day file (written elsewhere a moment ago). A line is never
+        rewritten, so a mistyped ref would dangle for good; and its file would stay out
+        of the daemon's commits, which carry only what `gitmem verify` accepts. Without
+        an index to ask (`recorded` unset), `gitmem verify` checks them."""
+        if self.recorded is None:
+            return
+        for ref in event.refs:
+            if (ref.startswith("evt_") and ref not in known and ref not in written
+                    and not self.files.holds_event(ref)):
+                raise ValidationError(f"{ref} is not in the store (a dangling reference); "
+                                      "cite an event that was recorded", field="refs")
 
     def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]],
              known: Mapping[str, Recorded]) -> list[_Prepared]:
@@ -201,13 +235,13 @@ class Recorder:
                 raise _Repeated(n, ValidationError(
                     f"{p.event.id} is also event {first[p.event.id] + 1} of this write; "
                     "event ids never repeat", field="id"))
-        for event_id, (tenant, ts, digest) in known.items():
+        for event_id in named.keys() & known.keys():
             event = prepared[named[event_id]].event
-            if (tenant, digest) != (event.tenant_id, event.hash) or ts != event.when:
+            if not _retried(objs[named[event_id]], event, known[event_id], event.hash):
                 raise _Repeated(named[event_id], ValidationError(
                     f"{event_id} is already recorded with other content; event ids never "
                     "repeat (leave `id` out and one is assigned)", field="id"))
-        return [p for p in prepared if p.event.id not in known]
+        return [p for p in prepared if p.event.id not in known or p.event.id not in named]
 
     def decide(self, text: str, refs: list[str], *, supersedes: Iterable[str] = (),
                rationale: Iterable[str] = (), title: str = "", scope: str = "project",
@@ -321,7 +355,7 @@ class Recorder:
         return full
 
     def _prepare(self, obj: Mapping[str, Any], staging: Staging,
-                 known: Mapping[str, Recorded]) -> _Prepared:
+                 known: Mapping[str, Recorded], written: Collection[str]) -> _Prepared:
         full = self._complete(obj)
         if full["sensitivity"] in self.policies.privacy.never_store:
             raise PrivacyError(
@@ -353,8 +387,8 @@ class Recorder:
         self.files.require_records(event.refs, staging)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)
-        if derive is not None and event.id in known and known[event.id] == (
-                event.tenant_id, event.when, digest := content_hash(kind, full["content"])):
+        if derive is not None and _retried(obj, event, known.get(event.id),
+                                           digest := content_hash(kind, full["content"])):
             # the same event written again (a retry): its file is there already, and
             # a decision or summary is never written twice
             return _Prepared(replace(event, hash=digest))
@@ -363,6 +397,7 @@ class Recorder:
             staging[item.target] = item
             item.fresh = minted
             staged.append(item)
+        self._require_events(event, known, written)
         full["hash"] = content_hash(kind, full["content"])
         if derive is None:  # the content is as validated: only the hash is new
             return _Prepared(replace(event, hash=full["hash"]), staged)

@@ -243,6 +243,8 @@ def test_record_secret_and_redaction(cli: Cli) -> None:
     (["decide", "Use FTS"], 2, "--ref"),
     (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "--supersedes",
       "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"], 1, "no decision dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"),
+    (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"], 1,
+     "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3 is not in the store (a dangling reference)"),
     (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "--confidence",
       "high"], 2, "confidence"),
     (["task", "T", "--status", "later"], 1, "content.status"),

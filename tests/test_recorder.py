@@ -14,7 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from gitmem import ids
 from gitmem.appends import append_lines
+from gitmem.derived import RecordFiles
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.ids import ULID_ID
@@ -24,6 +26,7 @@ from gitmem.recorder import Recorder, cut_excerpt
 from gitmem.records import content_hash, parse_event_line
 from gitmem.store import Placed, artifact_path, day_file
 from tests.conftest import snapshot
+from tests.daemons import append, event_line
 
 NOW = datetime(2026, 2, 9, 5, 12, 33, tzinfo=UTC)
 DAY = "events/2026-02/2026-02-09.jsonl"
@@ -141,7 +144,7 @@ def test_secret_never_reaches_the_index(memory: Memory, dsn: str, schema: str) -
     memory.record({"content": {"text": f"key {SECRET}"}, "tags": [f"t:{SECRET}"]})
     memory.record({"kind": "tool_result",
                    "content": {"tool": "sh", "output": ("ok\n" * 5000) + SECRET}})
-    memory.decide(f"Never paste {SECRET}", ["evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"])
+    memory.decide(f"Never paste {SECRET}", [memory.record({"content": {"text": "why"}}).id])
     memory.sync()
     with psycopg.connect(dsn, autocommit=True) as conn:
         tables = [r[0] for r in conn.execute(
@@ -153,7 +156,7 @@ def test_secret_never_reaches_the_index(memory: Memory, dsn: str, schema: str) -
                 f'SELECT count(*) FROM "{schema}"."{table}" t WHERE t::text LIKE %s',
                 (f"%{SECRET}%",)).fetchone()
             assert hits == (0,), table
-        assert conn.execute(f'SELECT count(*) FROM "{schema}".events').fetchone() == (3,)
+        assert conn.execute(f'SELECT count(*) FROM "{schema}".events').fetchone() == (4,)
 
 
 # ----------------------------------------------------------------------------- tool output
@@ -522,6 +525,42 @@ def test_the_same_decision_or_summary_event_again_is_written_once(memory: Memory
     with pytest.raises(ValidationError, match="never rewritten"):  # not the same event
         memory.record(changed)
     assert snapshot(memory.store) == before
+
+
+def test_an_event_citing_no_recorded_event_is_refused(memory: Memory) -> None:
+    """A line is never rewritten: a mistyped ref would dangle for good (and keep its
+    day file out of the daemon's commits)."""
+    before = snapshot(memory.store)
+    ghost = "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+    with pytest.raises(ValidationError, match="dangling reference") as caught:
+        memory.record({"content": {"text": "see that"}, "refs": [ghost]})
+    assert caught.value.field == "refs" and ghost in str(caught.value)
+    with pytest.raises(ValidationError, match="dangling reference"):
+        memory.decide("Rest on nothing", [ghost])
+    assert snapshot(memory.store) == before
+    first = memory.record({"content": {"text": "the reason"}})
+    named = ids.new_id("evt")
+    batch = memory.record_many([{"id": named, "content": {"text": "earlier in the write"}},
+                                {"content": {"text": "cites it"}, "refs": [named, first.id]}])
+    assert batch[1].refs == (named, first.id)
+    assert memory.decide("Rest on both", [first.id, named]).refs == (first.id, named)
+
+
+def test_an_event_written_a_moment_ago_elsewhere_is_found_in_its_day_file(
+        memory: Memory) -> None:
+    """The daemon's index may not hold an event another process just appended: the day
+    files around the time its id carries are read."""
+    when = datetime(2026, 3, 1, 23, 30, tzinfo=UTC)
+    late = ids.new_id("evt", when)  # 23:30 UTC: 2026-03-02 at +02:00, its own date
+    _, line = event_line("s", "appended by hand", id=late, ts="2026-03-02T01:30:00+02:00")
+    append(memory.store / "events/2026-03/2026-03-02.jsonl", line)
+    files = RecordFiles(memory.store, memory.policies)
+    assert files.holds_event(late)
+    ghost = ids.new_id("evt", when)
+    cites = event_line("s", "cites a ghost", refs=[ghost], number=7)[1]
+    append(memory.store / "events/2026-03/2026-03-02.jsonl", cites)
+    assert not files.holds_event(ghost)  # only cited there, no event's id
+    assert not files.holds_event("evt_not-a-ulid")
 
 
 def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) -> None:

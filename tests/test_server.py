@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from gitmem import ids
 from gitmem.client import Client
 from gitmem.config import Config
 from gitmem.errors import DaemonError, RpcError, ValidationError
@@ -398,6 +399,32 @@ def test_a_bad_event_over_the_socket_leaves_the_others_of_its_batch_written(
     texts = [e["content"]["text"] for e in lines_of(served.config.store)
              if e["session_id"] == marker]
     assert texts == [f"{marker} {n}" for n in range(4)]
+
+
+def test_writes_close_together_see_each_other_before_the_index_does(served: Daemon) -> None:
+    """In one batch the second write runs before the indexer has the first: an id named
+    twice is refused, a citation of the first is accepted, a retry without `ts` is
+    written once, and a citation of nothing is refused."""
+    named = ids.new_id("evt")
+    marker = uuid.uuid4().hex
+    params = [{"id": named, "session_id": marker, "content": {"text": f"{marker} first"}},
+              {"id": named, "session_id": marker, "content": {"text": f"{marker} other"}},
+              {"id": named, "session_id": marker, "content": {"text": f"{marker} first"}},
+              {"session_id": marker, "refs": [named], "content": {"text": f"{marker} cites"}},
+              {"session_id": marker, "refs": [ids.new_id("evt")],
+               "content": {"text": f"{marker} cites nothing"}}]
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "record_event", "params": p}
+             for n, p in enumerate(params)]
+    answers = {a["id"]: a for a in exchange(served, json.dumps(batch).encode() + b"\n")[0]}
+    assert answers[0]["result"]["event_id"] == answers[2]["result"]["event_id"] == named
+    assert answers[1]["error"]["code"] == -32602
+    assert "already recorded with other content" in answers[1]["error"]["message"]
+    assert "event_id" in answers[3]["result"]
+    assert answers[4]["error"]["code"] == -32602 and answers[4]["error"]["data"]["field"] == \
+        "refs" and "dangling reference" in answers[4]["error"]["message"]
+    texts = [e["content"]["text"] for e in lines_of(served.config.store)
+             if e["session_id"] == marker]
+    assert texts == [f"{marker} first", f"{marker} cites"]
 
 
 def test_a_write_the_disk_refused_is_not_a_not_found() -> None:
