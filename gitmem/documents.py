@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import yaml
@@ -32,7 +31,6 @@ from gitmem.records import (
     check_refs,
     check_str_list,
     check_text,
-    format_ts,
     parse_ts,
 )
 
@@ -43,16 +41,38 @@ _BASE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 class SafeLoader(_BASE_LOADER):  # type: ignore[misc]
     """The safe loader, refusing a key given twice in one mapping: YAML keeps the last
     silently, so a second `public:` under the channel rules, say, would replace the
-    first with no word (a merge or a hand edit can make one)."""
+    first with no word (a merge or a hand edit can make one). A value YAML cannot
+    build (`0x_` as an int) is a YAML error naming its line and key, like any other."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        self._root = node  # to name the key of a value that cannot be built
+        return super().construct_document(node)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:  # what int(), float(), a bool lookup raise on bad text
+            raise _Unbuildable(node, exc, _key_path(self._root, node)) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep)  # `!!set 1`: YAML's own error
         first: dict[Any, yaml.Mark] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in first:
-                raise _KeyTwice(key, first[key], key_node.start_mark)
-            first.setdefault(key, key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):  # a list key: YAML's own error
+                if key in first:
+                    raise _KeyTwice(key, first[key], key_node.start_mark)
+                first[key] = key_node.start_mark
         return super().construct_mapping(node, deep)
+
+
+# Timestamps stay the text written: the records check it (`parse_ts`) as they check a
+# quoted one, where YAML would refuse `2026-02-30` with a bare ValueError and read
+# `2026-02-09 05:12:33Z` (a space for the T) as a date-time the records refuse.
+SafeLoader.add_constructor("tag:yaml.org,2002:timestamp", SafeLoader.construct_yaml_str)
 
 
 class _KeyTwice(yaml.constructor.ConstructorError):
@@ -60,6 +80,33 @@ class _KeyTwice(yaml.constructor.ConstructorError):
 
     def __init__(self, key: Any, first: yaml.Mark, again: yaml.Mark) -> None:
         super().__init__(None, first, f"the key {key!r} is given twice", again)
+
+
+class _Unbuildable(yaml.constructor.ConstructorError):
+    """A scalar YAML resolved to a type its text is not (`0x_`, `!!bool maybe`)."""
+
+    def __init__(self, node: yaml.Node, exc: Exception, key: str | None) -> None:
+        kind = str(node.tag).rsplit(":", 1)[-1]
+        text = str(node.value)
+        shown = repr(text if len(text) <= 60 else text[:57] + "...")
+        why = f" ({exc})" if isinstance(exc, ValueError) else ""
+        super().__init__(None, None, f"{shown} is not a valid YAML {kind}{why}; quote it if "
+                         "it is text", node.start_mark)
+        self.key = key
+
+
+def _key_path(node: yaml.Node, target: yaml.Node, path: str = "") -> str | None:
+    """The dotted keys from `node` down to `target` (a list's items share its key)."""
+    if node is target:
+        return path or None
+    if isinstance(node, yaml.MappingNode):
+        pairs = [(f"{path}.{k.value}" if path else str(k.value), v) for k, v in node.value]
+    else:
+        pairs = [(path, v) for v in node.value] if isinstance(node, yaml.SequenceNode) else []
+    return next((found for sub, child in pairs
+                 if (found := _key_path(child, target, sub)) is not None), None)
+
+
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 
 
@@ -79,11 +126,8 @@ def split_frontmatter(text: str, path: str) -> tuple[dict[str, Any], str, int]:
                           "'---' line after the last field", path=path, line=1)
     try:
         meta = yaml.load(text[opening.end() + 1:closing.start()], Loader=SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        problem, line = yaml_problem(exc, first_line=2)
-        raise FormatError(f"broken YAML frontmatter: {problem}", path=path, line=line) from None
     except yaml.YAMLError as exc:
-        raise FormatError(f"broken YAML frontmatter: {exc}", path=path, line=1) from None
+        raise yaml_error(exc, path, "broken YAML frontmatter", first_line=2) from None
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
@@ -124,13 +168,6 @@ def _located(exc: FormatError, text: str, path: str, body_line: int = 1) -> Form
     if key == "body":
         return exc.at(path, body_line)
     return exc.at(path, (field_line(text, key) or 1) if key else 1)
-
-
-def _yaml_value(value: Any) -> Any:
-    """YAML may load timestamps as datetimes; the records keep ISO text."""
-    if isinstance(value, datetime):
-        return format_ts(value)
-    return value
 
 
 @dataclass(frozen=True)
@@ -243,7 +280,7 @@ class _Fields:
 
     def __init__(self, meta: Mapping[str, Any], allowed: tuple[str, ...],
                  default_tenant: str) -> None:
-        self.meta = {k: _yaml_value(v) for k, v in meta.items()}
+        self.meta = dict(meta)
         _unknown_keys(self.meta, allowed)
         self.default_tenant = default_tenant
 
@@ -459,6 +496,8 @@ def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, i
     mark = exc.problem_mark
     line = mark.line + first_line if mark is not None else first_line
     problem = str(exc.problem)
+    if isinstance(exc, _Unbuildable) and exc.key:
+        return f"field {exc.key!r}: {problem}", line
     if isinstance(exc, _KeyTwice) and exc.context_mark is not None:
         return (f"{problem} (first on line {exc.context_mark.line + first_line}); YAML "
                 "would keep only the last: remove one"), line
@@ -469,15 +508,24 @@ def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, i
     return problem, line
 
 
+def yaml_error(exc: yaml.YAMLError, path: str, what: str, first_line: int = 1) -> FormatError:
+    """The error for YAML that does not load: `what` is broken, where and why; a value
+    YAML cannot build is a field error."""
+    if isinstance(exc, _Unbuildable):
+        line = exc.problem_mark.line + first_line if exc.problem_mark else first_line
+        return ValidationError(str(exc.problem), path=path, line=line, field=exc.key)
+    if isinstance(exc, yaml.MarkedYAMLError):
+        problem, line = yaml_problem(exc, first_line)
+        return FormatError(f"{what}: {problem}", path=path, line=line)
+    return FormatError(f"{what}: {exc}", path=path, line=1)
+
+
 def load_yaml(text: str, path: str) -> dict[str, Any]:
     """A YAML mapping document, or a FormatError naming its line."""
     try:
         data = yaml.load(text, Loader=SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        problem, line = yaml_problem(exc)
-        raise FormatError(f"broken YAML: {problem}", path=path, line=line) from None
     except yaml.YAMLError as exc:
-        raise FormatError(f"broken YAML: {exc}", path=path, line=1) from None
+        raise yaml_error(exc, path, "broken YAML") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -60,8 +60,8 @@ def parse_ts(value: Any, field_name: str = "ts") -> datetime:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError as exc:  # the form is right, a number is out of range (month 13)
-        raise ValidationError(f"{value!r} is not a date and time: {exc}",
-                              field=field_name) from None
+        raise ValidationError(f"{value!r} is not a date and time ({exc}); expected RFC 3339 "
+                              "like 2026-02-09T05:12:33+09:00", field=field_name) from None
     offset = parsed.utcoffset()
     if offset is not None and abs(offset) > _MAX_OFFSET:
         raise ValidationError(f"UTC offset of {value!r} is beyond ±15:59, the most "

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from gitmem.documents import SafeLoader, yaml_problem
 from gitmem.errors import GitmemError, ScenarioError
 from gitmem.records import CHANNELS, KINDS, SENSITIVITIES, parse_ts
 
@@ -236,14 +237,12 @@ def load_scenario(path: Path) -> Scenario:
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SafeLoader)  # timestamps as written: `now` is checked
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{path}{line}: not valid YAML: {exc.problem}") from None
+        problem, line = yaml_problem(exc)
+        raise ScenarioError(f"{path}:{line}: not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
-    data = _plain(data)
     check = _Checker(path, text)
     if not isinstance(data, dict):
         raise check.fail([], "expected a mapping with id, title, principles, now, steps")
@@ -266,7 +265,7 @@ def load_scenario(path: Path) -> Scenario:
         raise check.fail(["budget_tokens"], f"field 'budget_tokens': expected a positive "
                          f"integer, got {budget!r}")
     try:
-        now = parse_ts(str(data["now"]), "now")
+        now = parse_ts(data["now"], "now")
     except GitmemError as exc:
         raise check.fail(["now"], str(exc)) from None  # it names the field
     defaults = data.get("defaults") or {}
@@ -287,17 +286,6 @@ def load_scenario(path: Path) -> Scenario:
                     principles=tuple(principles), budget_tokens=budget, now=now,
                     steps=parsed, assertions=tuple(finals), defaults=dict(defaults),
                     setup=setup, description=str(data.get("description") or ""))
-
-
-def _plain(value: Any) -> Any:
-    """YAML's timestamps back to the ISO text they were written as."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def _setup(check: _Checker, setup: Any) -> dict[str, str]:

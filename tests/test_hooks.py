@@ -147,6 +147,18 @@ def test_pre_commit_refuses_invalid_records_naming_path_and_line(root: Path) -> 
     assert "memory/decisions/dec_01KHBYB0000000000000000009.md:" in result.stderr
 
 
+def test_pre_commit_refuses_an_impossible_unquoted_date_naming_the_file(root: Path) -> None:
+    cited = record(root, "fine")
+    rel = "memory/decisions/dec_01KHBYB0000000000000000009.md"
+    (root / rel).write_text("---\nid: dec_01KHBYB0000000000000000009\n"
+                            f"ts: 2026-02-30T00:00:00Z\nrefs: [{cited}]\n---\nx\n")
+    result = commit(root)
+    assert result.returncode == 1
+    assert f"{rel}:3: field 'ts': '2026-02-30T00:00:00Z' is not a date and time" \
+        in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_pre_commit_refuses_dangling_refs_and_supersedes(root: Path) -> None:
     cited = record(root, "the reason")
     with Memory(Config(store=root / "memory")) as memory:

@@ -203,6 +203,15 @@ def test_a_channel_rule_given_twice_is_refused_not_silently_replaced() -> None:
     assert "the key 'public' is given twice (first on line 42)" in str(caught.value)
 
 
+def test_a_value_yaml_cannot_build_names_its_line_and_key_path() -> None:
+    text = BUDGETS.replace("{max_tokens: 1200,", "{max_tokens: 0b_,")
+    with pytest.raises(ValidationError) as caught:
+        parse_budgets(text)
+    assert (caught.value.path, caught.value.line, caught.value.field) == (
+        "policies/budgets.yaml", line_of(text, "0b_"), "sections.identity.max_tokens")
+    assert "'0b_' is not a valid YAML int" in str(caught.value)
+
+
 def privacy_error(text: str) -> ValidationError:
     with pytest.raises(ValidationError) as caught:
         parse_privacy(text)

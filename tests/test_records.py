@@ -310,6 +310,29 @@ def test_a_field_given_twice_in_frontmatter_is_refused_not_silently_replaced() -
     assert "the key 'status' is given twice (first on line 5)" in str(err)
 
 
+@pytest.mark.parametrize(("line", "field", "what"), [
+    ("confidence: !!float high", "confidence", "'high' is not a valid YAML float"),
+    ("confidence: 0x_", "confidence", "'0x_' is not a valid YAML int"),
+    ("tags: [a, !!bool maybe]", "tags", "'maybe' is not a valid YAML bool"),
+])
+def test_a_value_yaml_cannot_build_names_line_and_field(line: str, field: str,
+                                                        what: str) -> None:
+    err = decision_error(decision_text().replace("---\nUse", f"{line}\n---\nUse"))
+    assert isinstance(err, ValidationError)
+    assert (err.path, err.line, err.field) == (DEC_PATH, 8, field)
+    assert what in err.detail and "quote it" in err.detail
+
+
+def test_what_yaml_would_read_as_a_date_is_kept_as_the_text_written() -> None:
+    text = decision_text().replace("---\nUse", "tags: [2026-13-01, 2026-02-09]\n---\nUse")
+    assert parse_decision(text, DEC_PATH, "d").tags == ("2026-13-01", "2026-02-09")
+
+
+def test_an_unhashable_key_in_frontmatter_is_a_format_error() -> None:
+    err = decision_error(decision_text().replace("---\nUse", "? [a, b]\n: c\n---\nUse"))
+    assert (err.path, err.line) == (DEC_PATH, 8) and "unhashable" in err.detail
+
+
 def test_unclosed_frontmatter_is_refused() -> None:
     text = decision_text().replace("---\nUse", "Use")
     err = decision_error(text)
@@ -404,6 +427,18 @@ def test_task_errors() -> None:
     with pytest.raises(ValidationError) as caught:
         parse_task(task_text(), "tasks/tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2ZZ.md", "d")
     assert caught.value.field == "id" and "file name" in str(caught.value)
+
+
+def test_an_unquoted_task_ts_with_a_space_for_the_t_is_refused_as_a_quoted_one_is() -> None:
+    """YAML reads `2026-11-27 15:27:48Z` as a timestamp; the records keep it as text, so
+    the one ts check applies whether it is quoted or not."""
+    text = task_text().replace('"2026-02-09T05:12:33Z"', "2026-11-27 15:27:48Z")
+    with pytest.raises(ValidationError) as caught:
+        parse_task(text, TASK_PATH, "d")
+    assert (caught.value.path, caught.value.line, caught.value.field) == (TASK_PATH, 3, "ts")
+    assert "'2026-11-27 15:27:48Z'" in caught.value.detail and "RFC 3339" in caught.value.detail
+    written = task_text().replace('"2026-02-09T05:12:33Z"', "2026-02-09T05:12:33Z")
+    assert parse_task(written, TASK_PATH, "d").ts == "2026-02-09T05:12:33Z"  # as written
 
 
 SUM_PATH = f"summaries/episode/{SUM}.md"

@@ -113,6 +113,32 @@ def test_a_malformed_file_is_rejected_whole(tmp_path: Path, text: str, what: str
     assert what in str(caught.value)
 
 
+@pytest.mark.parametrize(("now", "what"), [
+    ("2026-02-30T10:00:00Z", "'2026-02-30T10:00:00Z' is not a date and time (day is out "
+     "of range for month)"),
+    ("2026-13-01", "expected an RFC 3339 timestamp"),
+    ("2026-02-01 10:00:00Z", "expected an RFC 3339 timestamp"),
+])
+def test_an_unquoted_now_that_is_no_date_names_file_and_line(tmp_path: Path, now: str,
+                                                             what: str) -> None:
+    """YAML reads an unquoted `now:` as a timestamp, and an impossible one used to end in
+    a ValueError naming no file."""
+    path = write(tmp_path, HEAD.replace('"2026-02-01T00:00:00+00:00"', now)
+                 + "steps: [{sync: true}]\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).startswith(f"{path}:4: field 'now': ")
+    assert what in str(caught.value)
+
+
+def test_a_value_yaml_cannot_build_names_file_line_and_field(tmp_path: Path) -> None:
+    path = write(tmp_path, HEAD + "budget_tokens: 0x_\nsteps: [{sync: true}]\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).startswith(f"{path}:5: not valid YAML: field 'budget_tokens': "
+                                        "'0x_' is not a valid YAML int")
+
+
 def test_a_malformed_file_fails_the_run_without_running_anything(tmp_path: Path,
                                                                  dsn: str) -> None:
     write(tmp_path, HEAD + "steps:\n  - record: {txt: hello}\n", "a.scenario.yaml")

@@ -266,3 +266,24 @@ def test_two_decisions_superseding_one_are_a_fork_verify_warns_about(cli: Cli,
     assert (f"memory/decisions/{second}.md:" in result.output
             and f"field 'supersedes': {old} is also superseded by {first}: both are active"
             in result.output and "warning" in result.output)
+
+
+def test_an_impossible_unquoted_date_is_named_and_skipped_and_the_rest_still_works(
+        cli: Cli, memory: Memory, config: Config) -> None:
+    """YAML reads an unquoted `ts: 2026-02-30T...` as a timestamp it cannot build: every
+    command used to end in a ValueError naming no file."""
+    cited = memory.record({"content": {"text": "the reason"}}).id
+    kept = memory.decide("Deploy on Tuesdays", [cited]).content["decision_id"]
+    bad = "dec_01KHBYB0000000000000000009"
+    rel = f"decisions/{bad}.md"
+    (config.store / rel).write_text(f"---\nid: {bad}\nts: 2026-02-30T00:00:00Z\n"
+                                    f"refs: [{cited}]\n---\nDeploy on Fridays.\n")
+    named = (f"{rel}:3: field 'ts': '2026-02-30T00:00:00Z' is not a date and time "
+             "(day is out of range for month); expected RFC 3339")
+    verify = cli("verify", ok=False)
+    assert verify.exit_code == 1 and f"memory/{named}" in verify.output
+    assert named in cli("sync").stderr
+    assert named in cli("reindex").stderr
+    assert f"error   {named}" in cli("status").stdout
+    acb = json.loads(cli("acb", "when do we deploy?").stdout)
+    assert kept in json.dumps(acb) and bad not in json.dumps(acb)
