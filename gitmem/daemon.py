@@ -147,7 +147,8 @@ class Autocommit:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(timeout=60)
+        if self._thread.is_alive():  # a start that failed before it never ran
+            self._thread.join(timeout=60)
 
     def note_events(self, events: list[Event]) -> None:
         """The writer appended `events`."""

@@ -124,6 +124,15 @@ def test_a_daemon_whose_policies_do_not_load_names_the_line_not_a_traceback(
     assert running_pid(store_config) is None
 
 
+def test_a_daemon_that_cannot_listen_names_why_not_a_traceback(store_config: Config) -> None:
+    store_config.socket_path.mkdir(parents=True)  # something else holds the socket's path
+    result = Daemon(store_config).cli("daemon", "start", check=False)  # with autocommit
+    assert result.returncode == 1
+    assert f"cannot listen on {store_config.socket_path}: Is a directory" in result.stderr
+    assert "Traceback" not in result.stderr and 'File "' not in result.stderr
+    assert running_pid(store_config) is None
+
+
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
     with running(store_config) as first:
         second = first.cli("daemon", "start", "--no-autocommit", check=False)
