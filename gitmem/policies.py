@@ -11,16 +11,15 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gitmem.documents import load_yaml
 from gitmem.errors import FormatError, ValidationError, malformed_json
+from gitmem.policy_reader import PolicyReader
 from gitmem.records import CHANNELS, SENSITIVITIES, valid_name
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
@@ -308,87 +307,6 @@ def file_hash(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class _Reader:
-    """Typed access to a YAML mapping that names `path:line` on error."""
-
-    def __init__(self, data: Mapping[str, Any], text: str, path: str) -> None:
-        self.data, self.text, self.path = data, text, path
-
-    def fail(self, key: str, message: str, item: int | None = None) -> FormatError:
-        """An error at the line of `key` (dotted), or of its list element `item`."""
-        steps: list[str | int] = [*key.split(".")]
-        if item is not None:
-            steps.append(item)
-        line = yaml_line(self.text, steps) or 1
-        return ValidationError(message, path=self.path, line=line, field=key)
-
-    def known(self, src: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> None:
-        """Refuse keys a person may have misspelt: a typo must not fall back silently."""
-        for key in src:
-            if key not in allowed:
-                where = f"{name}.{key}" if name else str(key)
-                raise self.fail(where, f"unknown field {key!r}; expected one of "
-                                       f"{', '.join(allowed)}")
-
-    def mapping(self, src: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any]:
-        value = src.get(key, {})
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(name, f"expected a mapping, got {type(value).__name__}")
-        return value
-
-    def integer(self, src: Mapping[str, Any], key: str, name: str, default: int,
-                lo: int = 0) -> int:
-        value = src.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise self.fail(name, f"expected an integer >= {lo}, got {value!r}")
-        return value
-
-    def number(self, src: Mapping[str, Any], key: str, name: str, default: float) -> float:
-        value = src.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.fail(name, f"expected a number >= 0, got {value!r}")
-        return float(value)
-
-    def strings(self, src: Mapping[str, Any], key: str, name: str,
-                choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        value = src.get(key, [])
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(name, "expected a list of strings")
-        if choices is not None:
-            bad = [v for v in value if v not in choices]
-            if bad:
-                raise self.fail(name, f"expected values from {'|'.join(choices)}, got {bad[0]!r}")
-        return tuple(value)
-
-
-def yaml_line(text: str, steps: Sequence[str | int]) -> int | None:
-    """The 1-based line of the node at `steps` (mapping keys, list indexes) in YAML
-    text: the deepest step found, or None."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    line = None
-    for step in steps:
-        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
-            found = next(((k, v) for k, v in node.value
-                          if isinstance(k, yaml.ScalarNode) and k.value == step), None)
-            if found is None:
-                break
-            line, node = found[0].start_mark.line + 1, found[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) \
-                and 0 <= step < len(node.value):
-            node = node.value[step]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
-
-
 # The keys each policy mapping may hold: a misspelt key is an error, never a silent
 # default. A new policy setting is added here and to its parser together.
 BUDGET_KEYS = ("version", "acb_total_max_tokens", "reserve_tokens", "sections", "retrieval",
@@ -404,7 +322,7 @@ STORE_KEYS = ("never_store_sensitivity", "never_store_kinds", "redaction", "reda
 
 def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
     """Parse and validate budgets.yaml."""
-    r = _Reader(load_yaml(text, path), text, path)
+    r = PolicyReader(load_yaml(text, path), text, path)
     r.known(r.data, "", BUDGET_KEYS)
     sections: dict[str, SectionBudget] = {}
     for name, spec in r.mapping(r.data, "sections", "sections").items():
@@ -452,7 +370,7 @@ def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
 
 def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
     """Parse and validate privacy.yaml (regexes compiled here, once)."""
-    r = _Reader(load_yaml(text, path), text, path)
+    r = PolicyReader(load_yaml(text, path), text, path)
     r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
     r.known(store, "store", STORE_KEYS)
@@ -491,7 +409,7 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
                    channel_rules=rules, key_patterns=tuple(key_patterns))
 
 
-def _regexes(r: _Reader, store: Mapping[str, Any], key: str) -> list[re.Pattern[str]]:
+def _regexes(r: PolicyReader, store: Mapping[str, Any], key: str) -> list[re.Pattern[str]]:
     """`store.<key>`: a list of regular expressions, each compiled."""
     patterns = []
     for number, source in enumerate(r.strings(store, key, f"store.{key}")):
@@ -505,7 +423,7 @@ def _regexes(r: _Reader, store: Mapping[str, Any], key: str) -> list[re.Pattern[
 
 def parse_channels(text: str, path: str = "policies/channels.yaml") -> Channels:
     """Parse and validate channels.yaml."""
-    r = _Reader(load_yaml(text, path), text, path)
+    r = PolicyReader(load_yaml(text, path), text, path)
     r.known(r.data, "", ("version", "channels"))
     views: dict[str, tuple[str, ...]] = {}
     entries = r.data.get("channels") or {}

@@ -1,0 +1,96 @@
+"""Reading a policy file's YAML: typed values, each bad one a `FormatError` at its line.
+
+`PolicyReader` is what the parsers of gitmem/policies.py read a file through: a
+value of the wrong type, a key nobody reads (a typo) and a value out of range are
+named as `path:line`, the line found by `yaml_line`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from gitmem.errors import FormatError, ValidationError
+
+
+class PolicyReader:
+    """Typed access to a YAML mapping that names `path:line` on error."""
+
+    def __init__(self, data: Mapping[str, Any], text: str, path: str) -> None:
+        self.data, self.text, self.path = data, text, path
+
+    def fail(self, key: str, message: str, item: int | None = None) -> FormatError:
+        """An error at the line of `key` (dotted), or of its list element `item`."""
+        steps: list[str | int] = [*key.split(".")]
+        if item is not None:
+            steps.append(item)
+        line = yaml_line(self.text, steps) or 1
+        return ValidationError(message, path=self.path, line=line, field=key)
+
+    def known(self, src: Mapping[str, Any], name: str, allowed: tuple[str, ...]) -> None:
+        """Refuse keys a person may have misspelt: a typo must not fall back silently."""
+        for key in src:
+            if key not in allowed:
+                where = f"{name}.{key}" if name else str(key)
+                raise self.fail(where, f"unknown field {key!r}; expected one of "
+                                       f"{', '.join(allowed)}")
+
+    def mapping(self, src: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any]:
+        value = src.get(key, {})
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(name, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def integer(self, src: Mapping[str, Any], key: str, name: str, default: int,
+                lo: int = 0) -> int:
+        value = src.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise self.fail(name, f"expected an integer >= {lo}, got {value!r}")
+        return value
+
+    def number(self, src: Mapping[str, Any], key: str, name: str, default: float) -> float:
+        value = src.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.fail(name, f"expected a number >= 0, got {value!r}")
+        return float(value)
+
+    def strings(self, src: Mapping[str, Any], key: str, name: str,
+                choices: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        value = src.get(key, [])
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(name, "expected a list of strings")
+        if choices is not None:
+            bad = [v for v in value if v not in choices]
+            if bad:
+                raise self.fail(name, f"expected values from {'|'.join(choices)}, got {bad[0]!r}")
+        return tuple(value)
+
+
+def yaml_line(text: str, steps: Sequence[str | int]) -> int | None:
+    """The 1-based line of the node at `steps` (mapping keys, list indexes) in YAML
+    text: the deepest step found, or None."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    line = None
+    for step in steps:
+        if isinstance(node, yaml.MappingNode) and isinstance(step, str):
+            found = next(((k, v) for k, v in node.value
+                          if isinstance(k, yaml.ScalarNode) and k.value == step), None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) \
+                and 0 <= step < len(node.value):
+            node = node.value[step]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
