@@ -409,15 +409,33 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
                    channel_rules=rules, key_patterns=tuple(key_patterns))
 
 
+# What a pattern that can match the empty string would do: `sub` puts the redaction at
+# every empty match, and `search` finds one in every key.
+_MATCHING_EMPTY = {
+    "redact_patterns": "the redaction pattern {!r} matches the empty string, so it would "
+                       "redact everything (the redaction would go between the characters of "
+                       "every text and key)",
+    "redact_keys": "the pattern {!r} matches the empty string, so every key would name a "
+                   "secret and every value be redacted",
+}
+# The empty text finds `a*` (there search and fullmatch agree); one that matches only
+# between characters (`\b`, `(?m)^`, `\S*` at a space) needs ordinary text around it.
+_EMPTY_PROBES = ("", "Hello, world: x_1 = 'y'.\nNext line")
+
+
 def _regexes(r: PolicyReader, store: Mapping[str, Any], key: str) -> list[re.Pattern[str]]:
     """`store.<key>`: a list of regular expressions, each compiled."""
     patterns = []
     for number, source in enumerate(r.strings(store, key, f"store.{key}")):
         try:
-            patterns.append(re.compile(source))
+            pattern = re.compile(source)
         except re.error as exc:
             raise r.fail(f"store.{key}", f"invalid regular expression {source!r}: {exc}",
                          number) from None
+        if any(m.start() == m.end() for probe in _EMPTY_PROBES for m in pattern.finditer(probe)):
+            raise r.fail(f"store.{key}", _MATCHING_EMPTY[key].format(source) + "; make it "
+                         "match at least one character (`x+`, not `x*`)", number)
+        patterns.append(pattern)
     return patterns
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gitmem.config import Config
 from gitmem.errors import FormatError, ValidationError
 from gitmem.policies import (
     load_policies,
@@ -17,6 +18,7 @@ from gitmem.policies import (
     parse_privacy,
 )
 from gitmem.store import manifest_text
+from tests.conftest import Cli
 
 
 def template(rel: str) -> str:
@@ -224,6 +226,46 @@ def test_bad_regex_names_the_pattern_line() -> None:
     err = privacy_error(text)
     assert (err.line, err.field) == (line_of(text, "(unclosed"), "store.redact_patterns")
     assert "invalid regular expression '(unclosed'" in str(err)
+
+
+@pytest.mark.parametrize("source", ["", "a*", ".*", "(?i)x?", "\\b", "(?m)^"])
+def test_a_redaction_pattern_that_matches_the_empty_string_is_refused(source: str) -> None:
+    """sub() puts the redaction wherever such a pattern matches nothing: every text would
+    read `[REDACTED]h[REDACTED]e...` (and every key, so a write's `content.text` went
+    missing). Refused at its line, whether it matches the empty text itself ('a*') or
+    only between characters ('\\b')."""
+    quoted = f"'{source}'"  # YAML's single quotes: backslashes as written
+    text = PRIVACY.replace("'\\bAKIA[0-9A-Z]{16}\\b'", quoted)
+    err = privacy_error(text)
+    assert (err.line, err.field) == (line_of(text, f"- {quoted}\n"), "store.redact_patterns")
+    assert (f"the redaction pattern {source!r} matches the empty string, so it would redact "
+            "everything") in str(err)
+    keys = _privacy(r"\bnothing\b") + f"  redact_keys: [{quoted}]\n"
+    err = privacy_error(keys)
+    assert (err.line, err.field) == (line_of(keys, "redact_keys"), "store.redact_keys")
+    assert "matches the empty string, so every key would name a secret" in str(err)
+
+
+def test_patterns_that_only_look_around_or_repeat_after_a_literal_are_kept() -> None:
+    p = parse_privacy(_privacy(r"(?<=pw=)\S+", r"x+", r"tok(en)?", r"\bk\w*"))
+    assert p.redact("pw=abc x tok k9 hello") == \
+        "pw=[REDACTED] [REDACTED] [REDACTED] [REDACTED] hello"
+
+
+def test_a_store_whose_pattern_matches_the_empty_string_names_it_on_every_command(
+        cli: Cli, config: Config) -> None:
+    """`gitmem record "hello"` answered `field 'content.text': missing` (the key itself
+    was redacted); now the policy file is named, and nothing is written."""
+    path = config.store / "policies" / "privacy.yaml"
+    path.write_text(path.read_text().replace("  redact_patterns:\n", "  redact_patterns:\n"
+                                                                      "    - ''\n", 1))
+    result = cli("record", "hello", ok=False)
+    assert result.exit_code == 1
+    line = line_of(path.read_text(), "- ''")
+    assert (f"policies/privacy.yaml:{line}: field "
+            "'store.redact_patterns': the redaction pattern '' matches the empty string") \
+        in result.output
+    assert not list((config.store / "events").rglob("*.jsonl"))
 
 
 def test_unknown_channel_in_privacy() -> None:
