@@ -10,6 +10,8 @@ Each problem is a FormatError naming `path:line`:
   keeps one copy of an event, and would lose it with that copy's file);
 - a decision that supersedes, or a handoff that hands over, another tenant's
   decision (the write path refuses both);
+- a decision that supersedes itself, or is on a loop of `supersedes` (none on it is
+  active: gitmem/supersession.py);
 - a secret: `sensitivity: secret`, text matching a redaction pattern of
   `policies/privacy.yaml` (an event's object keys too), or an event's value under a
   key that names a secret (`redact_keys`) left unredacted (the write path redacts; a
@@ -29,7 +31,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from gitmem import consistency, gitops
-from gitmem.documents import field_line, parse_decision, parse_handoff, parse_summary, parse_task
+from gitmem.documents import (
+    Decision,
+    field_line,
+    parse_decision,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+)
 from gitmem.errors import FormatError, GitError, ValidationError
 from gitmem.policies import (
     Policies,
@@ -38,10 +47,11 @@ from gitmem.policies import (
     parse_manifest,
     parse_privacy,
 )
-from gitmem.records import content_hash, iter_events
+from gitmem.records import content_hash, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, record_paths, template
+from gitmem.supersession import Link, closing_entry, supersede_loops
 
 if TYPE_CHECKING:
     import git
@@ -127,6 +137,7 @@ class Checker:
     refs: list[_Ref] = field(default_factory=list)
     event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     written: list[_Ref] = field(default_factory=list)  # the record files events wrote
+    links: dict[str, Link] = field(default_factory=dict)  # the decisions read, by id
 
     def fail(self, rel: str, line: int | None, message: str,
              field_name: str | None = None) -> None:
@@ -276,6 +287,7 @@ class Checker:
         try:
             if kind == "decision":
                 decision = parse_decision(text, rel, tenant)
+                self.links[decision.id] = _link(rel, text, decision)
                 self._cite(rel, text, "refs", decision.refs)
                 self._cite(rel, text, "supersedes", decision.supersedes, decision.tenant_id)
             elif kind == "task":
@@ -336,6 +348,7 @@ class Checker:
                 self.fail(ref.path, ref.line, f"{ref.target} is a decision of another tenant "
                           f"than {ref.tenant!r}; supersede or hand over only its own tenant's "
                           "decisions", ref.field)
+        self._check_loops()
         if complete:
             self._check_forks()
 
@@ -356,17 +369,52 @@ class Checker:
                     path=self.display + ref.path, line=ref.line, field=ref.field,
                     severity="warning"))
 
-    def _decision_tenant(self, decision_id: str) -> str | None:
-        """The tenant of a decision of the tree (None: it cannot be read)."""
+    def _check_loops(self) -> None:
+        """An error at each decision on a loop of `supersedes` through a decision this
+        check read. A chain is followed into the tree's other decisions: a staged check
+        reads only the files a commit changes, and the loop it closes runs through others."""
+        links = dict(self.links)
+        pending = [target for link in self.links.values() for target in link.supersedes]
+        while pending:
+            target = pending.pop()
+            if target not in links and (read := self._tree_decision(target)) is not None:
+                links[target] = _link(*read)
+                pending += links[target].supersedes
+        loops = supersede_loops({d: link.supersedes for d, link in links.items()})
+        for decision_id, loop in sorted(loops.items()):
+            if self.links.keys().isdisjoint(loop):
+                continue  # an older loop this check reaches: not what it is about
+            link = links[decision_id]
+            if loop == [decision_id]:
+                self.fail(link.path, link.line, f"{decision_id} supersedes itself, so it is "
+                          "never active and has left every ACB; remove it from its own "
+                          "supersedes", "supersedes")
+                continue
+            closer, target = closing_entry(loop, {d: links[d].ts for d in loop})
+            self.fail(link.path, link.line, f"{decision_id} is on a loop of supersedes "
+                      f"({' -> '.join([*loop, decision_id])}, each superseding the next): none "
+                      "of them is active, so all have left every ACB; remove the entry that "
+                      f"closes the loop: {target} from the supersedes of {self.display}"
+                      f"{links[closer].path}:{links[closer].line} ({closer} is not newer than "
+                      f"{target}, and a decision supersedes older ones)", "supersedes")
+
+    def _tree_decision(self, decision_id: str) -> tuple[str, str, Decision] | None:
+        """A decision of the tree, as (path, text, decision); None when it cannot be read
+        (a missing file is a dangling reference, a broken one its own problem)."""
         rel = f"decisions/{decision_id}.md"
         data = self.tree.read(rel)
         if data is None:
             return None
         try:
-            return parse_decision(data.decode("utf-8"), rel,
-                                  self.policies.manifest.default_tenant).tenant_id
+            text = data.decode("utf-8")
+            return rel, text, parse_decision(text, rel, self.policies.manifest.default_tenant)
         except (UnicodeDecodeError, FormatError):
-            return None  # reported as the file's own problem
+            return None
+
+    def _decision_tenant(self, decision_id: str) -> str | None:
+        """The tenant of a decision of the tree (None: it cannot be read)."""
+        read = self._tree_decision(decision_id)
+        return None if read is None else read[2].tenant_id
 
     def _scan_event_ids(self, wanted: set[str]) -> set[str]:
         found: set[str] = set()
@@ -377,6 +425,10 @@ class Checker:
             if found >= wanted:
                 break
         return found
+
+
+def _link(rel: str, text: str, decision: Decision) -> Link:
+    return Link(rel, field_line(text, "supersedes"), parse_ts(decision.ts), decision.supersedes)
 
 
 # The record file an event of each kind writes, by the content key naming it.

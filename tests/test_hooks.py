@@ -208,6 +208,36 @@ def test_pre_commit_refuses_secrets(root: Path) -> None:
     assert "sk-proj1234" not in result.stderr
 
 
+def test_pre_commit_refuses_a_self_supersede_and_a_loop_it_closes_through_the_tree(
+        root: Path) -> None:
+    """The staged check reads only the changed files; a loop a staged decision closes is
+    followed through the decisions the commit leaves as they are."""
+    cited = record(root, "the reason")
+    with Memory(Config(store=root / "memory")) as memory:
+        ids = [memory.decide("Use Postgres", [cited]).content["decision_id"]]
+        for title in ("Use Postgres 16", "Use Postgres 17"):
+            ids.append(memory.decide(title, [cited], supersedes=ids[-1:]).content["decision_id"])
+        alone = memory.decide("Keep it small", [cited]).content["decision_id"]
+    assert commit(root).returncode == 0
+    first, middle, last = ids
+    decisions = root / "memory" / "decisions"
+    for decision, superseded in ((first, last), (alone, alone)):
+        path = decisions / f"{decision}.md"
+        head, rest = path.read_text().split("\n", 1)
+        path.write_text(f"{head}\nsupersedes:\n- {superseded}\n{rest}")
+    result = commit(root)
+    assert result.returncode == 1
+    assert (f"memory/decisions/{alone}.md:2: field 'supersedes': {alone} supersedes itself"
+            in result.stderr)
+    assert (f"memory/decisions/{first}.md:2: field 'supersedes': {first} is on a loop of "
+            f"supersedes ({first} -> {last} -> {middle} -> {first}, each superseding the "
+            f"next)") in result.stderr
+    assert (f"remove the entry that closes the loop: {last} from the supersedes of "
+            f"memory/decisions/{first}.md:2") in result.stderr
+    for unchanged in (middle, last):  # on the loop too, though the commit leaves them
+        assert f"memory/decisions/{unchanged}.md:" in result.stderr
+
+
 def test_pre_commit_refuses_a_staged_file_of_an_interrupted_write(root: Path) -> None:
     staged = "memory/decisions/.tmp-evt_01KHBYB0000000000000000009.2026-03-01.dec_x.md.q1"
     (root / staged).write_text("---\nid: dec_x\n---\nhalf a write\n")

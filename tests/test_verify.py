@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 
 from gitmem.config import Config
+from gitmem.documents import field_line
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
 from gitmem.records import content_hash
+from gitmem.supersession import supersede_loops
 from gitmem.verify import verify_tree
 from tests.conftest import Cli, git
 from tests.daemons import append, event_line
@@ -287,3 +289,50 @@ def test_an_impossible_unquoted_date_is_named_and_skipped_and_the_rest_still_wor
     assert f"error   {named}" in cli("status").stdout
     acb = json.loads(cli("acb", "when do we deploy?").stdout)
     assert kept in json.dumps(acb) and bad not in json.dumps(acb)
+
+
+def _supersede(path: Path, *ids: str) -> None:
+    """Give a decision file (by hand) a `supersedes` list, on its second line."""
+    head, rest = path.read_text().split("\n", 1)
+    path.write_text(head + "\nsupersedes:\n" + "".join(f"- {i}\n" for i in ids) + rest)
+
+
+def test_a_decision_superseding_itself_or_a_loop_of_supersedes_fails(cli: Cli,
+                                                                      memory: Memory) -> None:
+    """Every decision on a loop is superseded and none is active: all leave the ACB, and
+    only a `superseded` omission said so. Each is an error at its `supersedes` line,
+    naming the loop and the entry that closes it (an older decision's, superseding a
+    newer one, which no write does)."""
+    evt = memory.record({"content": {"text": "where to deploy"}}).id
+    old = memory.decide("Deploy from Frankfurt", [evt],
+                        ts="2026-02-01T00:00:00+00:00").content["decision_id"]
+    new = memory.decide("Deploy from Berlin", [evt], supersedes=[old],
+                        ts="2026-02-02T00:00:00+00:00").content["decision_id"]
+    selfish = memory.decide("Deploy on Fridays", [evt]).content["decision_id"]
+    decisions = memory.store / "decisions"
+    new_line = field_line((decisions / f"{new}.md").read_text(), "supersedes")
+    _supersede(decisions / f"{old}.md", new)
+    _supersede(decisions / f"{selfish}.md", selfish)
+    result = cli("verify", ok=False)
+    out = result.output
+    loop = (f"is on a loop of supersedes ({{}} -> {{}} -> {{}}, each superseding the next): "
+            "none of them is active, so all have left every ACB; remove the entry that closes "
+            f"the loop: {new} from the supersedes of memory/decisions/{old}.md:2 ({old} is not "
+            f"newer than {new}, and a decision supersedes older ones)")
+    assert (f"memory/decisions/{old}.md:2: field 'supersedes': {old} "
+            + loop.format(old, new, old)) in out
+    assert (f"memory/decisions/{new}.md:{new_line}: field 'supersedes': {new} "
+            + loop.format(new, old, new)) in out
+    assert (f"memory/decisions/{selfish}.md:2: field 'supersedes': {selfish} supersedes "
+            "itself, so it is never active and has left every ACB; remove it from its own "
+            "supersedes") in out
+    assert "3 problem(s)" in out
+
+
+def test_supersede_loops_name_the_shortest_loop_through_each_decision() -> None:
+    chains = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": [], "e": ["a"], "f": ["f", "x"],
+              "g": ["h"], "h": ["g", "b"]}
+    assert supersede_loops(chains) == {"a": ["a", "b", "c"], "b": ["b", "c", "a"],
+                                       "c": ["c", "a", "b"], "f": ["f"], "g": ["g", "h"],
+                                       "h": ["h", "g"]}
+    assert supersede_loops({"a": [], "b": ["a"], "c": ["a", "b"]}) == {}
