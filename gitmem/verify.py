@@ -17,8 +17,9 @@ Each problem is a FormatError naming `path:line`:
   key that names a secret (`redact_keys`) left unredacted (the write path redacts; a
   hand edit may not);
 - a staging file of a write a crash interrupted (`.tmp-`: gitmem/recovery.py).
-`verify_tree` also warns when the store's redaction patterns lack some of the
-defaults `gitmem init` writes now.
+`verify_tree` also warns about the policies (gitmem/policy_warnings.py): redaction
+patterns that lack some of the defaults `gitmem init` writes now, and a view path
+that matches no file in views/.
 """
 
 from __future__ import annotations
@@ -47,10 +48,11 @@ from gitmem.policies import (
     parse_manifest,
     parse_privacy,
 )
+from gitmem.policy_warnings import defaults_missing, views_missing
 from gitmem.records import content_hash, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
-from gitmem.store import classify, day_file_rel, record_paths, template
+from gitmem.store import classify, day_file_rel, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
 
 if TYPE_CHECKING:
@@ -486,37 +488,11 @@ def verify_tree(store: Path, policies: Policies, *, display: str | None = None,
                     checker.check_file(rel)
         checker.check_refs(complete=True)
         problems = _with_summary_conflicts(checker.problems, store, policies, display)
-        return problems + _defaults_missing(store, policies, display)
+        return (problems + defaults_missing(store, policies, display)
+                + views_missing(store, checker.tree.paths(), display))
     finally:
         if repo is not None:
             repo.close()
-
-
-PRIVACY = "policies/privacy.yaml"
-
-
-def _defaults_missing(store: Path, policies: Policies, display: str) -> list[FormatError]:
-    """A warning when the store's redaction patterns lack some of this gitmem's defaults:
-    a store keeps the list it was made with, and a shape of secret gitmem learnt since
-    (a bearer token, a password in a URL) would be stored as written."""
-    try:
-        text = (store / PRIVACY).read_text(encoding="utf-8")
-    except (FileNotFoundError, UnicodeDecodeError):
-        return []  # no file: the defaults apply; unreadable: its own check says so
-    have = {p.pattern for p in policies.privacy.patterns}
-    defaults = parse_privacy(template(PRIVACY).decode("utf-8"), PRIVACY).patterns
-    missing = [" ".join(p.pattern.split()) for p in defaults if p.pattern not in have]
-    if not missing:
-        return []
-    line = next((n for n, row in enumerate(text.splitlines(), 1)
-                 if row.strip().startswith("redact_patterns:")), None)
-    shown = ", ".join(repr(m if len(m) <= 40 else m[:37] + "...") for m in missing[:3])
-    return [FormatError(
-        f"{len(missing)} of gitmem's default redaction patterns are not in this store's "
-        f"list ({shown}{', ...' if len(missing) > 3 else ''}): what they catch would be "
-        "stored as written; copy them from the privacy.yaml that `gitmem init` writes now",
-        path=display + PRIVACY, line=line, field="store.redact_patterns",
-        severity="warning")]
 
 
 def _with_summary_conflicts(problems: list[FormatError], store: Path, policies: Policies,

@@ -336,3 +336,37 @@ def test_supersede_loops_name_the_shortest_loop_through_each_decision() -> None:
                                        "c": ["c", "a", "b"], "f": ["f"], "g": ["g", "h"],
                                        "h": ["h", "g"]}
     assert supersede_loops({"a": [], "b": ["a"], "c": ["a", "b"]}) == {}
+
+
+def test_a_policy_view_path_that_matches_no_view_file_gets_a_warning(cli: Cli,
+                                                                     config: Config) -> None:
+    """`suppress_views: [views/prefs.md]` for views/preferences.md shows the view the rule
+    meant to suppress; a default view misspelt is never loaded. Each is a warning at its
+    line (exit 0), in either form of channels.yaml."""
+    policies = config.store / "policies"
+    privacy = policies / "privacy.yaml"
+    text = privacy.read_text()
+    privacy.write_text(text.replace("suppress_views: [views/preferences.md]",
+                                    "suppress_views: [views/prefs.md]", 1))
+    channels = policies / "channels.yaml"
+    channels.write_text(channels.read_text().replace("views/glossary.md]",
+                                                     "views/glossary.md, views/plan.md]", 1))
+    result = cli("verify")
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    prefs = privacy.read_text().splitlines().index("      suppress_views: [views/prefs.md]") + 1
+    assert warnings == [
+        "warning: memory/policies/channels.yaml:5: field 'channels.private.default_load_views': "
+        "'views/plan.md' matches no file in views/, so no view is loaded by it on this "
+        "channel; name a view file, or remove the entry",
+        f"warning: memory/policies/privacy.yaml:{prefs}: field 'load.channel_rules.public."
+        "suppress_views': 'views/prefs.md' matches no file in views/ (did you mean "
+        "views/preferences.md?), so the view meant is not suppressed on this channel; name a "
+        "view file, or remove the entry"]
+    assert "(2 warning(s))" in result.output
+    channels.write_text("channels:\n- name: team\n  default_load_views:\n"
+                        "  - views/identity.md\n  - views/rules.md\n")
+    privacy.write_text(text)
+    [warning] = [line for line in cli("verify").output.splitlines()
+                 if line.startswith("warning:")]
+    assert warning.startswith("warning: memory/policies/channels.yaml:5: field 'channels.team."
+                              "default_load_views': 'views/rules.md' matches no file")

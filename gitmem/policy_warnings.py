@@ -1,0 +1,121 @@
+"""What `gitmem verify` warns about in a store's policies: settings that parse, but
+likely do not do what the person who wrote them meant.
+
+- redaction patterns that lack some of the defaults `gitmem init` writes now (a store
+  keeps the list it was made with);
+- a view path in `suppress_views` (privacy.yaml) or `default_load_views`
+  (channels.yaml) that matches no file in views/: the view meant is shown on that
+  channel, or not loaded, with no word.
+
+Warnings (severity "warning"): reported, exit 0.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gitmem.documents import load_yaml
+from gitmem.errors import FormatError
+from gitmem.policies import Policies, parse_privacy
+from gitmem.policy_reader import yaml_line
+from gitmem.store import classify, template
+
+PRIVACY = "policies/privacy.yaml"
+
+
+def defaults_missing(store: Path, policies: Policies, display: str) -> list[FormatError]:
+    """A warning when the store's redaction patterns lack some of this gitmem's defaults:
+    a store keeps the list it was made with, and a shape of secret gitmem learnt since
+    (a bearer token, a password in a URL) would be stored as written."""
+    try:
+        text = (store / PRIVACY).read_text(encoding="utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return []  # no file: the defaults apply; unreadable: its own check says so
+    have = {p.pattern for p in policies.privacy.patterns}
+    defaults = parse_privacy(template(PRIVACY).decode("utf-8"), PRIVACY).patterns
+    missing = [" ".join(p.pattern.split()) for p in defaults if p.pattern not in have]
+    if not missing:
+        return []
+    line = next((n for n, row in enumerate(text.splitlines(), 1)
+                 if row.strip().startswith("redact_patterns:")), None)
+    shown = ", ".join(repr(m if len(m) <= 40 else m[:37] + "...") for m in missing[:3])
+    return [FormatError(
+        f"{len(missing)} of gitmem's default redaction patterns are not in this store's "
+        f"list ({shown}{', ...' if len(missing) > 3 else ''}): what they catch would be "
+        "stored as written; copy them from the privacy.yaml that `gitmem init` writes now",
+        path=display + PRIVACY, line=line, field="store.redact_patterns",
+        severity="warning")]
+
+
+CHANNELS_FILE = "policies/channels.yaml"
+# What a view path that matches no file does, by the setting that names it.
+_UNMATCHED = {"suppress_views": "the view meant is not suppressed on this channel",
+              "default_load_views": "no view is loaded by it on this channel"}
+
+
+def views_missing(store: Path, paths: Iterable[str], display: str) -> list[FormatError]:
+    """A warning at each view path of the channel policies that matches no file in
+    views/ (the ACB compares paths exactly: `views/plan.md` is not `views/plans.md`)."""
+    views = sorted(p for p in paths if classify(p) == "view")
+    problems = []
+    for rel in (CHANNELS_FILE, PRIVACY):
+        try:
+            text = (store / rel).read_text(encoding="utf-8")
+            data = load_yaml(text, rel)
+        except (FileNotFoundError, UnicodeDecodeError, FormatError):
+            continue  # no file: the defaults apply; a broken one: its own check says so
+        for steps, name in _view_lists(rel, data):
+            value = _at(data, steps)
+            for number, path in enumerate(value if isinstance(value, list) else []):
+                if not isinstance(path, str) or path in views:
+                    continue  # not a string: the file's own check says so
+                problems.append(FormatError(
+                    f"{path!r} matches no file in views/{_guess(path, views)}, so "
+                    f"{_UNMATCHED[str(steps[-1])]}; name a view file, or remove the entry",
+                    path=display + rel,
+                    line=yaml_line(text, [*steps, number]), field=name, severity="warning"))
+    return problems
+
+
+def _guess(path: str, views: list[str]) -> str:
+    """" (did you mean views/x.md?)" for the view whose name is closest, if one is close
+    (names compared without `views/` and `.md`, which every path shares)."""
+    names = {view[len("views/"):-len(".md")]: view for view in views}
+    close = difflib.get_close_matches(path.removeprefix("views/").removesuffix(".md"), names,
+                                      n=1)
+    return f" (did you mean {names[close[0]]}?)" if close else ""
+
+
+def _view_lists(rel: str, data: dict[str, Any]) -> Iterator[tuple[list[str | int], str]]:
+    """Where each list of view paths of a policy file is (the steps to it), and its
+    field's name."""
+    if rel == PRIVACY:
+        rules = _at(data, ["load", "channel_rules"])
+        for channel in rules if isinstance(rules, dict) else []:
+            yield (["load", "channel_rules", channel, "suppress_views"],
+                   f"load.channel_rules.{channel}.suppress_views")
+        return
+    entries = data.get("channels")
+    if isinstance(entries, list):  # seed 002 §4.2 form: [{name: CHANNEL, default_load_views}]
+        for number, entry in enumerate(entries):
+            name = entry.get("name") if isinstance(entry, dict) else None
+            yield ["channels", number, "default_load_views"], f"channels.{name}.default_load_views"
+    elif isinstance(entries, dict):
+        for channel in entries:
+            yield (["channels", channel, "default_load_views"],
+                   f"channels.{channel}.default_load_views")
+
+
+def _at(data: Any, steps: list[str | int]) -> Any:
+    """The value at `steps` (mapping keys, list indexes), or None."""
+    for step in steps:
+        if isinstance(data, dict):
+            data = data.get(step)
+        elif isinstance(data, list) and isinstance(step, int) and step < len(data):
+            data = data[step]
+        else:
+            return None
+    return data
