@@ -1,8 +1,9 @@
 """The store's policies (budgets, privacy, channels) and its manifest.
 
 Each file is parsed into a frozen object; a bad value is a `FormatError` naming
-the file, the line of the key and what was expected. `Policies.hashes` are the
-files' content hashes, recorded in every ACB's provenance.
+the file, the line of the key and what was expected. `load_policies` raises the
+first; `read_policies` (for `gitmem verify`) lists them all. `Policies.hashes` are
+the files' content hashes, recorded in every ACB's provenance.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from gitmem.documents import load_yaml
 from gitmem.errors import FormatError, ValidationError, malformed_json
 from gitmem.policy_reader import PolicyReader
 from gitmem.records import CHANNELS, SENSITIVITIES, valid_name
@@ -320,17 +320,21 @@ STORE_KEYS = ("never_store_sensitivity", "never_store_kinds", "redaction", "reda
               "redact_keys")
 
 
-def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
-    """Parse and validate budgets.yaml."""
-    r = PolicyReader(load_yaml(text, path), text, path)
+def parse_budgets(text: str, path: str = "policies/budgets.yaml",
+                  errors: list[FormatError] | None = None) -> Budgets:
+    """Parse and validate budgets.yaml: the first problem raised, or with `errors`
+    each added to it, the default standing in for a bad value (so for every parser)."""
+    r = PolicyReader(text, path, errors)
     r.known(r.data, "", BUDGET_KEYS)
     sections: dict[str, SectionBudget] = {}
     for name, spec in r.mapping(r.data, "sections", "sections").items():
         if name not in SECTIONS:
-            raise r.fail(f"sections.{name}",
-                         f"unknown section; expected one of {', '.join(SECTIONS)}")
+            r.problem(f"sections.{name}", f"unknown section; expected one of "
+                                          f"{', '.join(SECTIONS)}")
+            continue
         if not isinstance(spec, dict):
-            raise r.fail(f"sections.{name}", "expected {max_tokens: N, priority: N}")
+            r.problem(f"sections.{name}", "expected {max_tokens: N, priority: N}")
+            continue
         r.known(spec, f"sections.{name}", ("max_tokens", "priority"))
         sections[name] = SectionBudget(
             r.integer(spec, "max_tokens", f"sections.{name}.max_tokens", 0),
@@ -344,7 +348,7 @@ def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
     total = r.integer(r.data, "acb_total_max_tokens", "acb_total_max_tokens", 65000, 1)
     reserve = r.integer(r.data, "reserve_tokens", "reserve_tokens", 5000)
     if reserve >= total:
-        raise r.fail("reserve_tokens", f"must be below acb_total_max_tokens ({total})")
+        r.problem("reserve_tokens", f"must be below acb_total_max_tokens ({total})")
     return Budgets(
         total=total, reserve=reserve, sections=sections,
         candidate_pool_max=r.integer(ret, "candidate_pool_max", "retrieval.candidate_pool_max",
@@ -368,9 +372,10 @@ def parse_budgets(text: str, path: str = "policies/budgets.yaml") -> Budgets:
     )
 
 
-def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
+def parse_privacy(text: str, path: str = "policies/privacy.yaml",
+                  errors: list[FormatError] | None = None) -> Privacy:
     """Parse and validate privacy.yaml (regexes compiled here, once)."""
-    r = PolicyReader(load_yaml(text, path), text, path)
+    r = PolicyReader(text, path, errors)
     r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
     r.known(store, "store", STORE_KEYS)
@@ -379,16 +384,19 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml") -> Privacy:
                     else [re.compile(source) for source in DEFAULT_REDACT_KEYS])
     redaction = store.get("redaction", "[REDACTED]")
     if not isinstance(redaction, str):
-        raise r.fail("store.redaction", "expected a string")
+        r.problem("store.redaction", "expected a string")
+        redaction = "[REDACTED]"
     rules: dict[str, ChannelRule] = {}
     load = r.mapping(r.data, "load", "load")
     r.known(load, "load", ("channel_rules",))
     for channel, spec in r.mapping(load, "channel_rules", "load.channel_rules").items():
         if channel not in CHANNELS:
-            raise r.fail(f"load.channel_rules.{channel}",
-                         f"unknown channel; expected one of {'|'.join(CHANNELS)}")
+            r.problem(f"load.channel_rules.{channel}",
+                      f"unknown channel; expected one of {'|'.join(CHANNELS)}")
+            continue
         if not isinstance(spec, dict):
-            raise r.fail(f"load.channel_rules.{channel}", "expected a mapping")
+            r.problem(f"load.channel_rules.{channel}", "expected a mapping")
+            continue
         r.known(spec, f"load.channel_rules.{channel}", CHANNEL_RULE_KEYS)
         event_channels = (frozenset(r.strings(
             spec, "load_event_channels", f"load.channel_rules.{channel}.load_event_channels",
@@ -430,18 +438,20 @@ def _regexes(r: PolicyReader, store: Mapping[str, Any], key: str) -> list[re.Pat
         try:
             pattern = re.compile(source)
         except re.error as exc:
-            raise r.fail(f"store.{key}", f"invalid regular expression {source!r}: {exc}",
-                         number) from None
+            r.problem(f"store.{key}", f"invalid regular expression {source!r}: {exc}", number)
+            continue
         if any(m.start() == m.end() for probe in _EMPTY_PROBES for m in pattern.finditer(probe)):
-            raise r.fail(f"store.{key}", _MATCHING_EMPTY[key].format(source) + "; make it "
-                         "match at least one character (`x+`, not `x*`)", number)
+            r.problem(f"store.{key}", _MATCHING_EMPTY[key].format(source) + "; make it "
+                      "match at least one character (`x+`, not `x*`)", number)
+            continue
         patterns.append(pattern)
     return patterns
 
 
-def parse_channels(text: str, path: str = "policies/channels.yaml") -> Channels:
+def parse_channels(text: str, path: str = "policies/channels.yaml",
+                   errors: list[FormatError] | None = None) -> Channels:
     """Parse and validate channels.yaml."""
-    r = PolicyReader(load_yaml(text, path), text, path)
+    r = PolicyReader(text, path, errors)
     r.known(r.data, "", ("version", "channels"))
     views: dict[str, tuple[str, ...]] = {}
     entries = r.data.get("channels") or {}
@@ -449,17 +459,20 @@ def parse_channels(text: str, path: str = "policies/channels.yaml") -> Channels:
         pairs = []
         for number, entry in enumerate(entries):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise r.fail("channels", "expected {name: CHANNEL, default_load_views: [...]}",
-                             number)
+                r.problem("channels", "expected {name: CHANNEL, default_load_views: [...]}",
+                          number)
+                continue
             pairs.append((entry["name"], {k: v for k, v in entry.items() if k != "name"}))
     else:
         pairs = list(r.mapping(r.data, "channels", "channels").items())
     for channel, spec in pairs:
         if channel not in CHANNELS:
-            raise r.fail(f"channels.{channel}",
-                         f"unknown channel; expected one of {'|'.join(CHANNELS)}")
+            r.problem(f"channels.{channel}", f"unknown channel; expected one of "
+                                             f"{'|'.join(CHANNELS)}")
+            continue
         if not isinstance(spec, dict):
-            raise r.fail(f"channels.{channel}", "expected {default_load_views: [...]}")
+            r.problem(f"channels.{channel}", "expected {default_load_views: [...]}")
+            continue
         r.known(spec, f"channels.{channel}", ("default_load_views",))
         views[channel] = r.strings(spec, "default_load_views",
                                    f"channels.{channel}.default_load_views")
@@ -471,51 +484,79 @@ def _json_key_line(text: str, key: str) -> int:
     return text.count("\n", 0, match.start()) + 1 if match else 1
 
 
-def parse_manifest(text: str, path: str = "manifest.json") -> Manifest:
+def parse_manifest(text: str, path: str = "manifest.json",
+                   errors: list[FormatError] | None = None) -> Manifest:
     """Parse and validate manifest.json."""
+    found: list[FormatError] = []
+    data: Any = {}
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise malformed_json(exc, path=path, line=exc.lineno) from None
+        found.append(malformed_json(exc, path=path, line=exc.lineno))
     if not isinstance(data, dict):
-        raise FormatError("expected a JSON object", path=path, line=1)
+        found.append(FormatError("expected a JSON object", path=path, line=1))
+        data = {}
     version = data.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise ValidationError(f"this gitmem reads format_version {FORMAT_VERSION}, got {version!r}",
-                              path=path, line=_json_key_line(text, "format_version"),
-                              field="format_version")
+        found.append(ValidationError(
+            f"this gitmem reads format_version {FORMAT_VERSION}, got {version!r}", path=path,
+            line=_json_key_line(text, "format_version"), field="format_version"))
     tenant = data.get("default_tenant", "default")
     if not isinstance(tenant, str) or not valid_name(tenant):
-        raise ValidationError(f"expected a name of letters, digits and ._:@/+-, got {tenant!r}",
-                              path=path, line=_json_key_line(text, "default_tenant"),
-                              field="default_tenant")
+        found.append(ValidationError(
+            f"expected a name of letters, digits and ._:@/+-, got {tenant!r}", path=path,
+            line=_json_key_line(text, "default_tenant"), field="default_tenant"))
+        tenant = "default"
     tokenizer = data.get("tokenizer", TOKENIZER)
     if tokenizer != TOKENIZER:
-        raise ValidationError(f"only {TOKENIZER} is supported, got {tokenizer!r}", path=path,
-                              line=_json_key_line(text, "tokenizer"), field="tokenizer")
-    return Manifest(format_version=version, default_tenant=tenant, tokenizer=tokenizer)
+        found.append(ValidationError(f"only {TOKENIZER} is supported, got {tokenizer!r}",
+                                     path=path, line=_json_key_line(text, "tokenizer"),
+                                     field="tokenizer"))
+    if found and errors is None:
+        raise found[0]
+    if errors is not None:
+        errors += found
+    return Manifest(default_tenant=tenant)
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+def read_policies(store: Path) -> tuple[Policies, list[FormatError]]:
+    """The manifest and every policy file of a store, and each problem found in them:
+    a bad value's default stands in for it (and a missing file's defaults for the file),
+    so that `gitmem verify` checks the rest of the store and lists every problem."""
+    hashes: dict[str, str] = {}
+    problems: list[FormatError] = []
+
+    def parse(rel: str, parser: Callable[[str, str, list[FormatError]], _Parsed],
+              default: _Parsed) -> _Parsed:
+        try:
+            data = (store / rel).read_bytes()
+        except FileNotFoundError:
+            problems.append(FormatError("missing; run `gitmem init` to create the default",
+                                        path=rel))
+            return default
+        hashes[rel] = file_hash(data)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problems.append(FormatError(f"not valid UTF-8 at byte {exc.start}", path=rel,
+                                        line=data.count(b"\n", 0, exc.start) + 1))
+            return default
+        return parser(text, rel, problems)
+
+    manifest = parse("manifest.json", parse_manifest, Manifest())
+    budgets = parse(POLICY_FILES[0], parse_budgets, Budgets())
+    privacy = parse(POLICY_FILES[1], parse_privacy, Privacy())
+    channels = parse(POLICY_FILES[2], parse_channels, Channels())
+    return Policies(budgets, privacy, channels, manifest, hashes), problems
 
 
 def load_policies(store: Path) -> Policies:
-    """Read and validate the manifest and every policy file of a store."""
-    hashes: dict[str, str] = {}
-
-    def read(rel: str) -> str:
-        path = store / rel
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise FormatError("missing; run `gitmem init` to create the default",
-                              path=rel) from None
-        hashes[rel] = file_hash(data)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise FormatError(f"not valid UTF-8 at byte {exc.start}", path=rel,
-                              line=data.count(b"\n", 0, exc.start) + 1) from None
-
-    manifest = parse_manifest(read("manifest.json"))
-    budgets = parse_budgets(read(POLICY_FILES[0]))
-    privacy = parse_privacy(read(POLICY_FILES[1]))
-    channels = parse_channels(read(POLICY_FILES[2]))
-    return Policies(budgets, privacy, channels, manifest, hashes)
+    """Read and validate the manifest and every policy file of a store; the first
+    problem is raised (`gitmem verify` lists them all)."""
+    policies, problems = read_policies(store)
+    if problems:
+        raise problems[0]
+    return policies

@@ -2,7 +2,9 @@
 
 `PolicyReader` is what the parsers of gitmem/policies.py read a file through: a
 value of the wrong type, a key nobody reads (a typo) and a value out of range are
-named as `path:line`, the line found by `yaml_line`.
+named as `path:line`, the line found by `yaml_line`. A reader raises the first
+problem, or, given a list for them, adds each to it and goes on with the default:
+`gitmem verify` names every problem of a file at once.
 """
 
 from __future__ import annotations
@@ -12,14 +14,34 @@ from typing import Any
 
 import yaml
 
+from gitmem.documents import load_yaml
 from gitmem.errors import FormatError, ValidationError
 
 
 class PolicyReader:
-    """Typed access to a YAML mapping that names `path:line` on error."""
+    """Typed access to a YAML mapping that names `path:line` on error.
 
-    def __init__(self, data: Mapping[str, Any], text: str, path: str) -> None:
-        self.data, self.text, self.path = data, text, path
+    With `errors`, a problem is added to it and the reader goes on: a bad value reads
+    as its default, and a file that is not YAML as an empty mapping.
+    """
+
+    def __init__(self, text: str, path: str, errors: list[FormatError] | None = None) -> None:
+        self.text, self.path, self.errors = text, path, errors
+        self.data: Mapping[str, Any] = {}
+        try:
+            self.data = load_yaml(text, path)
+        except FormatError as exc:
+            self.report(exc)
+
+    def report(self, error: FormatError) -> None:
+        """Raise the problem, or add it to `errors` to go on."""
+        if self.errors is None:
+            raise error
+        self.errors.append(error)
+
+    def problem(self, key: str, message: str, item: int | None = None) -> None:
+        """Report a problem at the line of `key` (see `fail`)."""
+        self.report(self.fail(key, message, item))
 
     def fail(self, key: str, message: str, item: int | None = None) -> FormatError:
         """An error at the line of `key` (dotted), or of its list element `item`."""
@@ -34,28 +56,31 @@ class PolicyReader:
         for key in src:
             if key not in allowed:
                 where = f"{name}.{key}" if name else str(key)
-                raise self.fail(where, f"unknown field {key!r}; expected one of "
-                                       f"{', '.join(allowed)}")
+                self.problem(where, f"unknown field {key!r}; expected one of "
+                                    f"{', '.join(allowed)}")
 
     def mapping(self, src: Mapping[str, Any], key: str, name: str) -> Mapping[str, Any]:
         value = src.get(key, {})
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise self.fail(name, f"expected a mapping, got {type(value).__name__}")
+            self.problem(name, f"expected a mapping, got {type(value).__name__}")
+            return {}
         return value
 
     def integer(self, src: Mapping[str, Any], key: str, name: str, default: int,
                 lo: int = 0) -> int:
         value = src.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise self.fail(name, f"expected an integer >= {lo}, got {value!r}")
+            self.problem(name, f"expected an integer >= {lo}, got {value!r}")
+            return default
         return value
 
     def number(self, src: Mapping[str, Any], key: str, name: str, default: float) -> float:
         value = src.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.fail(name, f"expected a number >= 0, got {value!r}")
+            self.problem(name, f"expected a number >= 0, got {value!r}")
+            return float(default)
         return float(value)
 
     def strings(self, src: Mapping[str, Any], key: str, name: str,
@@ -64,11 +89,13 @@ class PolicyReader:
         if value is None:
             return ()
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(name, "expected a list of strings")
+            self.problem(name, "expected a list of strings")
+            return ()
         if choices is not None:
             bad = [v for v in value if v not in choices]
             if bad:
-                raise self.fail(name, f"expected values from {'|'.join(choices)}, got {bad[0]!r}")
+                self.problem(name, f"expected values from {'|'.join(choices)}, got {bad[0]!r}")
+                return tuple(v for v in value if v in choices)
         return tuple(value)
 
 

@@ -32,7 +32,8 @@ def defaults_missing(store: Path, policies: Policies, display: str) -> list[Form
     (a bearer token, a password in a URL) would be stored as written."""
     try:
         text = (store / PRIVACY).read_text(encoding="utf-8")
-    except (FileNotFoundError, UnicodeDecodeError):
+        load_yaml(text, PRIVACY)
+    except (FileNotFoundError, UnicodeDecodeError, FormatError):
         return []  # no file: the defaults apply; unreadable: its own check says so
     have = {p.pattern for p in policies.privacy.patterns}
     defaults = parse_privacy(template(PRIVACY).decode("utf-8"), PRIVACY).patterns

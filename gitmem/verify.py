@@ -3,7 +3,8 @@
 Each problem is a FormatError naming `path:line`:
 - an events file that is not a pure append of its committed version (P1);
 - a record that does not parse or validate (events, decisions, tasks, summaries,
-  handoffs, views, policies), an events file whose last line has no newline;
+  handoffs, views, policies: each problem of a policy file), an events file whose
+  last line has no newline, a policy file or the manifest missing;
 - a dangling reference: `refs`, `supersedes` or `decisions` naming an id that
   no file of the tree holds, or a record removed while others still cite it;
 - an event in two day files, or in another day's file than its ts's (the index
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -42,11 +43,13 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError, GitError, ValidationError
 from gitmem.policies import (
+    POLICY_FILES,
     Policies,
     parse_budgets,
     parse_channels,
     parse_manifest,
     parse_privacy,
+    read_policies,
 )
 from gitmem.policy_warnings import defaults_missing, views_missing
 from gitmem.records import content_hash, iter_events, parse_ts
@@ -59,8 +62,10 @@ if TYPE_CHECKING:
     import git
 
 _EVENT_ID = re.compile(rb'"id":\s*"(evt_[0-9A-HJKMNP-TV-Z]{26})"')
-_POLICY_PARSERS = {"policies/budgets.yaml": parse_budgets, "policies/privacy.yaml": parse_privacy,
-                   "policies/channels.yaml": parse_channels, "manifest.json": parse_manifest}
+# Each policy file's parser; given a list, it adds every problem of the file to it.
+_POLICY_PARSERS: dict[str, Callable[[str, str, list[FormatError]], object]] = {
+    "policies/budgets.yaml": parse_budgets, "policies/privacy.yaml": parse_privacy,
+    "policies/channels.yaml": parse_channels, "manifest.json": parse_manifest}
 
 
 class Tree(Protocol):
@@ -168,7 +173,9 @@ class Checker:
             return
         data = self.tree.read(rel)
         if data is None:
-            if kind == "events" and self.base is not None and self.base.read(rel) is not None:
+            if kind == "policy":
+                self.fail(rel, None, "missing; run `gitmem init` to create the default")
+            elif kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "
                           f"restore it with `git checkout {self.base_rev} -- "
                           f"{self.display}{rel}`")
@@ -303,7 +310,10 @@ class Checker:
                 self._cite(rel, text, "refs", handoff.refs)
                 self._cite(rel, text, "decisions", handoff.decisions, handoff.tenant_id)
             elif kind == "policy":
-                _POLICY_PARSERS[rel](text, rel)
+                errors: list[FormatError] = []
+                _POLICY_PARSERS[rel](text, rel, errors)
+                for problem in errors:
+                    self.located(problem, rel)
             else:
                 for problem in parse_file(rel, kind, data, self.policies).errors:
                     self.located(problem, rel)
@@ -451,15 +461,19 @@ def _keeps_lines(before: bytes, after: bytes) -> bool:
     return all(any(line == other for other in remaining) for line in before.split(b"\n"))
 
 
-def verify_tree(store: Path, policies: Policies, *, display: str | None = None,
+def verify_tree(store: Path, policies: Policies | None = None, *, display: str | None = None,
                 since: str | None = None) -> list[FormatError]:
     """Check every file of the store on disk (and append-only against git's HEAD, or
     with `since` against the commit where the work tree's branch left that revision:
     what a pull request into it adds must be appends).
 
-    Files are named with `display` in front; by default as git names them
-    (`memory/...`), or by the store's directory name outside git.
+    `policies` default to the store's own, read as far as they go: a policy file's
+    problems are its check's to report, all of them, and the rest of the store is
+    still checked. Files are named with `display` in front; by default as git names
+    them (`memory/...`), or by the store's directory name outside git.
     """
+    if policies is None:
+        policies = read_policies(store)[0]
     base: Tree | None = None
     repo: git.Repo | None = None
     rev, name = "HEAD", ""
@@ -480,8 +494,8 @@ def verify_tree(store: Path, policies: Policies, *, display: str | None = None,
     try:
         checker = Checker(WorkTree(store), policies, display=display, base=base,
                           base_rev=rev, base_name=name)
-        for rel in checker.tree.paths():
-            checker.check_file(rel)
+        for rel in sorted({*checker.tree.paths(), "manifest.json", *POLICY_FILES}):
+            checker.check_file(rel)  # a policy file missing too
         if base is not None:
             for rel in base.paths():
                 if classify(rel) == "events" and not (store / rel).exists():

@@ -238,6 +238,26 @@ def test_pre_commit_refuses_a_self_supersede_and_a_loop_it_closes_through_the_tr
         assert f"memory/decisions/{unchanged}.md:" in result.stderr
 
 
+def test_pre_commit_refuses_a_policy_file_removed_and_names_each_problem_of_one(
+        root: Path) -> None:
+    """Every command needs the policy files: a commit that deletes one (the work tree
+    may still hold it) is refused, and a staged one is checked for all its problems."""
+    assert run_git(root, "rm", "-q", "--cached", "memory/policies/channels.yaml").returncode == 0
+    result = run_git(root, "commit", "-q", "-m", "drop")
+    assert result.returncode == 1
+    assert ("memory/policies/channels.yaml: missing; run `gitmem init` to create the "
+            "default") in result.stderr
+    budgets = root / "memory" / "policies" / "budgets.yaml"
+    text = budgets.read_text()
+    budgets.write_text(text.replace("alpha: 0.7", "alpha: x").replace("beta: 0.2", "beta: -1"))
+    assert run_git(root, "add", "memory/policies").returncode == 0
+    budgets.write_text(text)  # staged only: the hook reads the work tree's to run at all
+    result = run_git(root, "commit", "-q", "-m", "weights")
+    assert result.returncode == 1
+    assert "field 'retrieval.weights.alpha'" in result.stderr
+    assert "field 'retrieval.weights.beta'" in result.stderr
+
+
 def test_pre_commit_refuses_a_staged_file_of_an_interrupted_write(root: Path) -> None:
     staged = "memory/decisions/.tmp-evt_01KHBYB0000000000000000009.2026-03-01.dec_x.md.q1"
     (root / staged).write_text("---\nid: dec_x\n---\nhalf a write\n")

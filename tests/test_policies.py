@@ -194,6 +194,44 @@ def test_broken_budgets_yaml() -> None:
     assert "broken YAML" in str(caught.value)
 
 
+def test_with_a_list_for_errors_every_problem_of_a_file_is_collected() -> None:
+    """What `gitmem verify` lists: each bad value at its line, the default standing in
+    (a file that is not YAML at all is one problem); without the list, the first is
+    raised, as loading a store's policies does."""
+    text = (BUDGETS.replace("acb_total_max_tokens: 65000", "acb_total_max_tokens: -1")
+            .replace("alpha: 0.7", "alpha: x")
+            .replace("retrieval:", "retreival:\n  bogus: 1\nretrieval:"))
+    errors: list[FormatError] = []
+    budgets = parse_budgets(text, errors=errors)
+    assert [(e.line, e.field) for e in errors] == [
+        (line_of(text, "retreival"), "retreival"),
+        (line_of(text, "acb_total"), "acb_total_max_tokens"),
+        (line_of(text, "alpha: x"), "retrieval.weights.alpha")]
+    assert (budgets.total, budgets.alpha) == (65000, 0.7)
+    with pytest.raises(ValidationError) as caught:
+        parse_budgets(text)
+    assert caught.value.field == "retreival"
+    privacy = PRIVACY.replace("    team:\n", "    radio:\n").replace(
+        "'\\bAKIA[0-9A-Z]{16}\\b'", "'(unclosed'").replace("redaction: \"[REDACTED]\"",
+                                                         "redaction: 5")
+    errors = []
+    parsed = parse_privacy(privacy, errors=errors)
+    assert [e.field for e in errors] == ["store.redact_patterns", "store.redaction",
+                                         "load.channel_rules.radio"]
+    assert parsed.redact("sk-" + "a" * 30) == "[REDACTED]"  # the other patterns stand
+    channels = CHANNELS.replace("  team:", "  radio:").replace("  agent:", "  robot:")
+    errors = []
+    assert set(parse_channels(channels, errors=errors).default_views) == {"private", "public"}
+    assert [e.field for e in errors] == ["channels.radio", "channels.robot"]
+    errors = []
+    parse_channels("channels: [\n", errors=errors)
+    assert len(errors) == 1 and "broken YAML" in str(errors[0])
+    errors = []
+    manifest = parse_manifest('{"format_version": 2, "default_tenant": ""}', errors=errors)
+    assert [e.field for e in errors] == ["format_version", "default_tenant"]
+    assert manifest.default_tenant == "default"
+
+
 def test_a_channel_rule_given_twice_is_refused_not_silently_replaced() -> None:
     """YAML keeps the last of two equal keys: a second `public:` appended by a hand edit
     or a merge would loosen the public channel's rules with no word."""

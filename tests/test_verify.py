@@ -370,3 +370,49 @@ def test_a_policy_view_path_that_matches_no_view_file_gets_a_warning(cli: Cli,
                  if line.startswith("warning:")]
     assert warning.startswith("warning: memory/policies/channels.yaml:5: field 'channels.team."
                               "default_load_views': 'views/rules.md' matches no file")
+
+
+def test_verify_reports_every_policy_problem_and_still_checks_the_records(
+        cli: Cli, config: Config, memory: Memory) -> None:
+    """Two bad values in budgets.yaml, two in privacy.yaml, one in channels.yaml and a
+    decision's status: verify stopped at the first (policies were loaded before any
+    check ran); now each is listed, as the help says."""
+    evt = memory.record({"content": {"text": "why"}}).id
+    decision = memory.decide("Use files", [evt]).content["decision_id"]
+    policies = config.store / "policies"
+    edits = {"budgets.yaml": [("acb_total_max_tokens: 65000", "acb_total_max_tokens: -1"),
+                              ("alpha: 0.7", "alpha: x")],
+             "privacy.yaml": [("'\\bAKIA[0-9A-Z]{16}\\b'", "'(unclosed'"),
+                              ("    team:\n", "    radio:\n")],
+             "channels.yaml": [("  agent:", "  robot:")]}
+    for name, pairs in edits.items():
+        text = (policies / name).read_text()
+        for old, new in pairs:
+            assert old in text
+            text = text.replace(old, new)
+        (policies / name).write_text(text)
+    path = config.store / "decisions" / f"{decision}.md"
+    path.write_text(path.read_text().replace("status: active", "status: maybe"))
+
+    def line(name: str, needle: str) -> int:
+        return (policies / name).read_text().split(needle)[0].count("\n") + 1
+
+    out = cli("verify", ok=False).output
+    for where in [f"budgets.yaml:{line('budgets.yaml', 'acb_total')}: field "
+                  "'acb_total_max_tokens': expected an integer >= 1, got -1",
+                  f"budgets.yaml:{line('budgets.yaml', 'alpha: x')}: field "
+                  "'retrieval.weights.alpha': expected a number >= 0, got 'x'",
+                  f"privacy.yaml:{line('privacy.yaml', '(unclosed')}: field "
+                  "'store.redact_patterns': invalid regular expression '(unclosed'",
+                  f"privacy.yaml:{line('privacy.yaml', 'radio')}: field "
+                  "'load.channel_rules.radio': unknown channel",
+                  f"channels.yaml:{line('channels.yaml', 'robot')}: field "
+                  "'channels.robot': unknown channel"]:
+        assert f"memory/policies/{where}" in out, where
+    assert f"memory/decisions/{decision}.md:" in out and "field 'status'" in out
+    assert "6 problem(s)" in out
+    (policies / "channels.yaml").unlink()
+    out = cli("verify", ok=False).output
+    assert ("memory/policies/channels.yaml: missing; run `gitmem init` to create the "
+            "default") in out
+    assert "field 'status'" in out and "6 problem(s)" in out
