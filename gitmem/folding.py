@@ -22,6 +22,11 @@ the pairs it is made of. The index also holds each character of such a run
 alone, after the text (`search_text`), so a word of one character ('雨',
 '猫') is found too; a query's runs of two or more are asked as pairs only.
 What an item shows is never folded.
+
+A run of 500 characters or more without a space (a pasted blob, a long key) is
+cut into pieces of 500 on both sides too: PostgreSQL refuses a lexeme over
+2,047 bytes, and the index adds its tenant's tag and a time stamp to each, so
+one long word in one event would otherwise fail the whole file's indexing.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ _LETTERS = str.maketrans({"ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "œ":
                           "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D",
                           "ð": "d", "Ð": "D", "þ": "th", "Þ": "TH", "\u0131": "i", "ħ": "h",
                           "Ħ": "H"})
+# The longest run without a space kept whole: 4 bytes a character at most, plus the
+# tenant's tag (8) and a time stamp (10), stays under PostgreSQL's 2,047-byte lexemes.
+LONGEST_RUN = 500
+_UNBROKEN = re.compile(rf"(\S{{{LONGEST_RUN}}})(?=\S)")
 # Han (with its extensions and compatibility ideographs), hiragana, katakana (the
 # prolonged sound mark included) and Hangul syllables.
 _UNSPACED = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
@@ -46,21 +55,28 @@ _UNSPACED = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4
 def fold(text: str) -> str:
     """The text as a query is searched with (the module's docstring says how)."""
     if text.isascii():
-        return text
-    return _UNSPACED.sub(_pairs, _plain(text))
+        return _cut(text)
+    return _cut(_UNSPACED.sub(_pairs, _plain(text)))
 
 
 def search_text(text: str) -> str | None:
     """What the index reads instead of `text` (folded, and the characters of the
     unspaced runs alone after it), or None where it reads `text` itself."""
     if text.isascii():
-        return None
-    plain = _plain(text)
-    folded = _UNSPACED.sub(_pairs, plain)
-    singles = dict.fromkeys(c for run in _UNSPACED.findall(plain) if len(run) > 1 for c in run)
-    if singles:
-        folded += "\n" + " ".join(singles)
+        folded = _cut(text)
+    else:
+        plain = _plain(text)
+        folded = _cut(_UNSPACED.sub(_pairs, plain))
+        singles = dict.fromkeys(c for run in _UNSPACED.findall(plain) if len(run) > 1
+                                for c in run)
+        if singles:
+            folded += "\n" + " ".join(singles)
     return None if folded == text else folded
+
+
+def _cut(text: str) -> str:
+    """Runs of LONGEST_RUN characters or more without a space, cut into pieces of that."""
+    return _UNBROKEN.sub(r"\1 ", text) if len(text) > LONGEST_RUN else text
 
 
 def _plain(text: str) -> str:

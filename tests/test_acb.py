@@ -577,6 +577,21 @@ def test_a_quoted_phrase_in_unspaced_text_is_found_and_shown_as_asked(memory: Me
     assert phrase["phrase"] is True and phrase["term"] == "决定使用"
 
 
+def test_a_word_too_long_for_postgresql_is_indexed_in_pieces_and_found(memory: Memory) -> None:
+    """PostgreSQL refuses a lexeme over 2,047 bytes; with the tenant's tag added, a word
+    of 2,044 letters (few tokens: one chunk) failed the whole file's indexing."""
+    blob = "a" * 2044
+    long_one = say(memory, f"the key is {blob} end")
+    other = say(memory, "a plain note about the weather")
+    memory.sync()
+    assert memory.status()["stale"] == []
+    acb = memory.build_acb({"now": NOW, "query_text": "weather"})
+    assert section(acb, "retrieved_evidence")[0]["id"] == other
+    acb = memory.build_acb({"now": NOW, "query_text": blob})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [long_one]
+    assert memory.query_decisions(query_text="b" * 2100) == []  # no "word is too long"
+
+
 def test_folding_does_not_join_words_that_differ(memory: Memory) -> None:
     gakkou = say(memory, "がっこう")   # school: the voicing mark makes another word
     kakkou = say(memory, "かっこう")   # cuckoo

@@ -36,3 +36,12 @@ def test_the_index_holds_each_character_of_an_unspaced_run_alone_too() -> None:
     assert search_text("猫が猫を") == " 猫が が猫 猫を \n猫 が を"  # once each
     assert search_text("单") == " 单 "     # a lone character is its own token already
     assert fold("今日") == " 今日 "         # a query asks for the pair only
+
+
+def test_a_run_without_a_space_is_cut_into_pieces_postgresql_can_hold() -> None:
+    assert fold("x" * 500) == "x" * 500 and search_text("x" * 500) is None
+    cut = search_text("key " + "y" * 1203 + " end")
+    assert cut is not None and [len(w) for w in cut.split()] == [3, 500, 500, 203, 3]
+    assert fold("z" * 1001).split() == ["z" * 500, "z" * 500, "z"]  # a query alike
+    wide = fold("é" * 600)  # folded first: 'e', then cut
+    assert wide.split() == ["e" * 500, "e" * 100]
