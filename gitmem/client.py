@@ -186,8 +186,8 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
                     timeout: float | None = CALL_TIMEOUT,
                     serving: Config | None = None) -> Any | None:
     """The daemon's answer, or None when no daemon listens on `socket_path` (or, with
-    `serving`, when the daemon serves another index than that config's: another
-    schema or database; the caller then works locally)."""
+    `serving`, when the daemon serves another store or index than that config's:
+    another schema or database; the caller then works locally)."""
     if not socket_path.exists():
         return None
     client = Client(socket_path, timeout=timeout)
@@ -199,6 +199,11 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
         try:
             if serving is not None:
                 served = client.call("daemon_status")
+                if served.get("store") != str(serving.store):
+                    logger.warning("the daemon on %s serves the store %s, not %s: working "
+                                   "without it", socket_path, served.get("store"),
+                                   serving.store)
+                    return None
                 if (served.get("schema"), served.get("database")) != index_of(serving):
                     logger.warning("the daemon serves schema %s on %s, not %s on %s: "
                                    "working without it", served.get("schema"),

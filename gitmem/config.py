@@ -41,9 +41,17 @@ class Config:
         return self.root / STATE_DIRNAME
 
     @property
+    def daemon_name(self) -> str:
+        """The stem of the daemon's files in the state directory (socket, pid, log):
+        `gitmem` for a store named memory/, `gitmem-NAME` for another. Stores side by
+        side in one directory share its state directory, never a daemon."""
+        name = self.store.name
+        return "gitmem" if name == STORE_DIRNAME else f"gitmem-{name}"
+
+    @property
     def socket_path(self) -> Path:
         """The daemon's Unix socket."""
-        return self.state_dir / "gitmem.sock"
+        return self.state_dir / f"{self.daemon_name}.sock"
 
     def with_store(self, store: Path) -> Config:
         """The same settings for another store."""

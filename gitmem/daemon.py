@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PID_FILE = "gitmem.pid"
-LOG_FILE = "daemon.log"
 LOG_ROTATE_BYTES = 10 * 1024 * 1024
 
 
@@ -77,12 +75,13 @@ class DaemonOptions:
 
 def pid_path(config: Config) -> Path:
     """The pid file (held locked while a daemon runs)."""
-    return config.state_dir / PID_FILE
+    return config.state_dir / f"{config.daemon_name}.pid"
 
 
 def log_path(config: Config) -> Path:
-    """Where a daemon started in the background logs."""
-    return config.state_dir / LOG_FILE
+    """Where a daemon started in the background logs (`daemon.log` for memory/)."""
+    stem = config.daemon_name.replace("gitmem", "daemon", 1)
+    return config.state_dir / f"{stem}.log"
 
 
 def running_pid(config: Config) -> int | None:
@@ -369,7 +368,7 @@ def start(config: Config, options: DaemonOptions, *, timeout: float = 60.0) -> i
     config.state_dir.mkdir(parents=True, exist_ok=True)
     log = log_path(config)
     if log.exists() and log.stat().st_size > LOG_ROTATE_BYTES:
-        os.replace(log, log.with_name(LOG_FILE + ".1"))
+        os.replace(log, log.with_name(log.name + ".1"))
     env = {**os.environ, "GITMEM_SCHEMA": config.schema}
     env.pop("GITMEM_STORE", None)
     if config.dsn:

@@ -24,7 +24,7 @@ import psycopg
 
 from gitmem.client import Client
 from gitmem.config import Config
-from gitmem.daemon import running_pid
+from gitmem.daemon import log_path, running_pid
 from gitmem.records import content_hash
 from gitmem.store import init_store
 from tests.conftest import git
@@ -121,7 +121,7 @@ class Daemon:
 
     def log(self) -> str:
         """The daemon's log so far."""
-        path = self.config.state_dir / "daemon.log"
+        path = log_path(self.config)
         return path.read_text(errors="replace") if path.exists() else ""
 
 

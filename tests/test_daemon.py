@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,8 +22,9 @@ from psycopg import sql
 
 from gitmem.client import Client, socket_address
 from gitmem.config import Config, redact_dsn
-from gitmem.daemon import running_pid
+from gitmem.daemon import log_path, running_pid
 from gitmem.errors import DaemonError, RpcError
+from gitmem.store import init_store
 from tests.daemons import (
     FAST_FLAGS,
     Daemon,
@@ -122,6 +124,32 @@ def test_a_daemon_whose_policies_do_not_load_names_the_line_not_a_traceback(
     assert "policies/budgets.yaml:5: field 'reserve_tokens'" in result.stderr
     assert "Traceback" not in result.stderr and 'File "' not in result.stderr
     assert running_pid(store_config) is None
+
+
+def test_stores_side_by_side_each_have_their_own_daemon(store_config: Config,
+                                                          schema: str) -> None:
+    """Two stores in one directory share its state directory: each has its own socket,
+    pid file and log there, and a command for one is never served by the other's."""
+    spare = store_config.root / "spare"
+    init_store(spare)
+    (spare / "memory").rename(store_config.root / "agent2")
+    shutil.rmtree(spare)  # what init put beside the store (.gitignore, ...)
+    other = Config(store=(store_config.root / "agent2").resolve(), dsn=store_config.dsn,
+                   schema=f"{schema}_2")
+    assert other.socket_path != store_config.socket_path
+    with running(store_config) as first:
+        second = Daemon(other)
+        written = second.cli("record", "said to agent2").stdout.strip()  # no daemon of its own
+        assert written in json.dumps([json.loads(line) for path in other.store.glob(
+            "events/*/*.jsonl") for line in path.read_text().splitlines()])
+        assert written not in json.dumps(ids_in_files(store_config.store))
+        try:
+            second.start()
+            assert second.call("daemon_status")["store"] == str(other.store)
+            assert first.call("daemon_status")["store"] == str(store_config.store)
+            assert second.pid != first.pid and log_path(other).exists()
+        finally:
+            second.stop()
 
 
 def test_a_daemon_that_cannot_listen_names_why_not_a_traceback(store_config: Config) -> None:
