@@ -228,8 +228,8 @@ class Memory:
         """Record a decision event and its decision file."""
         return self.recorder.decide(text, refs, **options)
 
-    def task(self, title: str, **options: Any) -> Event:
-        """Create or update a task."""
+    def task(self, title: str | None = None, **options: Any) -> Event:
+        """Create or update a task (an update may leave the title out: it stays)."""
         return self.recorder.task(title, **options)
 
     def create_handoff(self, to_agent: str, task: str, **options: Any) -> Handoff:

@@ -262,13 +262,14 @@ class Recorder:
                             "content": content, "actor": event_fields.get("actor")
                             or {"type": "agent", "id": event_fields.get("agent_id", "agent")}})
 
-    def task(self, title: str, *, status: str | None = None, task_id: str | None = None,
-             details: str | None = None, owner: str | None = None,
-             **event_fields: Any) -> Event:
+    def task(self, title: str | None = None, *, status: str | None = None,
+             task_id: str | None = None, details: str | None = None,
+             owner: str | None = None, **event_fields: Any) -> Event:
         """Create or update a task (`task_id`: the task's, new or existing): a
-        `task_update` event plus `tasks/tsk_*.md`. What an update does not give (None)
-        stays as it was, and "" clears details or owner; a new task's `status` is open."""
-        content: dict[str, Any] = {"title": title}
+        `task_update` event plus `tasks/tsk_*.md`. What an update does not give (None:
+        the title too) stays as it was, and "" clears details or owner; a new task needs
+        a title, and its `status` is open."""
+        content: dict[str, Any] = {} if title is None else {"title": title}
         if status is not None:
             content["status"] = status
         if task_id:
@@ -438,6 +439,12 @@ class Recorder:
     # ------------------------------------------------------------------ commit
 
     def _commit(self, prepared: list[_Prepared]) -> None:
+        if not (self.store / "manifest.json").is_file():
+            # moved or deleted under a long-lived writer (the daemon): writing would make
+            # a new, partial store where the old one was
+            raise StoreError(f"the store {self.store} is gone (moved or deleted?): nothing "
+                             "was written; stop the daemon serving it (`gitmem daemon "
+                             "stop`) and start one from where the store is now")
         by_file: dict[str, list[Event]] = {}
         days: dict[str, str] = {}  # the timestamp's date part -> its day file
         for p in prepared:

@@ -232,12 +232,12 @@ class Methods:
     def task(self, params: Any) -> dict[str, Any]:
         """Create or update a task (file and event), as `gitmem task`."""
         args = checked("task", params, {
-            "title": ("string", True), "status": ("string", False),
+            "title": ("string", False), "status": ("string", False),
             "task_id": ("string", False), "details": ("string", False),
             "owner": ("string", False), "refs": ("list of strings", False),
             "sensitivity": ("string", False), "session_id": ("string", False),
             "agent_id": ("string", False), "tenant_id": ("string", False)})
-        event = self.memory.task(args.pop("title"), **args)
+        event = self.memory.task(args.pop("title", None), **args)
         return {"event_id": event.id, "task_id": event.content["task_id"]}
 
     def sync(self, params: Any) -> dict[str, Any]:

@@ -301,6 +301,11 @@ def test_task_create_and_update(cli: Cli) -> None:
     cli("task", "Write the onboarding guide", "--id", task_id, "--owner", "")  # cleared
     task = parse_task((cli.config.store / rel).read_text(), rel, "default")
     assert (task.status, task.owner) == ("done", "")
+    cli("task", "--id", task_id, "--status", "doing")  # no title: it stays
+    task = parse_task((cli.config.store / rel).read_text(), rel, "default")
+    assert (task.title, task.status) == ("Write the onboarding guide", "doing")
+    result = cli("task", "--owner", "carol", ok=False)  # a new task without a title
+    assert result.exit_code == 2 and "a new task needs a TITLE" in result.output
 
 
 def test_task_update_of_a_task_that_does_not_exist_is_refused(cli: Cli) -> None:

@@ -427,6 +427,30 @@ def test_writes_close_together_see_each_other_before_the_index_does(served: Daem
     assert texts == [f"{marker} first", f"{marker} cites"]
 
 
+def test_a_task_update_over_the_socket_may_leave_the_title_out(served: Daemon) -> None:
+    task_id = served.call("task", {"title": "Rotate the keys"})["task_id"]
+    served.call("task", {"task_id": task_id, "status": "done"})
+    text = (served.config.store / "tasks" / f"{task_id}.md").read_text()
+    assert "title: Rotate the keys" in text and "status: done" in text
+    with pytest.raises(RpcError, match="a new task needs a title"):
+        served.call("task", {"status": "open"})
+
+
+def test_a_write_to_a_store_that_was_moved_away_is_refused(served: Daemon) -> None:
+    """A long-lived writer whose store was moved would make a new, partial store where
+    the old one was."""
+    store = served.config.store
+    moved = store.with_name("moved-away")
+    store.rename(moved)
+    try:
+        with pytest.raises(RpcError, match="is gone \\(moved or deleted\\?\\): nothing was"):
+            served.call("record_event", {"content": {"text": "into the void"}})
+        assert not store.exists()
+    finally:
+        moved.rename(store)
+    assert "event_id" in served.call("record_event", {"content": {"text": "back again"}})
+
+
 def test_a_write_the_disk_refused_is_not_a_not_found() -> None:
     from gitmem.errors import NotFoundError, StoreError
     from gitmem.rpc import error_object

@@ -207,7 +207,7 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
 
 
 @main.command()
-@click.argument("title")
+@click.argument("title", required=False)
 @click.option("--status", default=None,
               help="open|doing|blocked|done|cancelled (a new task: open; an update keeps "
                    "the task's).")
@@ -223,25 +223,31 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
 @click.option("--agent", "agent_id", default=None, help="Agent id.")
 @click.option("--tenant", "tenant_id", default=None, help="Tenant.")
 @click.pass_obj
-def task(obj: Context, /, title: str, refs: tuple[str, ...], **options: Any) -> None:
+def task(obj: Context, /, title: str | None, refs: tuple[str, ...], **options: Any) -> None:
     """Create or update a task (tasks/tsk_<id>.md plus a task_update event); print its id.
+
+    TITLE is required for a new task; an update (--id) keeps the title unless given.
 
     \b
     Examples:
       gitmem task "Write the onboarding guide" --owner alice
-      gitmem task "Write the onboarding guide" --id tsk_01J... --status done
+      gitmem task --id tsk_01J... --status done
     """
+    if title is None and options.get("task_id") is None:
+        raise click.UsageError("a new task needs a TITLE (or --id TASK to update one)")
     kwargs = {k: v for k, v in options.items() if v is not None}
+    if title is not None:
+        kwargs["title"] = title
     if refs:
         kwargs["refs"] = list(refs)
     with reported():
         if "task_id" in kwargs:  # --id updates: a mistyped id must not make a new task
             from gitmem.store import require_task  # not on every command's import path
             require_task(obj.config().store, kwargs["task_id"])
-        answer = via_daemon(obj, "task", {"title": title, **kwargs})
+        answer = via_daemon(obj, "task", kwargs)
         if answer is None:
             with obj.memory() as memory:
-                answer = {"task_id": memory.task(title, **kwargs).content["task_id"]}
+                answer = {"task_id": memory.task(**kwargs).content["task_id"]}
     click.echo(answer["task_id"])
 
 
