@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -48,6 +47,7 @@ from gitmem.store import (
     day_file_rel,
     exclusive,
     file_stat,
+    staging_file,
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -510,7 +510,7 @@ class Recorder:
                                          "so this is a clash: retry the write")
                     continue  # content-addressed artifact already present
                 item.target.parent.mkdir(parents=True, exist_ok=True)
-                fd, name = tempfile.mkstemp(dir=item.target.parent, prefix=prefix)
+                fd, name = staging_file(item.target.parent, prefix)
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(item.data)
                     handle.flush()

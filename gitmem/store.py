@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -83,12 +84,36 @@ def exclusive(path: Path, flags: int = os.O_RDONLY) -> Iterator[int]:
         os.close(fd)  # closing releases the lock
 
 
+@functools.cache
+def _file_mode() -> int:
+    """The mode `open()` gives a new file here: 0o666 less the umask (read from /proc,
+    which leaves it as it is; else set and set back)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def staging_file(directory: Path, prefix: str, suffix: str = "") -> tuple[int, str]:
+    """`tempfile.mkstemp`, with the mode any new file gets (not mkstemp's 0o600: a
+    record put in place from it would be hidden from the others of a shared checkout,
+    beside day files they can read)."""
+    fd, name = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+    os.fchmod(fd, _file_mode())
+    return fd, name
+
+
 def write_new(path: Path, data: bytes) -> bool:
     """Create `path` with `data` atomically unless it exists; True if created."""
     if path.exists():
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    fd, tmp = staging_file(path.parent, ".tmp-", path.suffix)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -720,3 +722,15 @@ def test_a_record_cited_must_be_in_the_store(recorder: Recorder, repo: Path) -> 
         {"kind": "decision", "refs": [EVT], "content": {"decision_id": dec, "text": "One"}},
         {"content": {"text": "as decided"}, "refs": [dec]}])
     recorder.record({"content": {"text": "and again"}, "refs": [dec, EVT]})
+
+
+def test_record_files_get_the_mode_any_new_file_gets(memory: Memory) -> None:
+    """Staged through mkstemp, they were 0o600 beside day files others could read."""
+    cited = memory.record({"content": {"text": "why"}})
+    decision = memory.decide("Keep the door open", [cited.id]).content["decision_id"]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    expected = 0o666 & ~mask
+    for path in (memory.store / "decisions" / f"{decision}.md", memory.store / "manifest.json",
+                 day_file(memory.store, cited.when)):
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
