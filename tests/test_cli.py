@@ -239,6 +239,7 @@ def test_record_secret_and_redaction(cli: Cli) -> None:
     (["record", "--content", "[1]"], 2, "JSON object"),
     (["record", "--content", "{oops"], 2, "not JSON"),
     (["record", "x", "--json", "-"], 2, "--json replaces TEXT"),
+    (["record", "also text", "--content", '{"text": "a"}'], 2, "--content replaces TEXT"),
     (["record", "x", "--no-such-flag"], 2, "No such option"),
     (["decide", "Use FTS"], 2, "--ref"),
     (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "--supersedes",

@@ -151,6 +151,8 @@ def record(obj: Context, /, text: str | None, content_json: str | None, tool: st
 def _content(kind: str, text: str | None, content_json: str | None,
              tool: str | None) -> dict[str, Any]:
     if content_json is not None:
+        if text is not None:  # one would be dropped without a word
+            raise click.UsageError("--content replaces TEXT; give one of them")
         try:
             content = json.loads(content_json)
         except json.JSONDecodeError as exc:
