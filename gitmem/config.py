@@ -84,6 +84,16 @@ def recorded_stores(cwd: Path) -> list[Path]:
     return [store for store in stores if (store / "manifest.json").is_file()]
 
 
+def _manifest_lost(store: Path) -> None:
+    """Raise if `store` is a store whose manifest.json is gone (its folders are there):
+    say so, not that there is no store."""
+    if any((store / part).is_dir() for part in ("events", "policies", "decisions")):
+        raise ConfigError(f"{store} holds a store's files but no manifest.json (deleted?): "
+                          f"restore it (`git checkout -- {store.name}/manifest.json` in "
+                          f"{store.parent}), or run `gitmem init {store.parent}` to write a "
+                          "new one (it leaves every other file as it is)")
+
+
 def find_store(start: Path) -> Path | None:
     """`memory/` in `start` or its nearest ancestor that has one."""
     for directory in (start, *start.parents):
@@ -103,6 +113,7 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
     if store_value:
         store_path = (cwd / Path(store_value).expanduser()).resolve()
         if must_exist and not (store_path / "manifest.json").is_file():
+            _manifest_lost(store_path)
             if (store_path / STORE_DIRNAME / "manifest.json").is_file():
                 raise ConfigError(f"{store_path} is not a gitmem store but holds one: pass "
                                   f"--store {store_path / STORE_DIRNAME}")
@@ -121,6 +132,8 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
                 raise ConfigError(f"this repository holds {len(recorded)} gitmem stores ("
                                   f"{', '.join(map(str, recorded))}); pass --store with one")
             if not recorded:
+                for directory in (cwd.resolve(), *cwd.resolve().parents):
+                    _manifest_lost(directory / STORE_DIRNAME)
                 raise ConfigError(f"no memory/ store in {cwd} or any parent directory; "
                                   "run `gitmem init` here or pass --store PATH")
             found = recorded[0]

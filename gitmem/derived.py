@@ -71,13 +71,14 @@ class RecordFiles:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an id that exists", field="refs")
 
-    def holds_event(self, event_id: str) -> bool:
-        """Whether a day file holds `event_id`, looked for where its event would be: the
-        days around the time its id carries (for an event written elsewhere a moment ago,
-        which the index does not hold yet). Only the lines holding the id are parsed."""
+    def event_tenant(self, event_id: str) -> str | None:
+        """The tenant of event `event_id` if a day file holds it (None: none does), looked
+        for where its event would be: the days around the time its id carries (for an
+        event written elsewhere a moment ago, which the index does not hold yet). Only
+        the lines holding the id are parsed."""
         when = ids.time_of(event_id)
         if when is None:
-            return False
+            return None
         needle = event_id.encode()
         for offset in (0, -1, 1):  # an event's file is its own date, at its own offset
             rel = day_file_rel(when + timedelta(days=offset))
@@ -86,9 +87,11 @@ class RecordFiles:
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for line in data.splitlines():
-                if needle in line and _line_id(line) == event_id:
-                    return True
-        return False
+                event = _line_event(line) if needle in line else None
+                if event is not None and event.get("id") == event_id:
+                    tenant = event.get("tenant_id", self.policies.manifest.default_tenant)
+                    return str(tenant)
+        return None
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
                          staging: Staging) -> None:
@@ -224,10 +227,10 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _line_id(line: bytes) -> object:
-    """The `id` of an event line, or None for a line that is not an event object."""
+def _line_event(line: bytes) -> dict[str, Any] | None:
+    """An event line's object, or None for a line that is not one."""
     try:
         event = json.loads(line)
     except ValueError:
         return None
-    return event.get("id") if isinstance(event, dict) else None
+    return event if isinstance(event, dict) else None

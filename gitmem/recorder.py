@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -144,7 +144,7 @@ class Recorder:
         """Validate and durably append one event; returns it with id, ts and hash."""
         with self._task_lock([obj]):
             known = self._known([obj])
-            prepared = self._prepare(obj, {}, known, ())
+            prepared = self._prepare(obj, {}, known, {})
             try:
                 todo = self._new([prepared], [obj], known)
             except _Repeated as exc:
@@ -175,12 +175,12 @@ class Recorder:
         staging: Staging = {}
         with self._task_lock(objs):
             known = self._known(objs)
-            written: set[str] = set()  # this write's events so far: they may be cited
+            written: dict[str, str] = {}  # this write's events so far (id -> tenant)
             for position, obj in enumerate(objs):
                 number = lines[position] if lines is not None else position + 1
                 try:
                     prepared.append(self._prepare(obj, staging, known, written))
-                    written.add(prepared[-1].event.id)
+                    written[prepared[-1].event.id] = prepared[-1].event.tenant_id
                 except FormatError as exc:
                     raise exc.at(source, number) from None
                 except PrivacyError as exc:
@@ -206,19 +206,26 @@ class Recorder:
         return self.recorded(asked) if asked else {}
 
     def _require_events(self, event: Event, known: Mapping[str, Recorded],
-                        written: Collection[str]) -> None:
-        """Every event an event cites is recorded: indexed (`known`), earlier in this
-        write, or in its day file (written elsewhere a moment ago). A line is never
-        rewritten, so a mistyped ref would dangle for good; and its file would stay out
-        of the daemon's commits, which carry only what `gitmem verify` accepts. Without
-        an index to ask (`recorded` unset), `gitmem verify` checks them."""
+                        written: Mapping[str, str]) -> None:
+        """Every event an event cites is one of its tenant's that was recorded: indexed
+        (`known`), earlier in this write, or in its day file (written elsewhere a moment
+        ago). A line is never rewritten, so a mistyped ref would dangle for good; and its
+        file would stay out of the daemon's commits, which carry only what `gitmem
+        verify` accepts. Without an index to ask (`recorded` unset), `gitmem verify`
+        checks them."""
         if self.recorded is None:
             return
         for ref in event.refs:
-            if (ref.startswith("evt_") and ref not in known and ref not in written
-                    and not self.files.holds_event(ref)):
+            if not ref.startswith("evt_"):
+                continue
+            tenant = (known[ref][0] if ref in known else written.get(ref)
+                      or self.files.event_tenant(ref))
+            if tenant is None:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an event that was recorded", field="refs")
+            if tenant != event.tenant_id:  # tenants never see each other's ids
+                raise ValidationError(f"{ref} is not an event of tenant {event.tenant_id!r}; "
+                                      "cite your own tenant's events", field="refs")
 
     def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]],
              known: Mapping[str, Recorded]) -> list[_Prepared]:
@@ -356,7 +363,7 @@ class Recorder:
         return full
 
     def _prepare(self, obj: Mapping[str, Any], staging: Staging,
-                 known: Mapping[str, Recorded], written: Collection[str]) -> _Prepared:
+                 known: Mapping[str, Recorded], written: Mapping[str, str]) -> _Prepared:
         full = self._complete(obj)
         if full["sensitivity"] in self.policies.privacy.never_store:
             raise PrivacyError(

@@ -114,10 +114,35 @@ def checked(method: str, params: Any, spec: dict[str, tuple[str, bool]]) -> dict
                             {"field": key})
             continue
         if not _KINDS[kind](value):
-            raise Fault(INVALID_PARAMS, f"field '{key}': expected a {kind}, got "
-                        f"{type(value).__name__}", {"field": key})
+            raise Fault(INVALID_PARAMS, f"field '{key}': expected {_a(kind)}, got "
+                        f"{_described(value, kind)}", {"field": key})
         out[key] = value
     return out
+
+
+def _json_kind(value: Any) -> str:
+    """A value's JSON type, as the caller wrote it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    names: dict[type, str] = {str: "string", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _described(value: Any, kind: str) -> str:
+    """What a value that is not of `kind` is: for a list, its first wrong item."""
+    if isinstance(value, list) and kind.startswith("list of "):
+        for n, item in enumerate(value):
+            if not _KINDS[kind.removeprefix("list of ").removesuffix("s")](item):
+                return f"a list whose item {n + 1} is {_a(_json_kind(item))}"
+    return _a(_json_kind(value))
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
 def as_object(method: str, params: Any) -> dict[str, Any]:

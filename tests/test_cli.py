@@ -374,6 +374,18 @@ def test_reindex_sync_status(cli: Cli) -> None:
     assert "clean: the index reflects every file" in human
 
 
+def test_a_store_whose_manifest_was_deleted_is_named_as_such(cli: Cli, tmp_path: Path) -> None:
+    (cli.config.store / "manifest.json").unlink()
+    result = cli("status", ok=False)
+    assert result.exit_code == 1
+    assert f"{cli.config.store} holds a store's files but no manifest.json (deleted?)" in \
+        result.stderr and "git checkout -- memory/manifest.json" in result.stderr
+    found = subprocess.run([sys.executable, "-m", "gitmem", "status"], capture_output=True,
+                           text=True, cwd=cli.config.store / "events",
+                           env={k: v for k, v in os.environ.items() if k != "GITMEM_STORE"})
+    assert found.returncode == 1 and "no manifest.json (deleted?)" in found.stderr
+
+
 def test_status_and_reindex_name_bad_lines(cli: Cli) -> None:
     cli("record", "good", "--ts", "2026-02-09T05:12:33+00:00")
     day = cli.config.store / "events/2026-02/2026-02-09.jsonl"
@@ -383,6 +395,8 @@ def test_status_and_reindex_name_bad_lines(cli: Cli) -> None:
     reindex = cli("reindex")
     assert "events/2026-02/2026-02-09.jsonl:2: malformed JSON" in reindex.stderr
     status = cli("status")
+    assert ("clean: the index reflects every file; 1 file(s) hold errors, left out of it as "
+            "listed below") in status.stdout
     assert "error   events/2026-02/2026-02-09.jsonl:2: malformed JSON" in status.stdout
     # the field is named as `gitmem verify` and FormatError name it
     assert "error   events/2026-02/2026-02-09.jsonl:3: field 'id': missing" in status.stdout

@@ -546,6 +546,17 @@ def test_an_event_citing_no_recorded_event_is_refused(memory: Memory) -> None:
                                 {"content": {"text": "cites it"}, "refs": [named, first.id]}])
     assert batch[1].refs == (named, first.id)
     assert memory.decide("Rest on both", [first.id, named]).refs == (first.id, named)
+    theirs = memory.record({"content": {"text": "another tenant's"}, "tenant_id": "other"})
+    before = snapshot(memory.store)
+    for write in (lambda: memory.record({"content": {"text": "x"}, "refs": [theirs.id]}),
+                  lambda: memory.decide("Rest on theirs", [theirs.id]),
+                  lambda: memory.record_many([
+                      {"id": (mine := ids.new_id("evt")), "content": {"text": "mine"},
+                       "tenant_id": "other"},
+                      {"content": {"text": "cites it"}, "refs": [mine]}])):
+        with pytest.raises(ValidationError, match="is not an event of tenant 'default'"):
+            write()
+    assert snapshot(memory.store) == before
 
 
 def test_an_event_written_a_moment_ago_elsewhere_is_found_in_its_day_file(
@@ -557,12 +568,12 @@ def test_an_event_written_a_moment_ago_elsewhere_is_found_in_its_day_file(
     _, line = event_line("s", "appended by hand", id=late, ts="2026-03-02T01:30:00+02:00")
     append(memory.store / "events/2026-03/2026-03-02.jsonl", line)
     files = RecordFiles(memory.store, memory.policies)
-    assert files.holds_event(late)
+    assert files.event_tenant(late) == "default"
     ghost = ids.new_id("evt", when)
     cites = event_line("s", "cites a ghost", refs=[ghost], number=7)[1]
     append(memory.store / "events/2026-03/2026-03-02.jsonl", cites)
-    assert not files.holds_event(ghost)  # only cited there, no event's id
-    assert not files.holds_event("evt_not-a-ulid")
+    assert files.event_tenant(ghost) is None  # only cited there, no event's id
+    assert files.event_tenant("evt_not-a-ulid") is None
 
 
 def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) -> None:

@@ -123,6 +123,19 @@ def test_wrong_params_get_32602_naming_the_field(served: Daemon, method: str,
     assert caught.value.data["field"] == field
 
 
+@pytest.mark.parametrize("params, said", [
+    ({"paths": [5]}, "expected a list of strings, got a list whose item 1 is a number"),
+    ({"paths": ["a", None]}, "got a list whose item 2 is a null"),
+    ({"paths": "x"}, "expected a list of strings, got a string"),
+    ({"paths": {"a": 1}}, "got an object"),
+])
+def test_a_wrong_value_is_named_by_its_json_type(served: Daemon, params: dict[str, Any],
+                                                 said: str) -> None:
+    with pytest.raises(RpcError) as caught:
+        served.call("sync", params)
+    assert caught.value.code == -32602 and said in str(caught.value)
+
+
 def test_params_that_are_not_an_object_get_32602(served: Daemon) -> None:
     with pytest.raises(RpcError) as caught:
         served.call("record_event", [1, 2])

@@ -88,8 +88,11 @@ def status(obj: Context, as_json: bool) -> None:
     git = report["git"]
     click.echo(f"git     HEAD {git['head'] or '(none)'}, "
                f"indexed at {git['indexed_head'] or '(none)'}")
+    broken = len({p.get("path") for p in report["errors"]})
+    left_out = (f"; {broken} file(s) hold errors, left out of it as listed below"
+                if broken else "")
     click.echo("state   " + ("clean: the index reflects every file" if report["clean"]
-                            else f"{len(report['stale'])} stale file(s)"))
+                            else f"{len(report['stale'])} stale file(s)") + left_out)
     for item in report["stale"]:
         click.echo(f"  stale   {item['path']}: {item['reason']}")
     for item in report["pending"]:
