@@ -163,19 +163,19 @@ class Memory:
         recorder.recorded = self._recorded
         return recorder
 
-    def _recorded(self, event_ids: list[str]) -> dict[str, Recorded]:
-        """Which of these event ids the index holds (for a write naming its ids). Best
-        effort: with the index out of reach the write goes ahead (`gitmem verify`
-        reports an id that repeats)."""
+    def _recorded(self, event_ids: list[str], fresh: bool) -> dict[str, Recorded]:
+        """Which of these event ids the index holds (for a write naming or citing them),
+        or this process wrote last; `fresh`: with no daemon, sync the index first. Raises
+        DatabaseError with the index out of reach (the write goes ahead: recorder.py)."""
         with self._written_lock:
             found = {i: self._written[i] for i in event_ids if i in self._written}
         try:
-            if self.catch_up is None:  # no daemon: bring the index up to the files first
+            if fresh and self.catch_up is None:  # no daemon: the index up to the files first
                 self.sync()
             rows = self.db.fetchall("events_recorded", {"ids": event_ids})
         except DatabaseError as exc:
-            logger.warning("cannot check whether event ids are new: %s", exc)
-            return found
+            logger.warning("cannot check whether event ids are recorded: %s", exc)
+            raise
         return found | {r["event_id"]: (r["tenant_id"], r["ts"], r["hash"]) for r in rows}
 
     def _appended(self, rel: str, appended: Appended) -> None:

@@ -27,7 +27,13 @@ from gitmem.documents import (
     handoff_to_text,
     parse_handoff,
 )
-from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
+from gitmem.errors import (
+    DatabaseError,
+    FormatError,
+    PrivacyError,
+    StoreError,
+    ValidationError,
+)
 from gitmem.policies import Policies
 from gitmem.records import (
     EVENT_FIELDS,
@@ -136,7 +142,9 @@ class Recorder:
         self.on_place: Callable[[list[Placed]], None] | None = None
         # Asked before a write that names its own event ids: which of them are recorded
         # already (id -> tenant, ts, hash), so that no id repeats (the index knows them).
-        self.recorded: Callable[[list[str]], Mapping[str, Recorded]] | None = None
+        # `fresh`: the index caught up with the files first (which costs a sync without
+        # the daemon): so asked for ids a write names; cited ids ask fresh last.
+        self.recorded: Callable[[list[str], bool], Mapping[str, Recorded]] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -203,7 +211,10 @@ class Recorder:
                  and isinstance(refs := _as_list(o.get("refs")), list)  # else: named later
                  for ref in refs if isinstance(ref, str) and ref.startswith("evt_")}
         asked = sorted(named | cited)
-        return self.recorded(asked) if asked else {}
+        try:
+            return self.recorded(asked, bool(named)) if asked else {}
+        except DatabaseError:
+            return {}  # the index out of reach: the write goes ahead (`gitmem verify`)
 
     def _require_events(self, event: Event, known: Mapping[str, Recorded],
                         written: Mapping[str, str]) -> None:
@@ -220,6 +231,12 @@ class Recorder:
                 continue
             tenant = (known[ref][0] if ref in known else written.get(ref)
                       or self.files.event_tenant(ref))
+            if tenant is None:  # an older event the index has not caught up with?
+                try:
+                    found = self.recorded([ref], True).get(ref)
+                except DatabaseError:
+                    continue  # the index out of reach: the write goes ahead (`gitmem verify`)
+                tenant = found[0] if found else None
             if tenant is None:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an event that was recorded", field="refs")

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from gitmem.cli import main
 from gitmem.config import Config
@@ -548,6 +548,25 @@ def test_a_wrong_dsn_fails_fast_with_the_reason(cli: Cli, bad_dsn: str, reason: 
     assert "hunter2" not in result.output
     assert "Traceback" not in result.output
     assert time.perf_counter() - started < 10  # not the pool's 30 s of retries
+
+
+def test_writes_citing_events_go_ahead_with_the_database_down(
+        cli: Cli, caplog: pytest.LogCaptureFixture) -> None:
+    """Writes need no index: a cited event is found in its day file, and one that is
+    not is left to `gitmem verify` while the index is out of reach."""
+    env = {**cli.env(), "GITMEM_NO_DAEMON": "1", "GITMEM_DSN": "postgresql://x@127.0.0.1:1/x"}
+
+    def record(*args: str) -> Result:
+        return cli.runner.invoke(main, ["record", *args], env=env)
+
+    first = record("the reason")
+    assert first.exit_code == 0, first.output
+    cited = record("because of it", "--ref", first.stdout.strip())
+    assert cited.exit_code == 0, cited.output
+    ghost = record("of a ghost", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3")
+    assert ghost.exit_code == 0
+    assert "cannot check whether event ids are recorded" in caplog.text
+    assert "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3 is not in the store" in cli("verify", ok=False).output
 
 
 def test_the_cli_and_the_daemon_lifecycle_import_no_database_or_read_path() -> None:
