@@ -29,13 +29,16 @@ TARGET = "≥ 3000 events/s, p95 ≤ 5 ms (SPEC §9, over the socket)"
 
 
 def live_events(count: int, seed: int) -> list[dict[str, Any]]:
-    """`count` event objects as a client sends them (no id, ts or hash)."""
+    """`count` event objects as a client sends them (no id, ts or hash). Their refs
+    name the plan's ids, which a client leaving ids to the write path never learns,
+    and a cited event must be recorded: left out too, and with them the summaries
+    (1 event in 400), which must cite what they summarise."""
     plan = make_plan(count + count // 5 + 50, 2, 0, seed)
     out: list[dict[str, Any]] = []
     for session in plan.sessions:
         for op in session_ops(session):
-            if op.action == "event":
-                out.append({k: v for k, v in op.fields.items() if k not in ("id", "ts")})
+            if op.action == "event" and op.fields.get("kind") != "summary":
+                out.append({k: v for k, v in op.fields.items() if k not in ("id", "ts", "refs")})
                 if len(out) == count:
                     return out
     return out

@@ -169,6 +169,8 @@ class Memory:
         DatabaseError with the index out of reach (the write goes ahead: recorder.py)."""
         with self._written_lock:
             found = {i: self._written[i] for i in event_ids if i in self._written}
+        if not fresh and len(found) == len(event_ids):
+            return found  # events this process just wrote: no round trip
         try:
             if fresh and self.catch_up is None:  # no daemon: the index up to the files first
                 self.sync()
