@@ -790,6 +790,11 @@ def test_cli_acb_json_and_text(cli: Cli, memory: Memory) -> None:
     assert "## Retrieved evidence" in text and "Mondays" in text
     bad = cli("acb", "--max-tokens", "0", ok=False)
     assert bad.exit_code == 1 and "max_tokens" in bad.output
+    capped = cli("acb", "--max-tokens", "999999999999")
+    assert json.loads(capped.stdout)["budget_tokens"] == 65000
+    assert ("--max-tokens 999999999999 is above budgets.yaml's acb_total_max_tokens: the "
+            "bundle's budget is 65000 tokens") in capped.stderr
+    assert "above budgets.yaml" not in cli("acb", "--max-tokens", "3000").stderr
 
 
 def test_a_view_loads_into_any_section_it_names(memory: Memory) -> None:

@@ -133,6 +133,10 @@ def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
         if bundle is None:
             with obj.memory() as memory:
                 bundle = memory.build_acb(request)
+    used = bundle["provenance"]["budget"]["max_tokens"]
+    if request.get("max_tokens", used) > used:
+        say(f"--max-tokens {request['max_tokens']} is above budgets.yaml's "
+            f"acb_total_max_tokens: the bundle's budget is {used} tokens")
     for line in summarize(bundle):
         say(line)
     if fmt == "text":
