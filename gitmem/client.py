@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 0.5
 CALL_TIMEOUT = 120.0
+# A command asks the daemon which store it serves before anything else (no database
+# round trip: milliseconds); a daemon that does not answer that in time is stopped or
+# stuck, and the command works without it (nothing was asked of it yet).
+STATUS_TIMEOUT = 5.0
 MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 _NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR)
 
@@ -95,6 +99,12 @@ class Client:
         self._sock = sock
         self._reader = sock.makefile("rb")
         return self
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """How long the next answers may take (None: no limit)."""
+        self.timeout = timeout
+        if self._sock is not None:
+            self._sock.settimeout(timeout)
 
     def close(self) -> None:
         """Close the connection (a no-op when closed)."""
@@ -190,7 +200,8 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
     another schema or database; the caller then works locally)."""
     if not socket_path.exists():
         return None
-    client = Client(socket_path, timeout=timeout)
+    asking = timeout if serving is None or timeout is None else min(timeout, STATUS_TIMEOUT)
+    client = Client(socket_path, timeout=asking)
     try:
         client.connect()
     except DaemonError:
@@ -198,7 +209,14 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
     with client:
         try:
             if serving is not None:
-                served = client.call("daemon_status")
+                try:
+                    served = client.call("daemon_status")
+                except RpcError:
+                    raise
+                except DaemonError as exc:  # stopped (SIGSTOP), or stuck: nothing was asked
+                    logger.warning("%s: working without it", exc)
+                    return None
+                client.set_timeout(timeout)
                 if served.get("store") != str(serving.store):
                     logger.warning("the daemon on %s serves the store %s, not %s: working "
                                    "without it", socket_path, served.get("store"),

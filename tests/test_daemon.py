@@ -152,6 +152,24 @@ def test_stores_side_by_side_each_have_their_own_daemon(store_config: Config,
             second.stop()
 
 
+def test_a_stopped_daemon_is_worked_around_not_waited_for(store_config: Config) -> None:
+    """A daemon that cannot answer (SIGSTOP) accepts connections still: a command asks
+    it which store it serves first, and on no answer works without it."""
+    with running(store_config) as daemon:
+        assert daemon.pid is not None
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            written = daemon.cli("record", "written beside a stopped daemon")
+            took = time.monotonic() - started
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        assert "did not answer within 5.0s: working without it" in written.stderr
+        assert took < 30  # not the 120 s a call may take
+        assert written.stdout.strip() in ids_in_files(store_config.store)
+        assert daemon.call("daemon_status")["pid"] == daemon.pid  # and it goes on
+
+
 def test_a_daemon_that_cannot_listen_names_why_not_a_traceback(store_config: Config) -> None:
     store_config.socket_path.mkdir(parents=True)  # something else holds the socket's path
     result = Daemon(store_config).cli("daemon", "start", check=False)  # with autocommit
