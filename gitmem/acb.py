@@ -414,14 +414,14 @@ class _Evidence:
         build.provenance.update({"path": "retrieval", "retrieved": len(self.result.candidates),
                                  "candidate_pool_size": self.result.loadable})
         if build.rule.hides_stored(build.policies.privacy.never_store):
-            # statistics count the rows the channel may not load (a word's IDF, what a
-            # lane expected): they would tell whether hidden text holds a word
+            # statistics count rows the channel may not load (IDF, lanes, the phases that
+            # ran: timings_ms): they would tell whether hidden text holds a word
             build.provenance["query_terms"] = [
                 {"term": t.text, "query": t.query, "phrase": t.phrase} for t in terms]
         else:
             build.provenance.update(lanes=self.result.lanes, query_terms=retrieval.describe(
                 self.result.terms, self.result.idf), terms_not_searched=self.result.unsearched)
-        build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
+            build.timings.update({f"retrieval_{k}": v for k, v in self.result.timings_ms.items()})
         build.timings["retrieval"] = round((time.perf_counter() - started) * 1000, 3)
         return self.result
 

@@ -367,7 +367,8 @@ def row_policies(policies: Policies) -> str:
     with others are made again."""
     privacy = policies.privacy
     redaction = hashlib.sha256(json.dumps(
-        [privacy.redaction, *(p.pattern for p in privacy.patterns)]).encode()).hexdigest()
+        [privacy.redaction, *(p.pattern for p in privacy.patterns),
+         *(f"key:{p.pattern}" for p in privacy.key_patterns)]).encode()).hexdigest()
     return json.dumps({"chunk_max_tokens": policies.budgets.chunk_max_tokens,
                        "default_tenant": policies.manifest.default_tenant,
                        "redaction": redaction[:16]}, sort_keys=True)

@@ -246,7 +246,9 @@ class Memory:
         the manifest's, the channel to `private`), only when an event of that tenant
         cites the artifact and the channel may load that event (its sensitivity and
         channel, as build_acb judges them); otherwise not found, the same whether
-        another tenant holds it or nobody does. Without either: unscoped, as before."""
+        another tenant holds it or nobody does. A text is served through the current
+        redaction patterns, as every text an ACB serves (one added since the output was
+        stored applies). Without either: unscoped, the bytes as stored."""
         if tenant_id is None and channel is None:
             return read_artifact(self.store, artifact_id)
         tenant = tenant_id or self.policies.manifest.default_tenant
@@ -260,7 +262,12 @@ class Memory:
             raise NotFoundError(f"artifact {artifact_id} not found for tenant {tenant!r} on "
                              f"channel {channel!r}; pass the tenant and channel of the "
                              "session whose tool output it holds")
-        return read_artifact(self.store, artifact_id)
+        data = read_artifact(self.store, artifact_id)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return data  # binary: no pattern reads it
+        return self.policies.privacy.redact(text).encode("utf-8")
 
     # ------------------------------------------------------------------ index
 

@@ -310,6 +310,8 @@ class Recorder:
                 refs: Iterable[str] = (), tenant_id: str | None = None,
                 ts: str | None = None) -> Handoff:
         """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites)."""
+        self._no_secret_names([("tenant_id", tenant_id), ("to_agent", to_agent),
+                               ("from_agent", from_agent)])
         when = parse_ts(ts) if ts else self._now()
         redact = self.policies.privacy.redact  # every free-text field, as for events
         packet = Handoff(
@@ -390,6 +392,11 @@ class Recorder:
         if not isinstance(full["content"], dict):
             raise ValidationError(f"expected an object, got {type(full['content']).__name__}",
                                   field="content")
+        actor = full["actor"]
+        self._no_secret_names([
+            ("tenant_id", full["tenant_id"]), ("session_id", full["session_id"]),
+            ("agent_id", full["agent_id"]),
+            ("actor.id", actor.get("id") if isinstance(actor, dict) else None)])
         full["content"] = _redact(full["content"], self.policies)
         full["tags"] = _redact(full["tags"], self.policies)
         staged: list[Staged] = []
@@ -427,6 +434,16 @@ class Recorder:
         if derive is None:  # the content is as validated: only the hash is new
             return _Prepared(replace(event, hash=full["hash"]), staged)
         return _Prepared(parse_event(full), staged)
+
+    def _no_secret_names(self, named: Sequence[tuple[str, Any]]) -> None:
+        """Refuse a secret in a field that names something (redacting it would merge
+        two sessions or agents into one): such fields are stored as given."""
+        for name, value in named:
+            pattern = self.policies.privacy.find_secret(value) if isinstance(value, str) else None
+            if pattern is not None:
+                raise PrivacyError(f"field '{name}' matches the redaction pattern {pattern!r} "
+                                   "of policies/privacy.yaml: a name is never redacted, so "
+                                   "nothing was written; use a name that is not a secret")
 
     def _excerpt(self, content: dict[str, Any]) -> list[Staged]:
         output = content.pop("output", None)

@@ -16,12 +16,14 @@ from typing import Any, TypeVar
 
 from gitmem import tokens
 from gitmem.documents import (
+    ViewChunk,
     field_line,
     parse_decision,
     parse_handoff,
     parse_summary,
     parse_task,
     parse_view,
+    slugify,
 )
 from gitmem.errors import FormatError
 from gitmem.folding import fold, search_text
@@ -234,11 +236,16 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
                                         int(event.content.get("bytes", 0)), path))
     if event.kind in FILE_BACKED_KINDS:
         return
-    text = event_chunk_text(event)
-    parts = split_counted(text if written else policies.privacy.redact(text),
-                          policies.budgets.chunk_max_tokens)
+    privacy = policies.privacy
+    if written:  # the write path redacted its content and tags, and refuses secret names
+        text, extra = event_chunk_text(event), search_extra(event.actor.id, event.tags)
+    else:  # a line from a file, written under other patterns, by hand, by a merge
+        shown = event if event.kind == "message" else replace(  # keys naming a secret
+            event, content=privacy.redact_value(event.content))
+        text = privacy.redact(event_chunk_text(shown))
+        extra = privacy.redact(search_extra(event.actor.id, event.tags))
+    parts = split_counted(text, policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
-    extra = search_extra(event.actor.id, event.tags)
     keys = search_keys(event.tenant_id, event.ts)
     for number, (text, size) in enumerate(parts, start=1):
         chunk_id = event.id if len(parts) == 1 else f"{event.id}#{number}"
@@ -328,8 +335,19 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
     For events files `data` holds complete lines only, the first being line
     `start_line`, at byte `offset`. Lines this process has just written
     (`appended`) are indexed from their events, without decoding them again.
-    A bad line or file is recorded in `errors`, never raised.
+    A bad line or file is recorded in `errors`, never raised; a value an error
+    quotes goes through the redaction patterns (`gitmem status` and the daemon's
+    status show them to any caller, as verify's to whoever commits).
     """
+    out = _parse_file(path, kind, data, policies, start_line, offset, appended)
+    redact = policies.privacy.redact
+    out.errors = [type(e)(redact(e.detail), path=e.path, line=e.line, field=e.field)
+                  for e in out.errors]
+    return out
+
+
+def _parse_file(path: str, kind: str, data: bytes, policies: Policies, start_line: int,
+                offset: int, appended: Sequence[Appended]) -> FileRows:
     out = FileRows()
     tenant = policies.manifest.default_tenant
     if kind == "events":
@@ -384,6 +402,15 @@ def _redacted(record: R, redact: Callable[[str], str], *names: str) -> R:
     return replace(record, **changes)  # type: ignore[type-var]
 
 
+def _served_chunk(chunk: ViewChunk, redact: Callable[[str], str]) -> ViewChunk:
+    """A view chunk as it is served: its text and heading redacted, and its anchor (an
+    item's id names it) made from the redacted heading, with its line to stay unique."""
+    heading = redact(chunk.heading)
+    anchor = chunk.anchor if heading == chunk.heading else \
+        f"{slugify(heading) or 'section'}-{chunk.line}"
+    return replace(chunk, heading=heading, anchor=anchor, text=redact(chunk.text))
+
+
 def _check_storable_rows(out: FileRows, path: str, text: str) -> None:
     """The raw text has no NUL, but a YAML escape ("\\0") puts one into a value, which
     COPY would refuse for the whole batch: name the field and its line instead.
@@ -405,7 +432,7 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
     redacts what it writes; a person's edit, or a pattern added since, is caught here)."""
     if kind == "decision":
         d = _redacted(parse_decision(text, path, tenant), redact, "title", "text",
-                      "rationale", "constraints", "alternatives", "consequences")
+                      "rationale", "constraints", "alternatives", "consequences", "tags")
         out.tables["decisions"].append((
             d.id, d.tenant_id, d.ts, d.status, d.scope, d.title, d.text, list(d.rationale),
             list(d.constraints), list(d.alternatives), list(d.consequences), d.confidence,
@@ -415,7 +442,8 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
                       tags=d.tags, refs=d.refs, text=decision_text(d.title, d.text, d.rationale),
                       weight=importance("decision", d.tags))
     elif kind == "task":
-        t = _redacted(parse_task(text, path, tenant), redact, "title", "details", "owner")
+        t = _redacted(parse_task(text, path, tenant), redact, "title", "details", "owner",
+                      "tags")
         out.tables["tasks"].append((
             t.id, t.tenant_id, t.ts, t.status, t.title, t.details, t.owner, list(t.refs),
             t.session_id, t.sensitivity, list(t.tags), path))
@@ -425,7 +453,7 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
                       sensitivity=t.sensitivity, tags=t.tags, refs=t.refs, text=body,
                       weight=importance("task", t.tags) if t.status != "done" else 0.2)
     elif kind == "summary":
-        s = _redacted(parse_summary(text, path, tenant), redact, "text")
+        s = _redacted(parse_summary(text, path, tenant), redact, "text", "tags")
         out.tables["summaries"].append((
             s.id, s.tenant_id, s.ts, s.scope, s.session_id, list(s.refs), list(s.decisions),
             s.text, s.sensitivity, list(s.tags), path))
@@ -436,7 +464,7 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
                       channel=s.channel)
     elif kind == "handoff":
         h = _redacted(parse_handoff(text, path, tenant), redact, "task", "constraints",
-                      "required_files", "open_questions")
+                      "required_files", "open_questions", "from_agent", "to_agent")
         out.tables["handoffs"].append((
             h.id, h.tenant_id, h.ts, h.from_agent, h.to_agent, h.task, list(h.constraints),
             list(h.decisions), list(h.required_files), list(h.open_questions), list(h.refs),
@@ -445,8 +473,7 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
         section = "identity" if path == "views/identity.md" else "rules"
         v = parse_view(text, path, section)
         v = replace(v, title=redact(v.title), chunks=tuple(
-            replace(chunk, heading=redact(chunk.heading), text=redact(chunk.text))
-            for chunk in v.chunks))
+            _served_chunk(chunk, redact) for chunk in v.chunks))
         out.tables["views"].append((v.path, v.section, v.pinned, v.sensitivity,
                                     list(v.channels), v.max_tokens, v.title))
         for order, chunk in enumerate(v.chunks):

@@ -745,3 +745,50 @@ def test_record_files_get_the_mode_any_new_file_gets(memory: Memory) -> None:
     for path in (memory.store / "decisions" / f"{decision}.md", memory.store / "manifest.json",
                  day_file(memory.store, cited.when)):
         assert stat.S_IMODE(path.stat().st_mode) == expected, path
+
+
+@pytest.mark.parametrize("fields", [
+    {"session_id": SECRET}, {"agent_id": SECRET}, {"tenant_id": SECRET},
+    {"actor": {"type": "human", "id": SECRET}}])
+def test_a_secret_in_a_name_is_refused_never_stored(memory: Memory,
+                                                     fields: dict[str, Any]) -> None:
+    """A name is never redacted (two sessions would become one): a secret there is
+    refused, naming the field, never echoing the value."""
+    before = snapshot(memory.store)
+    with pytest.raises(PrivacyError) as caught:
+        memory.record({"content": {"text": "hello"}, **fields})
+    name = "actor.id" if "actor" in fields else next(iter(fields))
+    assert f"field '{name}' matches the redaction pattern" in str(caught.value)
+    assert SECRET not in str(caught.value)
+    assert snapshot(memory.store) == before
+
+
+def test_a_handoff_between_secret_names_is_refused(memory: Memory) -> None:
+    for names in ({"to_agent": SECRET, "from_agent": "lead"},
+                  {"to_agent": "coder", "from_agent": SECRET}):
+        with pytest.raises(PrivacyError, match="matches the redaction pattern"):
+            memory.create_handoff(task="Ship it", **names)
+    assert not list((memory.store / "handoffs").glob("*.yaml"))
+
+
+def test_what_is_served_of_a_stored_output_or_a_bad_line_follows_the_patterns_now(
+        memory: Memory) -> None:
+    """An artifact and the errors `gitmem status` quotes are served to agents through
+    the redaction patterns as they are when served, not as they were when stored."""
+    output = "build log\n" + "step ok\n" * 4000 + "Frobnitzcode 778899\n"
+    event = memory.record({"kind": "tool_result", "content": {"tool": "make", "output": output}})
+    artifact = event.content["artifact_id"]
+    secret = "sk-" + "W" * 30
+    append(memory.store / "events/2026-03/2026-03-01.jsonl",
+           event_line("s", "x", number=9, sensitivity=secret)[1])
+    privacy = memory.store / "policies" / "privacy.yaml"
+    privacy.write_text(privacy.read_text().replace(
+        "  redact_patterns:\n", "  redact_patterns:\n    - 'Frobnitzcode [0-9]+'\n"))
+    memory.reload_policies()
+    memory.sync()
+    served = memory.get_artifact(artifact, tenant_id="default", channel="private")
+    assert b"Frobnitzcode" not in served and b"[REDACTED]" in served
+    assert b"Frobnitzcode 778899" in memory.get_artifact(artifact)  # a person's own tools
+    errors = json.dumps(memory.status()["errors"])
+    assert '"field": "sensitivity"' in errors and "[REDACTED]" in errors
+    assert secret not in errors

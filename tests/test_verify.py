@@ -194,6 +194,14 @@ def test_an_id_repeated_with_other_content_is_named_with_the_way_out(cli: Cli,
             "which mints a new one") in out
 
 
+def test_a_secret_in_a_name_of_a_hand_written_line_fails(cli: Cli, config: Config) -> None:
+    secret = "sk-" + "Z" * 30
+    _, line = event_line(secret, "a plain note", number=1)  # the session id
+    append(config.store / DAY, line)
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:1: matches the redaction pattern" in out and secret not in out
+
+
 def test_an_event_in_two_day_files_or_in_another_days_file_fails(cli: Cli,
                                                                  config: Config) -> None:
     """The index keeps one copy of an event: removing the file of that copy would lose
