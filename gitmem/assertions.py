@@ -92,7 +92,7 @@ def _cites(item: Mapping[str, Any], ref: str) -> bool:
 def _matches(item: Mapping[str, Any], p: Mapping[str, Any]) -> bool:
     return (("contains" not in p or str(p["contains"]) in item["text"])
             and ("id" not in p or p["id"] in (item["id"], item.get("source_id")))
-            and ("type" not in p or item["type"] == p["type"]))
+            and ("item_type" not in p or item["type"] == p["item_type"]))
 
 
 def _acb(run: Run, p: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,21 +123,22 @@ def acb_within_caps(run: Run, p: dict[str, Any]) -> None:
 
 
 def acb_section_contains(run: Run, p: dict[str, Any]) -> None:
-    """An item in `section` (or any) matches contains/id/type (exactly `count` if given)."""
+    """An item in `section` (or any) matches contains/id/item_type (exactly `count` if
+    given)."""
     acb = _acb(run, p)
     found = [i for i in _items(acb, p.get("section")) if _matches(i, p)]
     if ("count" in p and len(found) != p["count"]) or ("count" not in p and not found):
-        wanted = {k: p[k] for k in ("section", "contains", "id", "type") if k in p}
+        wanted = {k: p[k] for k in ("section", "contains", "id", "item_type") if k in p}
         raise Failure(f"{p.get('count', '>= 1')} item(s) matching {wanted}",
                       f"{len(found)} item(s)", excerpt(acb, p.get("section")))
 
 
 def acb_section_not_contains(run: Run, p: dict[str, Any]) -> None:
-    """No item in `section` (or any) matches contains/id/type."""
+    """No item in `section` (or any) matches contains/id/item_type."""
     acb = _acb(run, p)
     found = [i for i in _items(acb, p.get("section")) if _matches(i, p)]
     if found:
-        wanted = {k: p[k] for k in ("section", "contains", "id", "type") if k in p}
+        wanted = {k: p[k] for k in ("section", "contains", "id", "item_type") if k in p}
         raise Failure(f"no item matching {wanted}", [i["id"] for i in found],
                       excerpt(acb, p.get("section")))
 
@@ -176,10 +177,11 @@ def acb_path(run: Run, p: dict[str, Any]) -> None:
 
 
 def item_max_tokens(run: Run, p: dict[str, Any]) -> None:
-    """No item (of `type`, in `section`) is larger than `max` tokens."""
+    """No item (of `item_type`, in `section`) is larger than `max` tokens."""
     acb = _acb(run, p)
     big = {i["id"]: i["token_est"] for i in _items(acb, p.get("section"))
-           if i["token_est"] > p["max"] and ("type" not in p or i["type"] == p["type"])}
+           if i["token_est"] > p["max"]
+           and ("item_type" not in p or i["type"] == p["item_type"])}
     if big:
         raise Failure(f"every item <= {p['max']} tokens", big, excerpt(acb))
 

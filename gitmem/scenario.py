@@ -73,15 +73,15 @@ ASSERTIONS: dict[str, dict[str, str]] = {
     "event_exists": {"where": "map", "count": "int", "min": "int", "max": "int"},
     "acb_max_tokens": {"max": "int!", **_ACB},
     "acb_within_caps": {**_ACB},
-    "acb_section_contains": {"section": "str", "contains": "str", "id": "str", "type": "str",
-                             "count": "int", **_ACB},
+    "acb_section_contains": {"section": "str", "contains": "str", "id": "str",
+                             "item_type": "str", "count": "int", **_ACB},
     "acb_section_not_contains": {"section": "str", "contains": "str", "id": "str",
-                                 "type": "str", **_ACB},
+                                 "item_type": "str", **_ACB},
     "acb_contains_ref": {"ref": "str!", "section": "str", **_ACB},
     "acb_not_contains_ref": {"ref": "str!", "section": "str", **_ACB},
     "acb_sections": {"only": "strs", "non_empty": "strs", **_ACB},
     "acb_path": {"path": "str!", **_ACB},
-    "item_max_tokens": {"max": "int!", "section": "str", "type": "str", **_ACB},
+    "item_max_tokens": {"max": "int!", "section": "str", "item_type": "str", **_ACB},
     "traceability": {"target": "str", "must_have_refs": "bool", **_ACB},
     "decision_active": {"decision": "str!"},
     "decision_superseded": {"decision": "str!", "by": "str"},
@@ -410,8 +410,8 @@ def _assertion(check: _Checker, item: Any, where: list[str | int], label: str,
     check.typed(item.get("name", ""), "str", [*where, "name"], "name", label)
     check.params(params, ASSERTIONS[kind], where, f"assertion {kind}", label)
     if kind in ("acb_section_contains", "acb_section_not_contains") and not (
-            {"contains", "id", "type"} & set(params)):
-        raise check.fail(where, f"assertion {kind}: give contains, id or type", label)
+            {"contains", "id", "item_type"} & set(params)):
+        raise check.fail(where, f"assertion {kind}: give contains, id or item_type", label)
     _refs_bound(check, params, bound, where, label)
 
 

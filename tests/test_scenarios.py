@@ -81,6 +81,8 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
      "must be a path inside the store"),
     ("steps:\n  - record: {text: a}\n    repeat: 0\n", 7, "step 1 (record)",
      "field 'repeat': expected 1..100000"),
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_section_contains, section: "
+     "rules}\n", 8, "step 1 (acb)", "give contains, id or item_type"),
 ])
 def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: str, line: int,
                                                         step: str, what: str) -> None:
@@ -105,6 +107,9 @@ def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: st
     (HEAD.replace('"2026-02-01T00:00:00+00:00"', '"2026-02-01T00:00:00"')
      + "steps: [{sync: true}]\n", ":4: field 'now': timestamp '2026-02-01T00:00:00' has"),
     (HEAD + "setup:\n  views:\n    x.md: 42\nsteps: [{sync: true}]\n", "setup.views.x.md"),
+    # `type:` names the assertion, so the item-type filter cannot be a second `type:`
+    (HEAD + "steps: [{acb: {}}]\nassertions:\n  - {type: acb_section_contains, contains: a, "
+     "type: message}\n", ":7: not valid YAML: the key 'type' is given twice"),
 ])
 def test_a_malformed_file_is_rejected_whole(tmp_path: Path, text: str, what: str) -> None:
     path = write(tmp_path, text)
@@ -215,6 +220,34 @@ def test_index_equivalent_requires_committed_memory(tmp_path: Path, dsn: str) ->
     [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
     assert "git: commit" in failure["expected"]
     assert any("events/" in line for line in failure["actual"])
+
+
+ITEM_TYPES = HEAD + """defaults: {session: s1}
+steps:
+  - record: {text: "We deploy with Helm charts."}
+    as: e1
+  - decide: {text: "Deploy with Helm.", refs: [$e1]}
+  - acb: {query: "how do we deploy with helm?"}
+assertions:
+  - {type: acb_section_contains, item_type: decision, contains: Helm, count: 1}
+  - {type: acb_section_not_contains, item_type: decision, contains: "We deploy"}
+  - {type: item_max_tokens, max: 1, item_type: handoff}
+  - {type: acb_section_contains, item_type: message, contains: "Deploy with Helm."}
+  - {type: acb_section_not_contains, item_type: decision, contains: Helm}
+  - {type: item_max_tokens, max: 1, item_type: decision}
+"""
+
+
+def test_item_type_filters_acb_items_by_their_type(tmp_path: Path, dsn: str) -> None:
+    """The first three hold, the last three fail, only by the type of the items."""
+    result = run_scenario(load_scenario(write(tmp_path, ITEM_TYPES)), dsn)
+    assert [f["where"] for f in result["failures"]] == [
+        "final assertion 4", "final assertion 5", "final assertion 6"], result["failures"]
+    message, decision, size = result["failures"]
+    assert message["expected"] == (">= 1 item(s) matching {'contains': 'Deploy with Helm.', "
+                                   "'item_type': 'message'}")
+    assert [ref[:4] for ref in decision["actual"]] == ["dec_"]
+    assert [ref[:4] for ref in size["actual"]] == ["dec_"]
 
 
 # --------------------------------------------------------------------------- the report and CLI
