@@ -43,7 +43,7 @@ ACTIONS: dict[str, dict[str, str]] = {
     "decide": {"text": "str!", "supersedes": "strs", "rationale": "strs", "title": "str",
                "scope": "str", "constraints": "strs", "alternatives": "strs",
                "consequences": "strs", "confidence": "num", **_EVENT, "refs": "strs!"},
-    "task": {"title": "str!", "status": "str", "task_id": "str", "details": "str",
+    "task": {"title": "str", "status": "str", "task_id": "str", "details": "str",
              "owner": "str", **_EVENT},
     "summary": {"text": "str!", "decisions": "strs", "scope": "str", **_EVENT,
                 "refs": "strs!"},
@@ -384,6 +384,9 @@ def _action_values(check: _Checker, action: str, body: Mapping[str, Any],
                              f"{'|'.join(allowed)}, got {body[key]!r}", label)
     if action == "record" and not ({"text", "content", "output", "tool"} & set(body)):
         raise check.fail(where, "record: give text, content, or tool/output", label)
+    if action == "task" and not {"title", "task_id"} & set(body):
+        raise check.fail(where, "task: missing required field 'title' (a new task needs "
+                         "one; an update gives task_id, and its title stays)", label)
     if action == "git" and len(body) != 1:
         raise check.fail(where, "git: give exactly one of commit, branch, checkout, merge",
                          label)

@@ -256,7 +256,7 @@ def _write_one(run: Run, action: str, f: Mapping[str, Any]) -> str:
         return str(event.content["decision_id"])
     if action == "task":
         options = {k: f[k] for k in ("status", "task_id", "details", "owner") if k in f}
-        event = memory.task(f["title"], **options, **_event_fields(run, f))
+        event = memory.task(f.get("title"), **options, **_event_fields(run, f))
         return str(event.content["task_id"])
     if action == "summary":
         obj = _event_fields(run, f)

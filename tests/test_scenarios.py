@@ -81,6 +81,8 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
      "must be a path inside the store"),
     ("steps:\n  - record: {text: a}\n    repeat: 0\n", 7, "step 1 (record)",
      "field 'repeat': expected 1..100000"),
+    ("steps:\n  - task: {status: done}\n", 6, "step 1 (task)",
+     "task: missing required field 'title' (a new task needs one; an update gives task_id"),
     ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_section_contains, section: "
      "rules}\n", 8, "step 1 (acb)", "give contains, id or item_type"),
 ])
@@ -250,7 +252,24 @@ def test_item_type_filters_acb_items_by_their_type(tmp_path: Path, dsn: str) -> 
     assert [ref[:4] for ref in size["actual"]] == ["dec_"]
 
 
-# --------------------------------------------------------------------------- the report and CLI
+TASK_UPDATE = HEAD + """steps:
+  - task: {title: "Write the Helm chart"}
+    as: t1
+  - task: {task_id: $t1, status: doing, owner: ana}
+  - acb: {}
+assertions:
+  - {type: acb_section_contains, section: task_state, id: $t1, count: 1,
+     contains: "Task [doing] Write the Helm chart"}
+  - {type: acb_section_not_contains, section: task_state, contains: "Task [open]"}
+"""
+
+
+def test_a_task_update_needs_no_title_and_keeps_it(tmp_path: Path, dsn: str) -> None:
+    """`task: {task_id, status}` loads (as the CLI and the RPC allow) and the title stays."""
+    result = run_scenario(load_scenario(write(tmp_path, TASK_UPDATE)), dsn)
+    assert result["passed"], result["failures"]
+
+
 
 PASSING = HEAD + """steps:
   - repeat: 3
