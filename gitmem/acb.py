@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from gitmem import consistency, lexicon, planning, retrieval, tokens
+from gitmem import consistency, items, lexicon, planning, retrieval, tokens
 from gitmem.context import ContextCache, ReadScope, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
@@ -96,40 +96,6 @@ def read_scope(request: AcbRequest) -> ReadScope:
                      bool(request.query_text.strip() or request.handoff_id))
 
 
-def _item(row: Row, make: Callable[[Row], dict[str, Any]],
-          score: float | None = None) -> dict[str, Any]:
-    """The bundle item of `row`: made once per row (cached rows are reused by every
-    ACB) and copied per ACB, with its score when it has one."""
-    template = row.get("_item")
-    if template is None:
-        template = row["_item"] = make(row)
-    item = dict(template)
-    if score is not None:
-        item["score"] = score
-    return item
-
-
-def _chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
-    return _item(row, _chunk_template, score)
-
-
-def _chunk_template(row: Row) -> dict[str, Any]:
-    template = {
-        "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
-        "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
-        "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
-        "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
-        "ts": _iso(row["ts"]),
-    }
-    if row.get("artifact_id"):
-        template["artifact_id"] = row["artifact_id"]
-    return template
-
-
-def _iso(value: datetime) -> str:
-    return format_ts(value.astimezone(UTC))
-
-
 @dataclass
 class _Build:
     request: AcbRequest
@@ -149,6 +115,10 @@ class _Build:
         budget = self.policies.budgets.sections.get(name)
         full = budget.max_tokens if budget else 0
         return int(full * self.scale) if scaled else full
+
+    @property
+    def scored(self) -> bool:  # not on a channel that may not load some rows: scores count them
+        return not self.rule.hides_stored(self.policies.privacy.never_store)
 
     def allows(self, sensitivity: str, channel: str) -> bool:
         """Whether the request's channel may load a chunk (an event's or a summary's:
@@ -352,22 +322,7 @@ def _tasks(build: _Build, section: Section) -> None:
         if not build.allows_record(row["sensitivity"]):
             build.packer.omit("privacy", row["task_id"])
             continue
-        build.packer.add(section, _task_item(row), row["hash"])
-
-
-def _task_item(row: Row) -> dict[str, Any]:
-    return _item(row, lambda r: {
-        "type": "task", "id": r["task_id"], "text": r["item_text"],
-        "refs": list(dict.fromkeys([r["task_id"], *r["refs"]])),
-        "source": f"{r['path']}:1", "token_est": r["token_est"], "status": r["status"]})
-
-
-def _decision_item(row: Row, score: float | None) -> dict[str, Any]:
-    return _item(row, lambda r: {
-        "type": "decision", "id": r["decision_id"], "text": r["item_text"],
-        "refs": list(r["refs"]), "source": f"{r['path']}:1",
-        "token_est": r["token_est"], "ts": _iso(r["ts"]),
-        "rationale": list(r["rationale"]), "supersedes": list(r["supersedes"])}, score)
+        build.packer.add(section, items.task_item(row), row["hash"])
 
 
 def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> None:
@@ -391,7 +346,8 @@ def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> Non
         if not build.allows_record(row["sensitivity"]):
             build.packer.omit("privacy", decision_id)
             continue
-        build.packer.add(section, _decision_item(row, relevant.get(decision_id)), row["hash"])
+        build.packer.add(section, items.decision_item(
+            row, relevant.get(decision_id) if build.scored else None), row["hash"])
 
 
 class _Evidence:
@@ -413,7 +369,7 @@ class _Evidence:
                                          build.rule)
         build.provenance.update({"path": "retrieval", "retrieved": len(self.result.candidates),
                                  "candidate_pool_size": self.result.loadable})
-        if build.rule.hides_stored(build.policies.privacy.never_store):
+        if not build.scored:
             # statistics count rows the channel may not load (IDF, lanes, the phases that
             # ran: timings_ms): they would tell whether hidden text holds a word
             build.provenance["query_terms"] = [
@@ -449,7 +405,7 @@ class _Evidence:
         finally:
             section.cap += reserve
         for row in pinned:
-            item = _chunk_item(row)
+            item = items.chunk_item(row)
             item["pinned"] = True
             build.packer.add(section, item, row["hash"])
 
@@ -468,8 +424,7 @@ class _Evidence:
             hit = found.get(cand.chunk_id)
             if hit is None:
                 continue
-            item = _chunk_template(hit)
-            item["score"] = cand.score
+            item = items.chunk_template(hit) | ({"score": cand.score} if build.scored else {})
             build.packer.add(section, item, hit["hash"])
             reply = replies.get(cand.chunk_id)
             if reply is None:
@@ -477,7 +432,7 @@ class _Evidence:
             if not build.allows(reply["sensitivity"], reply["channel"]):
                 build.packer.omit("privacy", reply["chunk_id"])
                 continue
-            item = _chunk_template(reply)
+            item = items.chunk_template(reply)
             item["reply_to"] = cand.chunk_id  # the turn after a match: often its answer
             build.packer.add(section, item, reply["hash"])
 
@@ -520,7 +475,7 @@ def _session_rows(build: _Build, kind: str, limit: int) -> list[Row]:
 def _recent(build: _Build, section: Section) -> None:
     rows = _session_rows(build, "recent", build.policies.budgets.recent_window_events)
     for number, row in enumerate(rows):  # newest first: they matter most when the cap bites
-        if not build.packer.add(section, _chunk_item(row), row["hash"]) \
+        if not build.packer.add(section, items.chunk_item(row), row["hash"]) \
                 and row["hash"] not in build.packer.seen:
             for older in rows[number + 1:]:  # out of budget: older turns would leave a gap
                 build.packer.omit("budget", older["chunk_id"])
@@ -533,7 +488,7 @@ def _tools(build: _Build, section: Section) -> None:
     for row in _session_rows(build, "tools", build.policies.budgets.tool_state_events):
         if row["source_id"] == cut:
             build.packer.omit("budget", row["chunk_id"])
-        elif not build.packer.add(section, _chunk_item(row), row["hash"]) \
+        elif not build.packer.add(section, items.chunk_item(row), row["hash"]) \
                 and row["hash"] not in build.packer.seen:
             cut = row["source_id"]
     section.items.sort(key=_reading_order)
@@ -552,7 +507,8 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
     row = db.fetchone("handoff", {"id": build.request.handoff_id})
     if row is None or row["tenant_id"] != build.request.tenant_id:
         raise ValidationError(f"no handoff {build.request.handoff_id} for tenant "
-                              f"{build.request.tenant_id}", field="handoff_id")
+                              f"{build.request.tenant_id} (a handoff file that does not parse "
+                              "is named by `gitmem status`)", field="handoff_id")
     if row["to_agent"] != build.request.agent_id:
         raise ValidationError(
             f"handoff {row['handoff_id']} is addressed to agent {row['to_agent']!r}, "
@@ -585,7 +541,7 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
             if not build.allows_record(drow["sensitivity"]):
                 build.packer.omit("privacy", latest)
                 continue
-            build.packer.add(section, _decision_item(drow, None), drow["hash"])
+            build.packer.add(section, items.decision_item(drow, None), drow["hash"])
 
     def evidence(section: Section) -> None:
         limit = build.policies.budgets.handoff_evidence_max
@@ -595,6 +551,6 @@ def _handoff_fillers(build: _Build) -> dict[str, Callable[[Section], None]]:
             if not build.allows(chunk["sensitivity"], chunk["channel"]):
                 build.packer.omit("privacy", chunk["chunk_id"])
                 continue
-            build.packer.add(section, _chunk_item(chunk), chunk["hash"])
+            build.packer.add(section, items.chunk_item(chunk), chunk["hash"])
 
     return {"handoff": packet, "relevant_decisions": decisions, "retrieved_evidence": evidence}

@@ -1192,6 +1192,10 @@ def test_a_channel_cannot_tell_whether_text_it_may_not_load_holds_a_word(
     del hidden["terms"], unknown["terms"]
     assert hidden == unknown == {"omissions": unknown["omissions"], "pool": 0,
                                  "retrieved": 0, "lanes": None, "unsearched": None}
+    launch = memory.build_acb({"channel": "public", "session_id": "s2", "now": NOW,
+                               "query_text": "launch"})
+    assert section(launch, "retrieved_evidence") and all(  # a score counts hidden rows
+        "score" not in item for s in launch["sections"] for item in s["items"])
     private = memory.build_acb({"channel": "private", "now": NOW, "query_text": "leukemia"})
     assert private["provenance"]["query_terms"][0]["idf"] > 0 and private["provenance"]["lanes"]
     assert "leukemia" in texts(private)

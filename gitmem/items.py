@@ -1,0 +1,65 @@
+"""ACB items made of index rows: each row's item is made once (a cached row is reused
+by every ACB) and copied per ACB, with its score when it is ranked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gitmem.db import Row
+from gitmem.records import format_ts
+
+
+def item(row: Row, make: Callable[[Row], dict[str, Any]],
+         score: float | None = None) -> dict[str, Any]:
+    """The bundle item of `row`: made once per row (cached rows are reused by every
+    ACB) and copied per ACB, with its score when it has one."""
+    template = row.get("_item")
+    if template is None:
+        template = row["_item"] = make(row)
+    made = dict(template)
+    if score is not None:
+        made["score"] = score
+    return made
+
+
+def chunk_item(row: Row, score: float | None = None) -> dict[str, Any]:
+    """The item of a chunk row (an event's, a decision's, a task's, a summary's)."""
+    return item(row, chunk_template, score)
+
+
+def chunk_template(row: Row) -> dict[str, Any]:
+    """A chunk row's item, made anew (rows of one build alone need no template)."""
+    template = {
+        "type": row["source_type"] if row["source_type"] != "event" else row["kind"],
+        "id": row["chunk_id"], "source_id": row["source_id"], "text": row["text"],
+        "refs": list(dict.fromkeys([row["source_id"], *row["refs"]])),
+        "source": f"{row['path']}:{row['line']}", "token_est": row["token_est"],
+        "ts": iso_utc(row["ts"]),
+    }
+    if row.get("artifact_id"):
+        template["artifact_id"] = row["artifact_id"]
+    return template
+
+
+def iso_utc(value: datetime) -> str:
+    """A time as items show it: RFC 3339 in UTC."""
+    return format_ts(value.astimezone(UTC))
+
+
+def task_item(row: Row) -> dict[str, Any]:
+    """The item of a task row (its text made by the task cache)."""
+    return item(row, lambda r: {
+        "type": "task", "id": r["task_id"], "text": r["item_text"],
+        "refs": list(dict.fromkeys([r["task_id"], *r["refs"]])),
+        "source": f"{r['path']}:1", "token_est": r["token_est"], "status": r["status"]})
+
+
+def decision_item(row: Row, score: float | None) -> dict[str, Any]:
+    """The item of a decision row, with its score when it was ranked."""
+    return item(row, lambda r: {
+        "type": "decision", "id": r["decision_id"], "text": r["item_text"],
+        "refs": list(r["refs"]), "source": f"{r['path']}:1",
+        "token_est": r["token_est"], "ts": iso_utc(r["ts"]),
+        "rationale": list(r["rationale"]), "supersedes": list(r["supersedes"])}, score)
