@@ -420,11 +420,14 @@ class _Evidence:
         found, replies = evidence_rows(build.db(), build.request.tenant_id, chosen)
         # rows of this build alone: their items are made once, not kept as templates to
         # copy (2-3 us a row on the slowest machines)
+        scored = build.scored
         for cand in chosen:
             hit = found.get(cand.chunk_id)
             if hit is None:
                 continue
-            item = items.chunk_template(hit) | ({"score": cand.score} if build.scored else {})
+            item = items.chunk_template(hit)
+            if scored:
+                item["score"] = cand.score
             build.packer.add(section, item, hit["hash"])
             reply = replies.get(cand.chunk_id)
             if reply is None:
