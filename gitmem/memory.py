@@ -362,7 +362,7 @@ class Memory:
 
     def build_acb(self, request: Mapping[str, Any] | acb.AcbRequest, *,
                   encoded: bool = False) -> dict[str, Any]:
-        """The Active Context Bundle for `request` (fields of SPEC §10), caught up first.
+        """The Active Context Bundle for `request` (`acb.REQUEST_FIELDS`), caught up first.
 
         `encoded`: on the fast path, `sections` and `omissions` come as JSON already
         encoded (`orjson.Fragment`), for the daemon's answer."""

@@ -178,8 +178,8 @@ class Methods:
         }
 
     def build_acb(self, params: Any) -> Any:
-        """The ACB (SPEC §10); the index catches up with the files first. A cached
-        fast-path bundle's sections come encoded already (the answer is JSON)."""
+        """The ACB (`acb.REQUEST_FIELDS`); the index catches up with the files first. A
+        cached fast-path bundle's sections come encoded already (the answer is JSON)."""
         return self.memory.build_acb(as_object("build_acb", params), encoded=True)
 
     def query_decisions(self, params: Any) -> Any:

@@ -655,7 +655,7 @@ def test_no_index_process_indexes_in_the_daemon(store_config: Config) -> None:
 
 def test_the_daemon_starts_its_embedded_database_again_after_a_crash() -> None:
     """No DSN: the daemon's own embedded PostgreSQL. Killed, it comes back without a
-    command from anyone, and the daemon answers again (SPEC §6: it survives a
+    command from anyone, and the daemon answers again (docs/DAEMON.md: it survives a
     restarted database)."""
     root = short_dir()
     new_repo(root)

@@ -29,7 +29,7 @@ SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob(
 
 
 def test_the_suite_is_complete() -> None:
-    """The minimum suite of SPEC §8 and issue 5 is there."""
+    """The minimum suite (docs/SCENARIOS.md) is there."""
     ids = {load_scenario(path).id for path in SCENARIOS}
     wanted = {f"SCN-{n:03d}" for n in range(1, 11)} | {"SCN-P1", "SCN-P2", "SCN-P3", "SCN-A1",
                                                         "SCN-G1", "SCN-G2", "SCN-S1"}

@@ -1,4 +1,4 @@
-"""`gitmem init` and store discovery: the tree of SPEC §2, git wiring, idempotence."""
+"""`gitmem init` and store discovery: the tree of docs/FORMATS.md, git wiring, idempotence."""
 
 from __future__ import annotations
 
