@@ -341,13 +341,14 @@ def _decisions(build: _Build, section: Section, scores: dict[str, float]) -> Non
     rest = (row["decision_id"] for row in chain.active if row["decision_id"] not in relevant)
     considered = list(itertools.islice(itertools.chain(ranked, rest),
                                        build.policies.budgets.decisions_max))
+    shown = relevant if build.scored else {}
     for decision_id in considered:
         row = chain.by_id[decision_id]
         if not build.allows_record(row["sensitivity"]):
             build.packer.omit("privacy", decision_id)
             continue
-        build.packer.add(section, items.decision_item(
-            row, relevant.get(decision_id) if build.scored else None), row["hash"])
+        build.packer.add(section, items.decision_item(row, shown.get(decision_id)),
+                         row["hash"])
 
 
 class _Evidence:

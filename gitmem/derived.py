@@ -4,7 +4,6 @@ exist and are its tenant's. Each sees the files the same write staged before it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -25,6 +24,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError, ValidationError
 from gitmem.policies import Policies
+from gitmem.records import find_event
 from gitmem.store import day_file_rel, record_paths
 
 
@@ -74,23 +74,18 @@ class RecordFiles:
     def event_tenant(self, event_id: str) -> str | None:
         """The tenant of event `event_id` if a day file holds it (None: none does), looked
         for where its event would be: the days around the time its id carries (for an
-        event written elsewhere a moment ago, which the index does not hold yet). Only
-        the lines holding the id are parsed."""
+        event written elsewhere a moment ago, which the index does not hold yet)."""
         when = ids.time_of(event_id)
         if when is None:
             return None
-        needle = event_id.encode()
         for offset in (0, -1, 1):  # an event's file is its own date, at its own offset
             rel = day_file_rel(when + timedelta(days=offset))
             try:
-                data = (self.store / rel).read_bytes()
+                found = find_event((self.store / rel).read_bytes(), event_id, rel)
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            for line in data.splitlines():
-                event = _line_event(line) if needle in line else None
-                if event is not None and event.get("id") == event_id:
-                    tenant = event.get("tenant_id", self.policies.manifest.default_tenant)
-                    return str(tenant)
+            if found is not None:
+                return found[1].tenant_id
         return None
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
@@ -226,11 +221,3 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
                               field=f"content.{key}")
     return tuple(value)
 
-
-def _line_event(line: bytes) -> dict[str, Any] | None:
-    """An event line's object, or None for a line that is not one."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -59,6 +59,12 @@ class FormatError(GitmemError):
             return self
         return type(self)(self.detail, path=path, line=line, field=self.field,
                           severity=self.severity)
+
+    def redacted(self, redact: Callable[[str], str], path: str | None = None) -> FormatError:
+        """The same error with its message through `redact` (a value it quotes may be a
+        secret), named at `path` when one is given."""
+        return type(self)(redact(self.detail), path=self.path if path is None else path,
+                          line=self.line, field=self.field, severity=self.severity)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly form for status reports and RPC errors."""

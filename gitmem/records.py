@@ -433,6 +433,22 @@ def iter_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
         start = end + 1
 
 
+def find_event(data: bytes, event_id: str, path: str) -> tuple[int, Event] | None:
+    """The first event of `data` (complete lines of an events file) whose id is
+    `event_id`, with its line number; only the lines holding the id's text are parsed."""
+    needle = event_id.encode()
+    pos = data.find(needle)
+    while pos >= 0:
+        begin = data.rfind(b"\n", 0, pos) + 1
+        end = data.find(b"\n", pos) + 1 or len(data)
+        number = data.count(b"\n", 0, begin) + 1
+        for _, event in iter_events(data[begin:end], path, number):
+            if not isinstance(event, FormatError) and event.id == event_id:
+                return number, event
+        pos = data.find(needle, end)
+    return None
+
+
 def iter_events(data: bytes, path: str, start_line: int = 1,
                 ) -> Iterator[tuple[int, Event | FormatError]]:
     """(line number, the event or why it is not one) for each non-blank complete line."""

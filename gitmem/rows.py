@@ -340,9 +340,7 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
     status show them to any caller, as verify's to whoever commits).
     """
     out = _parse_file(path, kind, data, policies, start_line, offset, appended)
-    redact = policies.privacy.redact
-    out.errors = [type(e)(redact(e.detail), path=e.path, line=e.line, field=e.field)
-                  for e in out.errors]
+    out.errors = [e.redacted(policies.privacy.redact) for e in out.errors]
     return out
 
 

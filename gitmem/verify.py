@@ -52,7 +52,7 @@ from gitmem.policies import (
     read_policies,
 )
 from gitmem.policy_warnings import defaults_missing, views_missing
-from gitmem.records import content_hash, iter_events, parse_ts
+from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, record_paths
@@ -156,9 +156,8 @@ class Checker:
 
     def located(self, exc: FormatError, rel: str) -> None:
         """Record a parser's error, named as the user sees the file."""
-        self.problems.append(type(exc)(self.policies.privacy.redact(exc.detail),
-                                       path=self.display + (exc.path or rel),
-                                       line=exc.line, field=exc.field))
+        self.problems.append(exc.redacted(self.policies.privacy.redact,
+                                          self.display + (exc.path or rel)))
 
     # ------------------------------------------------------------------ files
 
@@ -269,19 +268,11 @@ class Checker:
                   f"{version}; {way_back}, and record a correction as a new event")
 
     def _committed_line(self, rel: str, committed: bytes, event_id: str) -> None:
-        """Note where the committed lines of `rel` hold `event_id`, if they do: only the
-        lines holding its text are parsed."""
-        needle = event_id.encode()
-        pos = committed.find(needle)
-        while pos >= 0:
-            begin = committed.rfind(b"\n", 0, pos) + 1
-            end = committed.find(b"\n", pos) + 1 or len(committed)
-            number = committed.count(b"\n", 0, begin) + 1
-            for _, event in iter_events(committed[begin:end], rel, number):
-                if not isinstance(event, FormatError) and event.id == event_id:
-                    self.event_ids[event_id] = (self.display + rel, number, event.hash)
-                    return
-            pos = committed.find(needle, end)
+        """Note where the committed lines of `rel` hold `event_id`, if they do."""
+        found = find_event(committed, event_id, rel)
+        if found is not None:
+            number, event = found
+            self.event_ids[event_id] = (self.display + rel, number, event.hash)
 
     def _check_record(self, rel: str, kind: str, data: bytes) -> None:
         try:
@@ -496,7 +487,8 @@ def verify_tree(store: Path, policies: Policies | None = None, *, display: str |
     try:
         checker = Checker(WorkTree(store), policies, display=display, base=base,
                           base_rev=rev, base_name=name)
-        for rel in sorted({*checker.tree.paths(), "manifest.json", *POLICY_FILES}):
+        paths = checker.tree.paths()  # a walk of the whole store: once
+        for rel in sorted({*paths, "manifest.json", *POLICY_FILES}):
             checker.check_file(rel)  # a policy file missing too
         if base is not None:
             for rel in base.paths():
@@ -505,7 +497,7 @@ def verify_tree(store: Path, policies: Policies | None = None, *, display: str |
         checker.check_refs(complete=True)
         problems = _with_summary_conflicts(checker.problems, store, policies, display)
         return (problems + defaults_missing(store, policies, display)
-                + views_missing(store, checker.tree.paths(), display))
+                + views_missing(store, paths, display))
     finally:
         if repo is not None:
             repo.close()
