@@ -703,6 +703,14 @@ def test_handoff_loads_only_packet_decisions_and_evidence(memory: Memory) -> Non
     assert noise not in json.dumps(acb)
     with pytest.raises(ValidationError, match="addressed to agent"):
         memory.build_acb({"agent_id": "someone-else", "handoff_id": packet.id})
+    path = memory.store / "handoffs" / f"{packet.id}.yaml"
+    path.write_text(path.read_text().replace("to_agent:", "to_agent: [", 1))  # broken YAML
+    memory.sync()
+    with pytest.raises(ValidationError) as caught:
+        memory.build_acb({"agent_id": "implementer", "handoff_id": packet.id})
+    assert f"no handoff {packet.id} for tenant default" in str(caught.value)
+    assert "`gitmem status`" in str(caught.value) and caught.value.field == "handoff_id"
+    assert any(e["path"] == f"handoffs/{packet.id}.yaml" for e in memory.status()["errors"])
 
 
 def test_handoff_evidence_keeps_to_the_channel_rules(memory: Memory) -> None:
