@@ -133,9 +133,13 @@ def _period_keys(start: str, offset: str) -> tuple[str, ...]:
     return tuple(time_keys(datetime.fromisoformat(f"{start}:00{offset}")))
 
 
-def search_extra(actor_id: str, tags: tuple[str, ...]) -> str:
+def search_extra(actor_id: str, tags: tuple[str, ...],
+                 redact: Callable[[str], str] | None = None) -> str:
     """The actor's name and tags (`topic:memory` -> topic memory), searchable too,
-    folded as a query is (gitmem/folding.py)."""
+    through `redact` if given, then folded as a query is (gitmem/folding.py): folding
+    first could turn a secret into a form no pattern matches."""
+    if redact is not None:
+        actor_id, tags = redact(actor_id), tuple(redact(tag) for tag in tags)
     words = [actor_id, *tags]
     words += [part for tag in tags for part in tag.replace("/", ":").split(":") if part]
     return fold(" ".join(words))
@@ -243,7 +247,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
         shown = event if event.kind == "message" else replace(  # keys naming a secret
             event, content=privacy.redact_value(event.content))
         text = privacy.redact(event_chunk_text(shown))
-        extra = privacy.redact(search_extra(event.actor.id, event.tags))
+        extra = search_extra(event.actor.id, event.tags, privacy.redact)
     parts = split_counted(text, policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
     keys = search_keys(event.tenant_id, event.ts)

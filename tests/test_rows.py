@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 from gitmem import tokens
@@ -55,6 +56,19 @@ def test_importance_prior() -> None:
 def test_search_extra_spells_out_tags() -> None:
     assert search_extra("alice", ("topic:deploy", "team/infra")) == (
         "alice topic:deploy team/infra topic deploy team infra")
+
+
+def test_search_extra_redacts_before_it_folds() -> None:
+    """A secret with accents, or a run long enough to be cut, is redacted as written:
+    folded first, no pattern would match it any more."""
+    def redact(text: str) -> str:
+        return re.sub(r"clé-[0-9]+|tok_[0-9a-f]{600}", "[REDACTED]", text)
+
+    long_token = "tok_" + "ab" * 300
+    extra = search_extra("clé-4242", ("vault:clé-1234", f"ci:{long_token}"), redact)
+    assert "4242" not in extra and "1234" not in extra and "abab" not in extra
+    assert "vault" in extra and "ci" in extra.split()
+    assert "1234" in search_extra("x", ("vault:clé-1234",))  # nothing to redact with
 
 
 def test_tenant_tag_is_a_fixed_width_prefix_of_its_own() -> None:
