@@ -58,6 +58,17 @@ from gitmem.store import (
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 
+
+def default_actor(kind: object, agent_id: object, content: object) -> dict[str, object]:
+    """Who an event is by when it names no actor: a tool call is its agent's, a tool's
+    result the tool's (`content.tool`), anything else the user's."""
+    if kind == "tool_call":
+        return {"type": "agent", "id": agent_id}
+    if kind == "tool_result":
+        tool = content.get("tool") if isinstance(content, dict) else None
+        return {"type": "tool", "id": tool if isinstance(tool, str) and tool else "tool"}
+    return dict(DEFAULT_ACTOR)
+
 logger = logging.getLogger(__name__)
 
 
@@ -362,7 +373,7 @@ class Recorder:
             "session_id": given.get("session_id", "default"),
             "agent_id": given.get("agent_id", "agent"),
             "channel": given.get("channel", "private"),
-            "actor": given.get("actor", dict(DEFAULT_ACTOR)),
+            "actor": given.get("actor"),
             "kind": given.get("kind", "message"),
             "content": content,
             "refs": _as_list(given.get("refs")),
@@ -370,7 +381,9 @@ class Recorder:
             "sensitivity": given.get("sensitivity", "none"),
             "hash": "sha256:" + "0" * 64,
         }
-        if isinstance(full["actor"], str):
+        if full["actor"] is None:
+            full["actor"] = default_actor(full["kind"], full["agent_id"], content)
+        elif isinstance(full["actor"], str):
             kind, _, name = full["actor"].partition(":")
             full["actor"] = {"type": kind, "id": name}
         digest = given.get("hash")

@@ -76,6 +76,22 @@ def test_record_assigns_id_ts_hash_and_defaults(recorder: Recorder, store: Path)
     assert (store / DAY).read_bytes().endswith(b"\n")
 
 
+def test_an_event_without_an_actor_is_by_whoever_made_it(recorder: Recorder,
+                                                         store: Path) -> None:
+    """A tool call is its agent's, a tool's result the tool's; an actor given is kept."""
+    call = recorder.record({"kind": "tool_call", "agent_id": "planner",
+                            "content": {"tool": "grep", "args": {"q": "x"}}})
+    result = recorder.record({"kind": "tool_result", "refs": [call.id],
+                              "content": {"tool": "grep", "output": "3 matches"}})
+    given = recorder.record({"kind": "tool_result", "actor": "tool:rg",
+                             "content": {"tool": "grep", "output": "3 matches"}})
+    said = recorder.record({"content": {"text": "thanks"}})
+    assert [(e.actor.type, e.actor.id) for e in (call, result, given, said)] == [
+        ("agent", "planner"), ("tool", "grep"), ("tool", "rg"), ("human", "user")]
+    assert [e["actor"] for e in events_on_disk(store)][:2] == [
+        {"type": "agent", "id": "planner"}, {"type": "tool", "id": "grep"}]
+
+
 def test_ids_are_unique_and_sorted_in_write_order(recorder: Recorder, store: Path) -> None:
     ids = [recorder.record({"content": {"text": f"m{i}"}}).id for i in range(50)]
     assert len(set(ids)) == 50 and ids == sorted(ids)
