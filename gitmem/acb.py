@@ -30,9 +30,11 @@ from gitmem.policies import ChannelRule, Policies
 from gitmem.records import (
     CHANNELS,
     check_choice,
+    check_name,
     check_storable,
     compact_json,
     format_ts,
+    name_or,
     parse_ts,
 )
 
@@ -79,15 +81,17 @@ class AcbRequest:
                                        or not isinstance(max_tokens, int) or max_tokens < 1):
             raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
                                   field="max_tokens")
-        channel = check_choice(data.get("channel") or "private", CHANNELS, "channel")
+        channel = check_choice(data.get("channel", "private"), CHANNELS, "channel")
         now = data.get("now")
         if now is not None:
             parse_ts(now, "now")
-        return cls(tenant_id=data.get("tenant_id") or default_tenant,
-                   session_id=data.get("session_id") or "default",
-                   agent_id=data.get("agent_id") or "agent", channel=channel,
+        handoff = data.get("handoff_id")
+        return cls(tenant_id=name_or(data.get("tenant_id"), default_tenant, "tenant_id"),
+                   session_id=name_or(data.get("session_id"), "default", "session_id"),
+                   agent_id=name_or(data.get("agent_id"), "agent", "agent_id"), channel=channel,
                    intent=data.get("intent") or "", query_text=data.get("query_text") or "",
-                   max_tokens=max_tokens, now=now, handoff_id=data.get("handoff_id") or None)
+                   max_tokens=max_tokens, now=now,
+                   handoff_id=None if handoff is None else check_name(handoff, "handoff_id"))
 
 
 def read_scope(request: AcbRequest) -> ReadScope:

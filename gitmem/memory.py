@@ -18,7 +18,7 @@ from gitmem.errors import DatabaseError, FormatError, NotFoundError
 from gitmem.ids import ARTIFACT_ID
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
-from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts
+from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts, name_or
 from gitmem.rows import Announced, Appended
 from gitmem.store import Placed, read_artifact
 
@@ -251,8 +251,8 @@ class Memory:
         stored applies). Without either: unscoped, the bytes as stored."""
         if tenant_id is None and channel is None:
             return read_artifact(self.store, artifact_id)
-        tenant = tenant_id or self.policies.manifest.default_tenant
-        channel = check_choice(channel or "private", CHANNELS, "channel")
+        tenant = name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id")
+        channel = check_choice("private" if channel is None else channel, CHANNELS, "channel")
         if not ARTIFACT_ID.fullmatch(artifact_id):
             raise NotFoundError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
         self._caught_up()
@@ -404,8 +404,7 @@ class Memory:
                         ) -> list[dict[str, Any]]:
         """A tenant's decisions (active ones by default), newest first or by relevance;
         with `channel`, only those its rules may load (their sensitivity decides)."""
-        tenant = tenant_id or self.policies.manifest.default_tenant
-        check_storable(tenant, "tenant_id")
+        tenant = name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id")
         check_storable(query_text, "query_text")
         if channel is not None:
             check_choice(channel, CHANNELS, "channel")

@@ -41,6 +41,7 @@ from gitmem.records import (
     check_storable,
     content_hash,
     format_ts,
+    name_or,
     parse_event,
     parse_ts,
 )
@@ -327,7 +328,7 @@ class Recorder:
         redact = self.policies.privacy.redact  # every free-text field, as for events
         packet = Handoff(
             id=ids.new_id("hof", when), ts=format_ts(when),
-            tenant_id=tenant_id or self.policies.manifest.default_tenant,
+            tenant_id=name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id"),
             to_agent=to_agent, task=redact(task), from_agent=from_agent,
             constraints=tuple(map(redact, constraints)), decisions=tuple(decisions),
             required_files=tuple(map(redact, required_files)),

@@ -191,6 +191,12 @@ def valid_name(text: str) -> bool:
     return bool(_NAME.match(text))
 
 
+def name_or(value: Any, default: str, field_name: str) -> str:
+    """A name a request may leave out (None: `default`); given, it must be a valid name:
+    an empty one (an unset variable, say) is refused, never read as the default."""
+    return default if value is None else check_name(value, field_name)
+
+
 def check_name(value: Any, field_name: str) -> str:
     text = check_text(value, field_name)
     if not _NAME.match(text):

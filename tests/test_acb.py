@@ -71,6 +71,24 @@ def test_request_fields_are_validated(memory: Memory) -> None:
         memory.build_acb({"now": "yesterday"})
 
 
+@pytest.mark.parametrize("field", ["tenant_id", "session_id", "agent_id", "channel",
+                                   "handoff_id"])
+@pytest.mark.parametrize("value", ["", "bad tenant!"])
+def test_a_name_given_empty_or_invalid_is_refused_never_read_as_the_default(
+        memory: Memory, field: str, value: str) -> None:
+    """An agent whose tenant variable is unset must not get the default tenant's
+    memory: a name left out takes its default, a name given must be one."""
+    say(memory, "The wire transfer limit is 250000 EUR")
+    with pytest.raises(ValidationError) as caught:
+        memory.build_acb({field: value, "query_text": "wire transfer limit", "now": NOW})
+    assert caught.value.field == field
+    if field == "tenant_id":
+        with pytest.raises(ValidationError, match="tenant_id"):
+            memory.query_decisions(value)
+        with pytest.raises(ValidationError, match="tenant_id"):
+            memory.get_artifact("art_" + "0" * 64, value)
+
+
 def test_public_channel_never_shows_preferences_or_sensitive_events(memory: Memory) -> None:
     public_ok = say(memory, "Public roadmap: the cluster migration ships in May", channel="public")
     high = say(memory, "Alice's salary review and the cluster budget", channel="public",

@@ -335,6 +335,14 @@ def test_a_decision_or_task_can_be_high_sensitivity(cli: Cli) -> None:
     assert "Hire Quixotic" in private and "Send Quixotic the offer" in private
 
 
+def test_acb_with_an_empty_tenant_is_refused(cli: Cli) -> None:
+    """`--tenant "$TENANT"` with the variable unset must not read the default tenant."""
+    cli("record", "The wire transfer limit is 250000 EUR")
+    result = cli("acb", "wire transfer limit", "--tenant", "", ok=False)
+    assert result.exit_code != 0 and "tenant_id" in result.output
+    assert "250000" not in result.output
+
+
 def test_handoff_writes_a_packet_that_acb_builds_from(cli: Cli) -> None:
     evt = cli("record", "The deploy test fails on Mondays").stdout.strip()
     dec = cli("decide", "Retry the deploy test once", "--ref", evt).stdout.strip()

@@ -126,7 +126,7 @@ def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
     """
     from gitmem.packing import render_text, summarize  # not the read path: the daemon's
 
-    request = {k: v for k, v in fields.items() if v not in (None, "")}
+    request = {k: v for k, v in fields.items() if v is not None}  # "" is refused, not dropped
     request["query_text"] = query
     with reported():
         bundle = via_daemon(obj, "build_acb", request)
