@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gitmem.db import Database
-from gitmem.folding import fold
+from gitmem.folding import compounds, fold
 from gitmem.rows import tenant_tag
 
 DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
+COMPOUNDS_MAX = 4       # compound words of a query also asked as the phrase of their parts
 _QUOTED = re.compile(r'"([^"]+)"')
 
 
@@ -58,23 +59,15 @@ def analyze(db: Database, text: str) -> list[Term]:
         shown = phrases
     terms: list[Term] = []
     seen: set[str] = set()
-    for phrase, as_asked in zip(phrases, shown, strict=True):
-        words: list[tuple[int, str]] = []  # (position, stem)
-        position = 0
-        for _, lexemes in _tokens(db, phrase):
-            if lexemes is None:
-                continue  # no position: a token no dictionary takes
-            position += 1
-            if lexemes:
-                words.append((position, lexemes[0]))
-        if len(words) >= 2:
-            stems = tuple(stem for _, stem in words)
-            gaps = tuple(b[0] - a[0] for a, b in itertools.pairwise(words))
-            term = _term(as_asked.strip(), stems, True, gaps)
-            if term.query not in seen:
-                seen.add(term.query)
-                terms.append(term)
-    for token, lexemes in _tokens(db, _QUOTED.sub(" ", text) + " " + " ".join(phrases)):
+    unquoted = _QUOTED.sub(" ", text)
+    parted = itertools.islice(compounds(unquoted).items(), COMPOUNDS_MAX)
+    for phrase, as_asked in [*zip(phrases, shown, strict=True),
+                             *((" ".join(parts), token) for token, parts in parted)]:
+        term = _phrase(db, phrase, as_asked.strip())
+        if term is not None and term.query not in seen:
+            seen.add(term.query)
+            terms.append(term)
+    for token, lexemes in _tokens(db, unquoted + " " + " ".join(phrases)):
         if not lexemes:
             continue  # a stopword
         forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
@@ -83,6 +76,24 @@ def analyze(db: Database, text: str) -> list[Term]:
         seen.add(forms[0])
         terms.append(_term(token, forms, False))
     return terms
+
+
+def _phrase(db: Database, phrase: str, as_asked: str) -> Term | None:
+    """A phrase's term: its words' stems and the distances between them (None for
+    fewer than two words)."""
+    words: list[tuple[int, str]] = []  # (position, stem)
+    position = 0
+    for _, lexemes in _tokens(db, phrase):
+        if lexemes is None:
+            continue  # no position: a token no dictionary takes
+        position += 1
+        if lexemes:
+            words.append((position, lexemes[0]))
+    if len(words) < 2:
+        return None
+    stems = tuple(stem for _, stem in words)
+    gaps = tuple(b[0] - a[0] for a, b in itertools.pairwise(words))
+    return _term(as_asked, stems, True, gaps)
 
 
 def _term(text: str, lexemes: tuple[str, ...], phrase: bool,

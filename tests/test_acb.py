@@ -587,6 +587,40 @@ def test_a_word_inside_unspaced_text_is_found(memory: Memory, stored: str, asked
     assert section(acb, "retrieved_evidence")[0]["text"] == f"user: {stored}"
 
 
+COMPOUNDS = ("Prod DB is db-prod-7.internal; on-call is oncall@acme.example.com, dashboard "
+             "https://grafana.acme.example.com/d/latency-p99")
+TRACE = ("crash was psycopg.errors.UniqueViolation in billing/invoice_calc.py, raised by "
+         "RateLimiterMiddleware")
+
+
+@pytest.mark.parametrize(("stored", "asked"), [
+    (COMPOUNDS, "oncall"), (COMPOUNDS, "acme.example.com"), (COMPOUNDS, "grafana"),
+    (COMPOUNDS, "latency-p99"), (COMPOUNDS, "db-prod-7.internal"),
+    (TRACE, "UniqueViolation"), (TRACE, "psycopg"), (TRACE, "invoice_calc.py"),
+    (TRACE, "invoice_calc"), (TRACE, "rate limiter middleware"),
+    (TRACE, "errors.UniqueViolation"),
+])
+def test_a_part_of_a_compound_word_is_found(memory: Memory, stored: str, asked: str) -> None:
+    """Hosts, addresses, URLs, paths, dotted and CamelCase names are single tokens
+    to the parser; their parts are found too, and the compound inside a longer one."""
+    fact = say(memory, stored)
+    say(memory, "An unrelated note: the weather is fine, ok.computer said so")
+    acb = memory.build_acb({"now": NOW, "query_text": asked})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [fact]
+    assert section(acb, "retrieved_evidence")[0]["text"] == f"user: {stored}"  # as written
+
+
+def test_a_compound_in_a_query_is_asked_as_the_phrase_of_its_parts(memory: Memory) -> None:
+    """`invoice_calc.py` finds the path that holds it, not a text with its words apart."""
+    fact = say(memory, "the bug is in billing/invoice_calc.py line 40")
+    say(memory, "the invoice is late; calc the py total")  # the parts, not together
+    acb = memory.build_acb({"now": NOW, "query_text": "invoice_calc.py"})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [fact]
+    terms = acb["provenance"]["query_terms"]
+    assert {"term": "invoice_calc.py", "phrase": True} in [
+        {k: t[k] for k in ("term", "phrase")} for t in terms]
+
+
 def test_a_quoted_phrase_in_unspaced_text_is_found_and_shown_as_asked(memory: Memory) -> None:
     fact = say(memory, "我们决定使用PostgreSQL作为索引")
     say(memory, "使用说明, 先决条件")  # the same characters, not the phrase
@@ -1069,7 +1103,7 @@ def test_request_text_that_no_stored_text_holds_is_refused(memory: Memory, field
 
 def test_decision_queries_refuse_text_no_stored_text_holds(memory: Memory) -> None:
     for field, params, why in (("query_text", {"query_text": "a\x00b"}, "NUL character"),
-                               ("tenant_id", {"tenant_id": "\ud800"}, "lone surrogate")):
+                               ("tenant_id", {"tenant_id": "\ud800"}, "expected a name")):
         with pytest.raises(ValidationError, match=why) as caught:
             memory.query_decisions(**params)
         assert caught.value.field == field

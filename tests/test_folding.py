@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitmem.folding import fold, search_text
+from gitmem.folding import compound_parts, compounds, fold, search_text
 
 
 @pytest.mark.parametrize(("text", "folded"), [
@@ -29,6 +29,30 @@ def test_search_text_is_none_where_the_text_reads_as_itself() -> None:
     assert search_text("deploy the blue cluster") is None
     assert search_text("em dash — and “quotes”") is None   # nothing to fold
     assert search_text("café") == "cafe"
+
+
+@pytest.mark.parametrize(("token", "parts"), [
+    ("db-prod-7.internal", ["db", "prod", "7", "internal"]),
+    ("oncall@acme.example.com", ["oncall", "acme", "example", "com"]),
+    ("psycopg.errors.UniqueViolation",
+     ["psycopg", "errors", "UniqueViolation", "Unique", "Violation"]),
+    ("billing/invoice_calc.py", ["billing", "invoice", "calc", "py"]),
+    ("RateLimiterMiddleware", ["Rate", "Limiter", "Middleware"]),
+    ("HTTPServer", ["HTTP", "Server"]),
+    ("snake_case_name", []),       # the parser splits at _ and - itself
+    ("on-call", []),
+    ("10.0.0.1", []), ("10:00:00", []), ("3.14", []),  # numbers stay whole
+    ("deploy", []), ("Deploy", []), ("NASA", []),
+])
+def test_compound_parts(token: str, parts: list[str]) -> None:
+    assert list(compound_parts(token)) == parts
+
+
+def test_the_index_holds_the_parts_of_compound_words_after_the_text() -> None:
+    text = "see db-prod-7.internal and UniqueViolation, then db-prod-7.internal again"
+    assert search_text(text) == text + "\ndb prod 7 internal\nUnique Violation"
+    assert compounds("x" * 300 + ".py and a.b") == {"a.b": ("a", "b")}  # a blob stays whole
+    assert search_text("Ünïcode.Path") == "Unicode.Path\nUnicode Path"
 
 
 def test_the_index_holds_each_character_of_an_unspaced_run_alone_too() -> None:
