@@ -84,6 +84,37 @@ def recorded_stores(cwd: Path) -> list[Path]:
     return [store for store in stores if (store / "manifest.json").is_file()]
 
 
+def committed_stores(cwd: Path) -> list[Path]:
+    """The stores committed to the repository holding `cwd` (a manifest.json git tracks,
+    beside an events/ or policies/ folder) that are in the work tree: what a fresh
+    clone, whose git config records none, holds. [] outside git."""
+    found = subprocess.run(["git", "ls-files", "-z", "--full-name", "--",
+                            ":(top,glob)**/manifest.json"], cwd=cwd, capture_output=True,
+                           text=True)
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                         capture_output=True, text=True).stdout.strip()
+    if found.returncode or not top:
+        return []
+    stores = [(Path(top) / entry).parent for entry in found.stdout.split("\0") if entry]
+    return [store for store in stores if (store / "manifest.json").is_file()
+            and any((store / part).is_dir() for part in ("events", "policies"))]
+
+
+def work_tree_stores(cwd: Path) -> list[Path]:
+    """Every store of the repository holding `cwd`: recorded, then committed ones."""
+    return list(dict.fromkeys([*recorded_stores(cwd), *committed_stores(cwd)]))
+
+
+def stores_here(store: str | None, cwd: Path | None = None) -> list[Path] | None:
+    """The stores a command over every store (verify, hooks install) works on when no
+    store is named (`store`) and none is found upward from `cwd`: the work tree's
+    (None: the usual single store applies)."""
+    cwd = cwd or Path.cwd()
+    if store or os.environ.get("GITMEM_STORE") or find_store(cwd.resolve()) is not None:
+        return None
+    return work_tree_stores(cwd) or None
+
+
 def _manifest_lost(store: Path) -> None:
     """Raise if `store` is a store whose manifest.json is gone (its folders are there):
     say so, not that there is no store."""
@@ -127,7 +158,7 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
     else:
         found = find_store(cwd.resolve())
         if found is None and must_exist:
-            recorded = recorded_stores(cwd)
+            recorded = work_tree_stores(cwd)
             if len(recorded) > 1:
                 raise ConfigError(f"this repository holds {len(recorded)} gitmem stores ("
                                   f"{', '.join(map(str, recorded))}); pass --store with one")

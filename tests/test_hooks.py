@@ -571,12 +571,45 @@ def test_commands_at_the_top_of_the_repository_find_its_recorded_store(tmp_path:
     assert found.returncode == 0, found.stderr
     assert f"{root / 'proj' / 'memory'}: no problems" in found.stderr + found.stdout
     assert _gitmem(root, "init", "other", env={}).returncode == 0
-    both = _gitmem(root, "verify", env={})
-    assert both.returncode == 1
-    assert "holds 2 gitmem stores" in both.stderr and str(root / "other" / "memory") in \
-        both.stderr and "--store" in both.stderr
+    both = _gitmem(root, "verify", env={})  # verify checks every store of the repository
+    assert both.returncode == 0, both.stderr
+    assert f"{root / 'other' / 'memory'}: no problems" in both.stderr
+    one = _gitmem(root, "status", env={})   # a command on one store must be told which
+    assert one.returncode == 1
+    assert "holds 2 gitmem stores" in one.stderr and str(root / "other" / "memory") in \
+        one.stderr and "--store" in one.stderr
     elsewhere = _gitmem(tmp_path, "verify", env={})  # not in a repository at all
     assert elsewhere.returncode == 1 and "no memory/ store in" in elsewhere.stderr
+
+
+def test_a_fresh_clone_guards_and_verifies_every_store_it_holds(tmp_path: Path) -> None:
+    """A clone's git config records no store: `hooks install` and `verify` at the top
+    of its work tree find the stores it tracks, each one."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q")
+    for name in ("proj1", "proj2"):
+        assert _gitmem(origin, "init", name, env={}).returncode == 0
+        with Memory(Config(store=origin / name / "memory")) as memory:
+            memory.record({"content": {"text": "x"}, "ts": "2026-03-01T09:00:00+00:00"})
+    run_git(origin, "add", "-A")
+    assert run_git(origin, "commit", "-q", "--no-verify", "-m", "stores").returncode == 0
+    clone = tmp_path / "clone"
+    assert run_git(tmp_path, "clone", "-q", str(origin), str(clone)).returncode == 0
+    assert run_git(clone, "config", "--get-all", "gitmem.store").stdout == ""
+    installed = _gitmem(clone, "hooks", "install", env={})
+    assert installed.returncode == 0, installed.stderr
+    assert git(clone, "config", "--get-all", "gitmem.store").split() == [
+        "proj1/memory", "proj2/memory"]
+    path = clone / "proj2" / DAY
+    path.write_text(path.read_text().replace('"x"', '"y"'))
+    refused = commit(clone, "rewrite")
+    assert refused.returncode == 1 and f"proj2/{DAY}:1: events files are append-only" \
+        in refused.stderr
+    run_git(clone, "config", "--unset-all", "gitmem.store")
+    checked = _gitmem(clone, "verify", env={})
+    assert checked.returncode == 1 and f"{clone / 'proj1' / 'memory'}: no problems" \
+        in checked.stderr and f"problem(s) in {clone / 'proj2' / 'memory'}" in checked.stderr
 
 
 def test_hooks_run_for_every_store_of_the_repository(tmp_path: Path) -> None:

@@ -212,13 +212,19 @@ def hooks_install(obj: Context) -> None:
     """Wire gitmem's hooks into this repository (honours core.hooksPath; chains old hooks).
 
     \b
+    At the top of a repository whose stores live in subdirectories (a fresh clone),
+    the hooks guard every store it holds.
+
+    \b
     Example:
       gitmem hooks install    # idempotent; an existing hook is kept and runs first
     """
+    from gitmem.config import stores_here
     from gitmem.hooks import install
 
     with reported():
-        messages = install(obj.config().store)
+        stores = stores_here(obj.store_option) or [obj.config().store]
+        messages = dict.fromkeys(m for store in stores for m in install(store))
     for message in messages:
         say(message)
 

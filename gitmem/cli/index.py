@@ -155,25 +155,34 @@ def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
 def verify(obj: Context, as_json: bool, since: str | None) -> None:
     """Check the whole store: records parse, events files only grow, refs resolve, no secrets.
 
-    Exit 1 with each problem as path:line: message.
+    Exit 1 with each problem as path:line: message. At the top of a repository whose
+    stores live in subdirectories (a fresh clone in CI), every store it holds.
 
     \b
     Examples:
       gitmem verify
       gitmem verify --since origin/main    # in CI, on a pull request's checkout
     """
+    from gitmem.config import stores_here
     from gitmem.verify import verify_tree
 
     with reported():
-        config = obj.config()
-        problems = verify_tree(config.store, since=since)  # every policy problem among them
-    errors = [p for p in problems if p.severity == "error"]
+        stores = stores_here(obj.store_option) or [obj.config().store]
+        found = [(store, verify_tree(store, since=since)) for store in stores]
     if as_json:  # the list once, for machines; the exit status says whether it failed
-        emit([p.to_dict() for p in problems])
-    else:
-        for problem in problems:
-            say(("" if problem.severity == "error" else f"{problem.severity}: ") + str(problem))
-    if errors:
-        raise click.ClickException(f"{len(errors)} problem(s) in {config.store}")
-    warnings = len(problems) - len(errors)
-    say(f"{config.store}: no problems" + (f" ({warnings} warning(s))" if warnings else ""))
+        emit([{**p.to_dict(), "store": str(store)} for store, problems in found
+              for p in problems])
+    failed = []
+    for store, problems in found:
+        errors = sum(p.severity == "error" for p in problems)
+        if not as_json:
+            for problem in problems:
+                say(("" if problem.severity == "error" else f"{problem.severity}: ")
+                    + str(problem))
+        if errors:
+            failed.append(f"{errors} problem(s) in {store}")
+        else:
+            warnings = len(problems) - errors
+            say(f"{store}: no problems" + (f" ({warnings} warning(s))" if warnings else ""))
+    if failed:
+        raise click.ClickException("; ".join(failed))
