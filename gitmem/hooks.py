@@ -72,8 +72,8 @@ def hook_script(name: str, python: str) -> str:
         # changed a store's files: `git config gitmem.store` lists them (none: look)
         return (head + f'checked=1\nif [ -n "$git_dir" ] && ! rm {marker} 2>/dev/null; then\n'
                 f'  stores=$(git config --get-all {STORE_KEY})\n'
-                '  if [ -z "$stores" ] || ! git diff-tree --quiet --root -r HEAD -- $stores; '
-                'then checked=; fi\nfi\n'
+                '  if [ -z "$stores" ] || ! git diff-tree --no-commit-id --quiet --root -r HEAD '
+                '-- $stores; then checked=; fi\nfi\n'
                 f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
                 f'[ -n "$checked" ] || {{ {run_gitmem.replace("{cmd} ", "")}; }}\n'
                 'exit $status\n')
