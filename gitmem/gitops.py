@@ -140,9 +140,10 @@ def busy_state(repo: git.Repo) -> str | None:
     return commit_in_progress(git_dir)
 
 
-# Written by gitmem's pre-commit hook (the git process's pid), removed by its
-# post-commit hook: while `git commit` runs its hooks it holds no lock, and a
-# HEAD moved meanwhile makes the commit fail ("cannot lock ref 'HEAD'").
+# Written by gitmem's pre-commit hook (the git process's pid; once its checks pass,
+# the tree and parent it checked: `mark_checked`), removed by its post-commit hook:
+# while `git commit` runs its hooks it holds no lock, and a HEAD moved meanwhile makes
+# the commit fail ("cannot lock ref 'HEAD'").
 COMMIT_MARKER = "gitmem-commit-in-progress"
 COMMIT_MARKER_FRESH_S = 60.0       # honoured this long whatever the pid says
 COMMIT_MARKER_MAX_S = 3600.0       # and while the committing git process runs, up to this
@@ -184,13 +185,52 @@ def mark_commit(git_dir: Path, pid: int) -> None:
     (git_dir / COMMIT_MARKER).write_text(f"{pid}\n", encoding="utf-8")
 
 
-def unmark_commit(git_dir: Path) -> bool:
-    """The commit finished (post-commit) or was refused; whether it had been marked."""
+def mark_checked(repo: git.Repo) -> None:
+    """Add to the commit-in-progress mark what pre-commit checked: the tree the commit
+    will record (the index, as `git write-tree` makes it) on the commit it will follow.
+
+    A commit that git then aborts (a commit-msg hook refuses it, an empty message)
+    leaves the mark behind, and post-commit must not take the next commit made
+    without pre-commit for a checked one: it is, only when it is that tree on that
+    parent (`checked_commit`). Nothing is added when the index has no tree yet (a
+    conflict: the commit fails anyway)."""
+    marker = Path(repo.git_dir) / COMMIT_MARKER
     try:
-        (git_dir / COMMIT_MARKER).unlink()
+        pid = marker.read_text(encoding="utf-8").split("\n", 1)[0]
+    except OSError:
+        return
+    tree = str(repo.git.write_tree(with_exceptions=False)).strip()
+    if _OID.fullmatch(tree):
+        marker.write_text(f"{pid}\n{tree} {_commit_parent(repo, 'HEAD')}\n", encoding="utf-8")
+
+
+def _commit_parent(repo: git.Repo, rev: str) -> str:
+    """`rev`'s commit id, or `none` (an unborn branch, a root commit's parent)."""
+    found = str(repo.git.rev_parse("-q", "--verify", f"{rev}^{{commit}}",
+                                   with_exceptions=False)).strip()
+    return found or "none"
+
+
+def unmark_commit(git_dir: Path) -> str | None:
+    """The commit finished (post-commit) or was refused: remove the mark; what pre-commit
+    noted in it as checked (`mark_checked`; '' when nothing), or None when unmarked."""
+    marker = git_dir / COMMIT_MARKER
+    try:
+        text = marker.read_text(encoding="utf-8", errors="replace")
+        marker.unlink()
     except FileNotFoundError:
+        return None
+    lines = text.splitlines()
+    return lines[1].strip() if len(lines) > 1 else ""
+
+
+def checked_commit(repo: git.Repo, noted: str | None) -> bool:
+    """Whether HEAD is the commit pre-commit checked, as `unmark_commit` read the note:
+    the tree it noted, on the parent it noted."""
+    if not noted:
         return False
-    return True
+    tree = str(repo.git.rev_parse("-q", "--verify", "HEAD^{tree}", with_exceptions=False))
+    return noted == f"{tree.strip()} {_commit_parent(repo, 'HEAD^1')}"
 
 
 def has_head(repo: git.Repo) -> bool:

@@ -6,9 +6,12 @@ writes) that exec `gitmem hook NAME`; everything else lives here:
 - pre-commit: the checks of `gitmem verify` over what is staged for the store;
   the installed hook first marks a commit in progress (`$GIT_DIR/
   gitmem-commit-in-progress`, the git process's pid) so that the daemon's
-  autocommit does not move HEAD under it; post-commit removes the mark, and
-  checks a commit that came without it (`git revert`, `git cherry-pick`, `git
-  am`, a rebase's picks, `--no-verify`) when it changed the store's files;
+  autocommit does not move HEAD under it, and once its checks pass notes in the
+  mark the tree it checked and the commit it follows; post-commit removes the
+  mark, and checks a commit that does not match that note (`git revert`, `git
+  cherry-pick`, `git am`, a rebase's picks, `--no-verify` come without a mark; a
+  commit git aborted after pre-commit leaves one that notes another tree) when
+  it changed the store's files;
 - pre-merge-commit: the same checks for a merge that git concludes by itself
   (every line of HEAD's events files must survive);
 - post-merge, post-checkout, post-rewrite: an incremental sync, through the
@@ -68,12 +71,18 @@ def hook_script(name: str, python: str) -> str:
         return (head + f'if [ -x {chained} ]; then {chained} "$@" || exit $?; fi\n'
                 + run_gitmem.replace("{cmd}", "exec") + "\n")
     if name == "post-commit":
-        # Python starts only for a commit that pre-commit did not see (no mark) and that
-        # changed a store's files: `git config gitmem.store` lists them (none: look)
-        return (head + f'checked=1\nif [ -n "$git_dir" ] && ! rm {marker} 2>/dev/null; then\n'
-                f'  stores=$(git config --get-all {STORE_KEY})\n'
-                '  if [ -z "$stores" ] || ! git diff-tree --no-commit-id --quiet --root -r HEAD '
-                '-- $stores; then checked=; fi\nfi\n'
+        # Python starts only for a commit that pre-commit did not check (no mark, or a
+        # mark that notes another tree or parent: that commit was aborted after
+        # pre-commit) and that changed a store's files: `git config gitmem.store` lists
+        # them (none: look)
+        made = ("$(git rev-parse -q --verify 'HEAD^{tree}') "
+                "$(git rev-parse -q --verify 'HEAD^1^{commit}' || echo none)")
+        return (head + f'checked=1\nif [ -n "$git_dir" ]; then\n'
+                f'  noted=$(sed -n 2p {marker} 2>/dev/null); rm -f {marker}\n'
+                f'  if [ -z "$noted" ] || [ "$noted" != "{made}" ]; then\n'
+                f'    stores=$(git config --get-all {STORE_KEY})\n'
+                '    if [ -z "$stores" ] || ! git diff-tree --no-commit-id --quiet --root -r '
+                'HEAD -- $stores; then checked=; fi\n  fi\nfi\n'
                 f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
                 f'[ -n "$checked" ] || {{ {run_gitmem.replace("{cmd} ", "")}; }}\n'
                 'exit $status\n')
@@ -140,6 +149,7 @@ def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:
         if problems:
             _commit_done(config.store)
             raise VerifyError(problems)
+        _commit_checked(config.store)
         return []
     if name == "pre-merge-commit":
         problems = verify_staged(config.store, load_policies(config.store))
@@ -186,15 +196,28 @@ def _commit_starts(store: Path) -> None:
         repo.close()
 
 
+def _commit_checked(store: Path) -> None:
+    """Note in the commit-in-progress mark the tree and parent pre-commit checked."""
+    try:
+        repo = gitops.open_repo(store)
+    except GitError:
+        return
+    try:
+        gitops.mark_checked(repo)
+    finally:
+        repo.close()
+
+
 def _commit_done(store: Path) -> bool:
-    """Clear the commit-in-progress mark the pre-commit hook left; whether there was one
-    (pre-commit saw the commit)."""
+    """Clear the commit-in-progress mark the pre-commit hook left; whether HEAD is the
+    commit it checked (the tree and parent it noted: a mark left by a commit git aborted
+    after pre-commit does not vouch for the next one)."""
     try:
         repo = gitops.open_repo(store)
     except GitError:
         return True
     try:
-        return gitops.unmark_commit(Path(repo.git_dir))
+        return gitops.checked_commit(repo, gitops.unmark_commit(Path(repo.git_dir)))
     finally:
         repo.close()
 

@@ -3,6 +3,8 @@ fact (those pre-commit did not see) and what it prints."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,48 @@ def test_a_clean_commit_without_pre_commit_prints_nothing(root: Path) -> None:
     result = run_git(root, "cherry-pick", picked)
     assert result.returncode == 0, result.stderr
     assert picked not in result.stdout and result.stderr == ""
+
+
+def test_a_mark_left_by_an_aborted_commit_does_not_vouch_for_the_next(root: Path) -> None:
+    """pre-commit passes, then a commit-msg hook refuses the commit: the mark stays.
+    The next commit, made with --no-verify and rewriting a committed line, is still
+    checked after the fact: the mark notes the tree pre-commit checked, not this one."""
+    _, good = event_line("s", "good line", number=1)
+    append(root / DAY, good)
+    assert commit(root, "init").returncode == 0
+    msg_hook = root / ".git" / "hooks" / "commit-msg"
+    msg_hook.write_text('#!/bin/sh\ngrep -q JIRA- "$1" || { echo "need a JIRA- id"; exit 1; }\n')
+    msg_hook.chmod(0o755)
+    _, another = event_line("s", "another", number=2)
+    append(root / DAY, another)
+    refused = commit(root, "no ticket")
+    assert refused.returncode == 1 and "need a JIRA- id" in refused.stdout + refused.stderr
+    assert (root / ".git" / "gitmem-commit-in-progress").exists()  # left behind
+    (root / DAY).write_text((root / DAY).read_text().replace("good line", "EDITED line"))
+    result = run_git(root, "commit", "-q", "--no-verify", "-am", "JIRA-1 rewrite")
+    assert result.returncode == 0
+    assert f"{DAY}:1: events files are append-only" in result.stderr, result.stderr
+    assert "made without the pre-commit check" in result.stderr
+    assert not (root / ".git" / "gitmem-commit-in-progress").exists()
+
+
+def test_post_commit_run_by_hand_trusts_only_a_note_of_this_commit(root: Path) -> None:
+    """The pre-commit framework runs `gitmem hook post-commit` (no shell shim): the mark
+    vouches for HEAD only when it notes HEAD's tree on HEAD's parent."""
+    _, good = event_line("s", "good line", number=1)
+    append(root / DAY, good)
+    assert commit(root, "init").returncode == 0
+    (root / DAY).write_text((root / DAY).read_text().replace("good line", "EDITED line"))
+    (root / ".git" / "hooks" / "post-commit").unlink()
+    assert run_git(root, "commit", "-q", "--no-verify", "-am", "rewrite").returncode == 0
+    head = run_git(root, "rev-parse", "HEAD^{tree}", "HEAD^1").stdout.split()
+    marker = root / ".git" / "gitmem-commit-in-progress"
+    for noted, warned in ((f"{head[0]} {head[1]}", False), (f"{head[1]} {head[1]}", True),
+                          (f"{head[0]} none", True), ("", True)):
+        marker.write_text(f"123\n{noted}\n")
+        result = subprocess.run([sys.executable, "-m", "gitmem", "hook", "post-commit"],
+                                cwd=root, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert ("events files are append-only" in result.stderr) is warned, (noted,
+                                                                             result.stderr)
+        assert not marker.exists()
