@@ -140,6 +140,9 @@ class Checker:
     base_rev: str = "HEAD"     # the revision `base` is, for the commands messages give
     base_name: str = ""        # how messages name it ("" -> "HEAD's version")
     only_new: bool = False     # events: check appended lines only (the committed were checked)
+    # HEAD's first parent, when what is checked is to be committed on HEAD: lines that
+    # HEAD itself added may be dropped by `git commit --amend`, which no hook can tell
+    amend_base: Tree | None = None
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
     event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
@@ -258,14 +261,26 @@ class Checker:
             last = before.count(b"\n")
             gone = f"line {line}" if line == last else f"lines {line}-{last}"
             self.fail(rel, line, f"events files are append-only, but {gone} of {version} "
-                      f"{'is' if line == last else 'are'} gone; restore {path} with {restore}")
+                      f"{'is' if line == last else 'are'} gone; restore {path} with {restore}"
+                      + self._amend_hint(rel, data))
             return
         added = data.count(b"\n") - before.count(b"\n")
         way_back = (f"restore it with {restore}" if added <= 0 else
                     f"put it back as `git show {self.base_rev}:{path}` has it ({restore} would "
                     f"also drop the {added} line(s) appended since)")
         self.fail(rel, line, f"events files are append-only, but this line differs from "
-                  f"{version}; {way_back}, and record a correction as a new event")
+                  f"{version}; {way_back}, and record a correction as a new event"
+                  + self._amend_hint(rel, data))
+
+    def _amend_hint(self, rel: str, data: bytes) -> str:
+        """The way for `git commit --amend` when every line it drops or changes is one
+        HEAD itself added: pre-commit cannot tell an amend from a new commit on HEAD, but
+        after `git reset --soft HEAD^` the commit is a new one on HEAD^, which lacks them."""
+        if self.amend_base is None or not data.startswith(self.amend_base.read(rel) or b""):
+            return ""
+        return (". Every line of HEAD's version this drops or changes came with HEAD "
+                "itself: if this is `git commit --amend`, run `git reset --soft HEAD^` and "
+                "commit instead (the commit is then checked against HEAD^, which lacks them)")
 
     def _committed_line(self, rel: str, committed: bytes, event_id: str) -> None:
         """Note where the committed lines of `rel` hold `event_id`, if they do."""
@@ -521,8 +536,10 @@ def verify_staged(store: Path, policies: Policies) -> list[FormatError]:
     repo = gitops.open_repo(store)
     try:
         merging = (Path(repo.git_dir) / "MERGE_HEAD").exists()
+        head = gitops.has_head(repo)
+        amend = head and not merging and bool(gitops.parents(repo, "HEAD"))
         return _verify_changes(repo, gitops.store_prefix(repo, store), policies, "",
-                               "HEAD" if gitops.has_head(repo) else None, merging)
+                               "HEAD" if head else None, merging, "HEAD^1" if amend else None)
     finally:
         repo.close()
 
@@ -541,15 +558,17 @@ def verify_commit(store: Path, policies: Policies, rev: str = "HEAD") -> list[Fo
 
 
 def _verify_changes(repo: git.Repo, prefix: str, policies: Policies, rev: str,
-                    base_rev: str | None, merging: bool) -> list[FormatError]:
+                    base_rev: str | None, merging: bool,
+                    amend_rev: str | None = None) -> list[FormatError]:
     """The checks of the store files that `rev` ('': the git index) changes from
-    `base_rev` (None: from nothing)."""
+    `base_rev` (None: from nothing); `amend_rev`: base_rev's parent (`Checker.amend_base`)."""
     changes = gitops.changed_paths(repo, prefix, base_rev, rev)
     if not changes:
         return []
     base = GitTree(repo, prefix, base_rev) if base_rev is not None else None
     checker = Checker(GitTree(repo, prefix, rev), policies, display=prefix, base=base,
-                      merging=merging, only_new=True, base_rev=base_rev or "HEAD")
+                      merging=merging, only_new=True, base_rev=base_rev or "HEAD",
+                      amend_base=GitTree(repo, prefix, amend_rev) if amend_rev else None)
     for _, rel in changes:
         checker.check_file(rel)
     checker.check_refs(complete=False)

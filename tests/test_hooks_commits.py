@@ -1,5 +1,6 @@
-"""The post-commit hook through real `git commit` runs: which commits it checks after the
-fact (those pre-commit did not see) and what it prints."""
+"""Commits around pre-commit, through real git runs: which ones post-commit checks after
+the fact (those pre-commit did not check) and what it prints; an amend pre-commit
+cannot tell from a new commit."""
 
 from __future__ import annotations
 
@@ -83,3 +84,31 @@ def test_post_commit_run_by_hand_trusts_only_a_note_of_this_commit(root: Path) -
         assert ("events files are append-only" in result.stderr) is warned, (noted,
                                                                              result.stderr)
         assert not marker.exists()
+
+
+def test_an_amend_dropping_a_line_head_added_is_told_the_way_that_works(root: Path) -> None:
+    """pre-commit checks an amend against HEAD, the commit it replaces: dropping a line
+    that commit added looks like dropping a committed line. The refusal says that `git
+    reset --soft HEAD^` and a commit do it, and that way is accepted."""
+    _, first = event_line("s", "first", number=1)
+    append(root / DAY, first)
+    assert commit(root, "first").returncode == 0
+    _, second = event_line("s", "second, a mistake", number=2)
+    append(root / DAY, second)
+    assert commit(root, "second").returncode == 0
+    (root / DAY).write_text(first)
+    (root / "notes.txt").write_text("why the second line went\n")
+    run_git(root, "add", "-A")
+    amend = run_git(root, "commit", "-q", "--amend", "-m", "notes instead")
+    assert amend.returncode == 1
+    assert (f"{DAY}:2: events files are append-only, but line 2 of HEAD's version is gone"
+            in amend.stderr), amend.stderr
+    assert ("came with HEAD itself: if this is `git commit --amend`, run `git reset --soft "
+            "HEAD^` and commit instead") in amend.stderr
+    assert run_git(root, "reset", "-q", "--soft", "HEAD^").returncode == 0
+    redone = run_git(root, "commit", "-q", "-m", "notes instead")
+    assert redone.returncode == 0, redone.stderr
+    (root / DAY).write_text("")  # a line an older commit added: no such way
+    dropped = commit(root, "drop")
+    assert dropped.returncode == 1 and "events files are append-only" in dropped.stderr
+    assert "--amend" not in dropped.stderr
