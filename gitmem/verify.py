@@ -148,6 +148,7 @@ class Checker:
     event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     written: list[_Ref] = field(default_factory=list)  # the record files events wrote
     links: dict[str, Link] = field(default_factory=dict)  # the decisions read, by id
+    retired: set[str] = field(default_factory=set)  # decisions read with `status: superseded`
 
     def fail(self, rel: str, line: int | None, message: str,
              field_name: str | None = None) -> None:
@@ -305,6 +306,8 @@ class Checker:
             if kind == "decision":
                 decision = parse_decision(text, rel, tenant)
                 self.links[decision.id] = _link(rel, text, decision)
+                if decision.status == "superseded":
+                    self.retired.add(decision.id)
                 self._cite(rel, text, "refs", decision.refs)
                 self._cite(rel, text, "supersedes", decision.supersedes, decision.tenant_id)
             elif kind == "task":
@@ -373,14 +376,20 @@ class Checker:
             self._check_forks()
 
     def _check_forks(self) -> None:
-        """A warning where two decisions supersede the same one (two branches that each
-        replaced it, merged): both stay active, and the chain has no single latest."""
+        """A warning where two active decisions supersede the same one (two branches that
+        each replaced it, merged): the chain has no single latest. Settled, as
+        docs/FORMATS.md says, once all but one are superseded (`status: superseded`, or
+        a later decision's `supersedes`)."""
         by_target: dict[str, list[_Ref]] = {}
         for ref in self.refs:
             if ref.field == "supersedes" and ref.path.startswith("decisions/"):
                 by_target.setdefault(ref.target, []).append(ref)
         for target, refs in sorted(by_target.items()):
-            first, *others = sorted(refs, key=lambda r: r.path)
+            active = [r for r in refs if Path(r.path).stem not in by_target
+                      and Path(r.path).stem not in self.retired]
+            if len(active) < 2:
+                continue
+            first, *others = sorted(active, key=lambda r: r.path)
             for ref in others:
                 self.problems.append(ValidationError(
                     f"{target} is also superseded by {Path(first.path).stem}: both are active "

@@ -278,6 +278,30 @@ def test_two_decisions_superseding_one_are_a_fork_verify_warns_about(cli: Cli,
             in result.output and "warning" in result.output)
 
 
+def test_a_fork_settled_either_way_docs_allow_is_not_warned_about(
+        cli: Cli, memory: Memory, config: Config) -> None:
+    """docs/FORMATS.md: a person sets `status: superseded` on one of the two, or a later
+    decision supersedes one or both; then at most one of them is active, and verify
+    stops warning."""
+    evt = memory.record({"content": {"text": "where to deploy"}}).id
+    old = memory.decide("Deploy from Frankfurt", [evt]).content["decision_id"]
+    berlin = memory.decide("Deploy from Berlin", [evt], supersedes=[old])
+    paris = memory.decide("Deploy from Paris", [evt], supersedes=[old])
+    fork = "both are active"
+    assert fork in cli("verify").output
+    path = config.store / "decisions" / f"{paris.content['decision_id']}.md"
+    text = path.read_text()
+    assert "status: active" in text
+    path.write_text(text.replace("status: active", "status: superseded"))
+    settled = cli("verify")
+    assert fork not in settled.output and settled.output.rstrip().endswith(": no problems")
+    path.write_text(text)
+    assert fork in cli("verify").output
+    memory.decide("Deploy from Berlin and Paris", [evt],
+                  supersedes=[berlin.content["decision_id"], paris.content["decision_id"]])
+    assert fork not in cli("verify").output
+
+
 def test_an_impossible_unquoted_date_is_named_and_skipped_and_the_rest_still_works(
         cli: Cli, memory: Memory, config: Config) -> None:
     """YAML reads an unquoted `ts: 2026-02-30T...` as a timestamp it cannot build: every
