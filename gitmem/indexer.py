@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 
 from gitmem import gitops
+from gitmem.copies import HomeLines, copies_elsewhere, drop_seen, outranked, repeated_otherwise
 from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
 from gitmem.freshness import Assessment, FileStat, assess, candidates
@@ -43,13 +44,11 @@ from gitmem.policies import Policies
 from gitmem.reread import kept_prefix
 from gitmem.rows import (
     CHUNK_COLUMNS,
-    EVENT_COLUMNS,
     SHORT_TOKENS,
     TABLE_COLUMNS,
     Appended,
     FileRows,
     parse_file,
-    repeated_id,
 )
 from gitmem.store import (
     TENANT_FILE_KINDS,
@@ -108,32 +107,29 @@ def _stats_of(states: Mapping[str, Row]) -> dict[str, FileStat]:
     return {rel: (s["kind"], s["size"], s["ctime_ns"], s["inode"]) for rel, s in states.items()}
 
 
+class _Outranked(Exception):
+    """A file's lines outrank the ones some ids are indexed from (gitmem/copies.py):
+    its transaction rolls back, and `sync` settles those ids (`_settle`)."""
+
+    def __init__(self, event_ids: list[str]) -> None:
+        super().__init__(", ".join(event_ids))
+        self.event_ids = event_ids
+
+
 def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRows) -> int:
     for table, values in rows.tables.items():
         if values:
             added = db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
             if table == "events" and added < len(values):  # some are indexed already
+                taken = outranked(db, conn, path, values)
+                if taken:
+                    raise _Outranked(taken)
                 db.execute("event_copies_note", {"path": path,
                                                  "ids": [row[0] for row in values]}, conn)
                 rows.repeats += values
     if rows.repeats:
-        rows.errors += _repeated_otherwise(db, conn, path, rows.repeats)
+        rows.errors += repeated_otherwise(db, conn, path, rows.repeats)
     return rows.count()
-
-
-_EVENT_LINE, _EVENT_HASH = EVENT_COLUMNS.index("line"), EVENT_COLUMNS.index("hash")
-
-
-def _repeated_otherwise(db: Database, conn: psycopg.Connection[Row], path: str,
-                        events: Sequence[tuple[Any, ...]]) -> list[FormatError]:
-    """The errors of those of a file's event rows whose id the index holds from another
-    line with other content (left out, as the first comes first: named, not silent)."""
-    found = db.fetchall("events_repeated_otherwise", {
-        "path": path, "ids": [row[0] for row in events],
-        "lines": [row[_EVENT_LINE] for row in events],
-        "hashes": [row[_EVENT_HASH] for row in events]}, conn)
-    return [repeated_id(r["event_id"], r["first_path"], r["first_line"], path, r["line"])
-            for r in found]
 
 
 def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
@@ -180,11 +176,6 @@ def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_li
             db.execute("delete_file_tail", {**where, "kept": list(kept)}, conn)
 
 
-def sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies) -> Assessment:
-    """Sync one file in its own transaction; returns what was found."""
-    return _sync_file(db, store, rel, kind, policies)[0]
-
-
 def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies,
                appended: Sequence[Appended] = (), *, force: bool = False,
                homes: set[str] | None = None) -> tuple[Assessment, FileRows, int | None]:
@@ -212,23 +203,8 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
                 and found.action in ("rewrite", "truncate", "deleted") else [])
         rows = apply(db, conn, found, policies, appended)
         if held and homes is not None:
-            homes.update(_copies_elsewhere(db, conn, rel, held))
+            homes.update(copies_elsewhere(db, conn, rel, held))
     return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
-
-
-def _copies_elsewhere(db: Database, conn: psycopg.Connection[Row], rel: str,
-                      held: Sequence[Row]) -> set[str]:
-    """The files (other than `rel`) holding another copy of an event whose rows `rel`
-    held and no longer does. The index keeps one copy of an event; when a line moves
-    to another file (to its own day's, or away from it), the file it left may give its
-    rows up after the other file's copy was skipped as a repeat: `event_copies` lists
-    that copy, and the caller reads its file again, whole."""
-    gone = {r["event_id"] for r in held} - {r["event_id"] for r in db.fetchall(
-        "events_present", {"ids": [r["event_id"] for r in held]}, conn)}
-    if not gone:
-        return set()
-    return {r["path"] for r in db.fetchall("event_copies_of", {"ids": sorted(gone),
-                                                               "path": rel}, conn)}
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -267,22 +243,28 @@ def sync(db: Database, store: Path, policies: Policies,
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
     homes: set[str] = set()  # day files holding an event another file's rows took away
-    queue = [(rel, kind, False) for rel, kind in todo]
+    # (path, kind, why it is read again whole: None, or _GAVE_UP / _OUTRANKED)
+    queue: list[tuple[str, str, str | None]] = [(rel, kind, None) for rel, kind in todo]
     while queue:
-        rel, kind, force = queue.pop(0)
-        found, rows, offset = _sync_file(db, store, rel, kind, policies,
-                                         appended.get(rel, ()) if appended else (),
-                                         force=force, homes=None if force else homes)
+        rel, kind, again = queue.pop(0)
+        force = again is not None
+        try:
+            found, rows, offset = _sync_file(db, store, rel, kind, policies,
+                                             appended.get(rel, ()) if appended else (),
+                                             force=force, homes=None if force else homes)
+        except _Outranked as exc:  # this file first, then the others, whole
+            queue[:0] = [(rel, kind, again), *((path, "events", _OUTRANKED)
+                                               for path in _settle(db, rel, exc.event_ids))]
+            continue
         if not queue and homes:  # read those again, whole, once the rest is done
-            queue = [(home, "events", True) for home in sorted(homes)]
+            queue = [(home, "events", _GAVE_UP) for home in sorted(homes)]
             homes.clear()
         if kind == "events" and offset is not None:
             report.offsets[rel] = offset
         report.errors.extend(_errors_json(rows.errors))
         report.known_lines += rows.known
-        if force and found.stale:
-            found = replace(found, action="rewrite", reason="holds an event another file "
-                            "gave up (a line moved to another day's file)")
+        if again is not None and found.stale:
+            found = replace(found, action="rewrite", reason=again)
         if found.stale:
             change: dict[str, Any] = {"path": rel, "action": found.action,
                                       "reason": found.reason}
@@ -301,12 +283,35 @@ def sync(db: Database, store: Path, policies: Policies,
     return report
 
 
+_GAVE_UP = "holds an event another file gave up (a line moved to another day's file)"
+_OUTRANKED = ("holds a line of an event id that another file's line, its original, is now "
+              "indexed from (gitmem/copies.py)")
+
+
+def _settle(db: Database, rel: str, event_ids: list[str]) -> list[str]:
+    """Forget the files other than `rel` that hold a line of these ids (their rows and
+    state), for the caller to read them again whole after `rel`: the index then holds
+    each id from its original line, and names the others as repeats of it, as a
+    reindex does. Under the lock each file's sync shares, taken exclusively: no sync
+    writes those files' rows meanwhile. A crash before they are read again leaves them
+    unindexed, which the next sync of the store reads as new files."""
+    with db.transaction() as conn:
+        db.execute("lock_sync_exclusive", None, conn)
+        paths = sorted({r["path"] for r in db.fetchall("event_holders", {"ids": event_ids},
+                                                       conn)} - {rel})
+        for path in paths:
+            _delete_rows(db, conn, path)
+            db.execute("delete_file_state", {"path": path}, conn)
+    return paths
+
+
 def reindex(db: Database, store: Path, policies: Policies,
             progress: Progress | None = None) -> SyncReport:
     """Drop the index and rebuild it from the files with COPY, in one transaction."""
     files = list(iter_store_files(store))
     report = SyncReport(files=len(files))
     seen_events: set[str] = set()
+    homes = HomeLines(store, (rel for rel, kind in files if kind == "events"))
     totals: dict[str, list[int]] = {}  # tenant -> chunks, short chunks, tokens, short tokens
     with db.rebuild() as conn:
         batch = FileRows()
@@ -321,7 +326,7 @@ def reindex(db: Database, store: Path, policies: Policies,
                 if found.action == "unchanged":  # vanished between listing and reading
                     continue
                 rows = parse_file(rel, kind, found.data, policies)
-                dropped = _drop_seen(rows, seen_events)
+                dropped = drop_seen(rows, seen_events, rel, homes)
                 copies += sorted({(rel, row[0]) for row in dropped})
                 if dropped or rows.repeats:  # named once every file is in, if they differ
                     repeats.append((len(states), rel, rows.errors, dropped + rows.repeats))
@@ -339,7 +344,7 @@ def reindex(db: Database, store: Path, policies: Policies,
                     batch = FileRows()
             loader.put(batch)
         for at, rel, errors, dropped in repeats:
-            found_too = _repeated_otherwise(db, conn, rel, dropped)
+            found_too = repeated_otherwise(db, conn, rel, dropped)
             if found_too:
                 patched = list(states[at])
                 patched[_STATE_COLUMNS.index("errors")] = json.dumps(
@@ -408,22 +413,6 @@ def _count_chunk(totals: dict[str, list[int]], tenant: str, token_est: int) -> N
 
 _STATE_COLUMNS = ("path", "kind", "content_hash", "byte_offset", "line_count", "head_hash",
                   "prefix_crc", "errors", "size", "ctime_ns", "inode")
-
-
-def _drop_seen(rows: FileRows, seen: set[str]) -> list[tuple[Any, ...]]:
-    """Keep the first occurrence of an event id across files; the event rows dropped
-    (copies, for `event_copies`)."""
-    events = rows.tables["events"]
-    if not events:
-        return []
-    dupes = {row[0] for row in events if row[0] in seen}
-    seen.update(row[0] for row in events)
-    if not dupes:
-        return []
-    rows.tables["events"] = [r for r in events if r[0] not in dupes]
-    rows.tables["chunks"] = [r for r in rows.tables["chunks"] if r[3] not in dupes]
-    rows.tables["artifacts"] = [r for r in rows.tables["artifacts"] if r[1] not in dupes]
-    return [r for r in events if r[0] in dupes]
 
 
 @contextmanager

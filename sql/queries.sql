@@ -54,6 +54,21 @@ JOIN events e ON e.event_id = u.event_id
 WHERE e.hash <> u.hash AND (e.path <> %(path)s OR e.line <> u.line)
 ORDER BY u.line
 
+-- name: events_elsewhere
+-- Where the index holds these events from another file than %(path)s.
+SELECT event_id, path, line FROM events WHERE event_id = ANY (%(ids)s) AND path <> %(path)s
+
+-- name: event_holders
+-- The files an event's rows come from, or that hold a copy of it (a reading of them all
+-- again settles which line is its original).
+SELECT path FROM events WHERE event_id = ANY (%(ids)s)
+UNION
+SELECT path FROM event_copies WHERE event_id = ANY (%(ids)s)
+
+-- name: lock_sync_exclusive
+-- Waits for every file's sync (they share this lock) and keeps new ones out.
+SELECT pg_advisory_xact_lock(hashtext(current_schema()))
+
 -- name: event_copies_of
 -- The files holding another copy of some events.
 SELECT DISTINCT path FROM event_copies WHERE event_id = ANY (%(ids)s) AND path <> %(path)s

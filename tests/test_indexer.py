@@ -979,8 +979,9 @@ def test_a_daemon_indexes_the_lines_after_one_whose_ts_it_cannot_hold(dsn: str,
 def test_a_line_moved_to_its_own_days_file_stays_indexed(memory: Memory, store: Path,
                                                          dsn: str, schema: str) -> None:
     """A line filed under another day (verify refuses it) moved home by a person: the
-    index keeps one copy of an event, and the file the line left gave its rows up after
-    the other file's copy had been skipped as a repeat."""
+    index keeps one copy of an event. The file the line went to sorts first, so its line
+    is the original (gitmem/copies.py): it takes the id over, and the file the line left
+    is read again whole."""
     keep = line(1, day="2026-02-10")
     moved = line(2, day="2026-02-09", content={"text": "refiled to its own day"})
     write(store, DAY2, keep + moved)  # misfiled under the 10th
@@ -989,7 +990,7 @@ def test_a_line_moved_to_its_own_days_file_stays_indexed(memory: Memory, store: 
     write(store, DAY2, keep)                       # cut ...
     write(store, DAY, moved, mode="a")              # ... and pasted home, at the end
     report = memory.sync()
-    assert changed(report) == {DAY2: "truncate", DAY: "rewrite"}
+    assert changed(report) == {DAY2: "rewrite", DAY: "append"}
     moved_id = json.loads(moved)["id"]
     assert rows(dsn, schema, "SELECT path, line FROM events WHERE event_id = %s",
                 (moved_id,)) == [(DAY, 2)]
