@@ -21,7 +21,8 @@ line is refused, and the index follows once it is taken out.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,68 @@ def rank(event_id: str, path: str, line: int) -> tuple[int, str, int]:
     """Where a line of `event_id` stands among its lines, the original lowest: rules 2 and
     3 of the module's docstring (the index's whole rule)."""
     return (0 if path == home_file(event_id) else 1, path, line)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One line holding an event id: its store-relative path, line number, the event's
+    hash, and whether the line is committed (in the version the check compares with)."""
+
+    path: str
+    line: int
+    hash: str
+    committed: bool = False
+
+
+def original(event_id: str, copies: Iterable[Copy]) -> Copy:
+    """The original among the lines of `event_id` (rules 1-3)."""
+    return min(copies, key=lambda c: (not c.committed, *rank(event_id, c.path, c.line)))
+
+
+def why_original(event_id: str, first: Copy, other: Copy) -> str:
+    """Why `first` is the original and `other` not, as a message says it."""
+    if first.committed and not other.committed:
+        return "committed before this line"
+    if first.path == other.path:
+        return "an earlier line of this file"
+    if first.path == home_file(event_id):
+        return "in the day file of the id's own time"
+    return "neither line is in the day file of the id's own time, and its file sorts first"
+
+
+class EventLines:
+    """The lines of every event id a check read: the first one of each id, and all of
+    those of an id read more than once (few: a map of every line would cost a whole
+    store's walk too much)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, Copy] = {}
+        self.repeated: dict[str, list[Copy]] = {}
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self.first
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.first)
+
+    def add(self, event_id: str, copy: Copy) -> None:
+        """Note a line of `event_id` (the same line noted twice counts once)."""
+        first = self.first.setdefault(event_id, copy)
+        if first == copy:
+            return
+        lines = self.repeated.setdefault(event_id, [first])
+        if copy not in lines:
+            lines.append(copy)
+
+    def not_original(self) -> Iterator[tuple[str, Copy, Copy]]:
+        """(id, a line that is not the original, the original) for each line that repeats
+        an id, but for the same event again in the original's own file (a union merge
+        repeats a line: harmless, indexed once)."""
+        for event_id, copies in sorted(self.repeated.items()):
+            first = original(event_id, copies)
+            for copy in copies:
+                if copy != first and (copy.path, copy.hash) != (first.path, first.hash):
+                    yield event_id, copy, first
 
 
 # --------------------------------------------------------------------------- the index

@@ -7,8 +7,11 @@ Each problem is a FormatError naming `path:line`:
   last line has no newline, a policy file or the manifest missing;
 - a dangling reference: `refs`, `supersedes` or `decisions` naming an id that
   no file of the tree holds, or a record removed while others still cite it;
-- an event in two day files, or in another day's file than its ts's (the index
-  keeps one copy of an event, and would lose it with that copy's file);
+- an event id on a line that is not its original (gitmem/copies.py): another
+  event under a recorded id, or the same event in a second day file (the index
+  keeps one line per id, and would lose the event with that line's file); a check
+  of what a commit adds looks its new lines' ids up in every committed day file;
+- an event in another day's file than its ts's;
 - a decision that supersedes, or a handoff that hands over, another tenant's
   decision (the write path refuses both);
 - a decision that supersedes itself, or is on a loop of `supersedes` (none on it is
@@ -30,9 +33,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from gitmem import consistency, gitops
+from gitmem.copies import Copy, EventLines, why_original
 from gitmem.documents import (
     Decision,
     field_line,
@@ -57,66 +61,17 @@ from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
+from gitmem.trees import GitTree, Tree, WorkTree
 
 if TYPE_CHECKING:
     import git
 
 _EVENT_ID = re.compile(rb'"id":\s*"(evt_[0-9A-HJKMNP-TV-Z]{26})"')
+_ANY_EVENT_ID = re.compile(rb"evt_[0-9A-HJKMNP-TV-Z]{26}")  # an event's own, or one it cites
 # Each policy file's parser; given a list, it adds every problem of the file to it.
 _POLICY_PARSERS: dict[str, Callable[[str, str, list[FormatError]], object]] = {
     "policies/budgets.yaml": parse_budgets, "policies/privacy.yaml": parse_privacy,
     "policies/channels.yaml": parse_channels, "manifest.json": parse_manifest}
-
-
-class Tree(Protocol):
-    """Store files from somewhere: the work tree, the git index, a commit."""
-
-    def paths(self) -> list[str]:
-        """Store-relative paths of every file."""
-        ...
-
-    def read(self, rel: str) -> bytes | None:
-        """A file's bytes, or None when absent."""
-        ...
-
-
-class WorkTree:
-    """The store directory on disk."""
-
-    def __init__(self, store: Path) -> None:
-        self.store = store
-
-    def paths(self) -> list[str]:
-        """Every file under the store (hidden and temporary files included)."""
-        return sorted(p.relative_to(self.store).as_posix()
-                      for p in self.store.rglob("*") if p.is_file())
-
-    def read(self, rel: str) -> bytes | None:
-        """The file's bytes, or None."""
-        try:
-            return (self.store / rel).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
-
-
-class GitTree:
-    """The store as a git revision holds it ('' is the index: what a commit would hold)."""
-
-    def __init__(self, repo: git.Repo, prefix: str, rev: str) -> None:
-        self.repo = repo
-        self.prefix = prefix
-        self.rev = rev
-        self._paths: list[str] | None = None
-
-    def paths(self) -> list[str]:
-        """Store-relative paths in the revision."""
-        if self._paths is None:
-            self._paths = gitops.list_paths(self.repo, self.prefix, self.rev)
-        return self._paths
-
-    def read(self, rel: str) -> bytes | None:
-        """The blob's bytes, or None."""
-        return gitops.read_blob(self.repo, f"{self.rev}:{self.prefix}{rel}")
 
 
 @dataclass
@@ -145,7 +100,7 @@ class Checker:
     amend_base: Tree | None = None
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
-    event_ids: dict[str, tuple[str, int, str]] = field(default_factory=dict)
+    event_ids: EventLines = field(default_factory=EventLines)
     written: list[_Ref] = field(default_factory=list)  # the record files events wrote
     links: dict[str, Link] = field(default_factory=dict)  # the decisions read, by id
     retired: set[str] = field(default_factory=set)  # decisions read with `status: superseded`
@@ -203,8 +158,10 @@ class Checker:
                 self._rewritten(rel, before, data)
                 before = None  # which lines are new is unknown: check them all
         committed = b""  # lines not read again: a new line's id is looked up in them
+        # the lines up to this one are the committed version's (a duplicate id's original)
+        kept = before.count(b"\n") if before is not None else 0
         if before is not None and self.only_new:
-            start = before.count(b"\n") + 1
+            start = kept + 1
             data = data[len(before):]
             committed = before
         if data and not data.endswith(b"\n"):
@@ -227,15 +184,7 @@ class Checker:
                           "(policies/privacy.yaml); remove this line", "sensitivity")
             if committed and event.id not in self.event_ids:
                 self._committed_line(rel, committed, event.id)
-            seen = self.event_ids.get(event.id)
-            if seen is not None and seen[2] != event.hash:
-                self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]} with other "
-                          "content; ids never repeat: remove this line and record it again "
-                          "without its id, which mints a new one", "id")
-            elif seen is not None and seen[0] != self.display + rel:
-                self.fail(rel, number, f"{event.id} is also {seen[0]}:{seen[1]}; an event "
-                          "lives in one day file (the index keeps one copy, and loses it "
-                          "with that file)", "id")
+            self.event_ids.add(event.id, Copy(rel, number, event.hash, number <= kept))
             home = day_file_rel(event.when)
             if home != rel:
                 self.fail(rel, number, f"{event.id} belongs in {home}, the file of its ts's "
@@ -244,7 +193,6 @@ class Checker:
             if event.hash != expected:  # the dedupe key: a wrong one hides another event
                 self.fail(rel, number, f"does not match the content (expected {expected})",
                           "hash")
-            self.event_ids.setdefault(event.id, (self.display + rel, number, event.hash))
             self.refs += [_Ref(rel, number, "refs", ref) for ref in event.refs]
             key = _RECORD_KEYS.get(event.kind)
             record = event.content.get(key) if key else None
@@ -288,7 +236,41 @@ class Checker:
         found = find_event(committed, event_id, rel)
         if found is not None:
             number, event = found
-            self.event_ids[event_id] = (self.display + rel, number, event.hash)
+            self.event_ids.add(event_id, Copy(rel, number, event.hash, committed=True))
+
+    def _committed_elsewhere(self) -> None:
+        """Note where the committed version's other files hold the ids of the new lines
+        checked: a line pasted into another day file under a recorded id must not pass
+        because its own file never held it. `git grep` finds the few files to read."""
+        if not (self.only_new and isinstance(self.base, GitTree)):
+            return
+        wanted = {i for i, c in self.event_ids.first.items() if not c.committed}
+        for rel in self.base.files_holding(wanted, "events/"):
+            data = self.base.read(rel) or b""
+            for event_id in sorted(wanted.intersection(
+                    m.decode() for m in _ANY_EVENT_ID.findall(data))):
+                self._committed_line(rel, data, event_id)
+
+    def _check_copies(self) -> None:
+        """Name each line that repeats an event id and is not its original
+        (gitmem/copies.py): a check of new lines names new lines only."""
+        for event_id, copy, first in self.event_ids.not_original():
+            if self.only_new and copy.committed:
+                continue  # not what this commit adds
+            where = f"{self.display}{first.path}:{first.line}"
+            if copy.hash == first.hash:
+                self.fail(copy.path, copy.line, f"{event_id} is also {where}; an event "
+                          "lives in one day file (the index keeps one copy, and loses it "
+                          "with that file)", "id")
+                continue
+            way = ("remove this line and record it again without its id, which mints a new "
+                   "one") if not copy.committed else (
+                "the index leaves this line out; remove it, committing with `git commit "
+                "--no-verify` (events files are append-only, and this line is not the "
+                "original), and record it again without its id if it should stay")
+            self.fail(copy.path, copy.line, f"{event_id} is also {where} with other content; "
+                      f"ids never repeat: {way} (that line is the original: "
+                      f"{why_original(event_id, first, copy)})", "id")
 
     def _check_record(self, rel: str, kind: str, data: bytes) -> None:
         try:
@@ -349,6 +331,8 @@ class Checker:
         `complete`: every events file was read, so `event_ids` is the whole set;
         otherwise the tree's events files are scanned, newest first, until found.
         """
+        self._committed_elsewhere()
+        self._check_copies()
         paths = set(self.tree.paths())
         for made in self.written:
             if not any(p in paths for p in record_paths(made.target)):

@@ -1,20 +1,26 @@
 """An event id on a second line, in another day file: which line is the original
-(gitmem/copies.py), and that the index keeps it whatever order the files sort or are
-read in."""
+(gitmem/copies.py), and that the hooks, `gitmem verify` and the index agree on it,
+whatever order the files sort or are read in."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gitmem import ids
-from gitmem.copies import HomeLines, home_file, rank
+from gitmem import gitops, ids
+from gitmem.copies import Copy, EventLines, HomeLines, home_file, original, rank
+from gitmem.hooks import install
 from gitmem.memory import Memory
 from gitmem.store import day_file_rel
-from tests.daemons import event_line
+from tests.daemons import append, event_line, new_repo
+from tests.test_hooks import run_git
 from tests.test_indexer import assert_reindex_equal, rows, write
 
 JUNE_2 = "memory/events/2026-06/2026-06-02.jsonl"
@@ -32,6 +38,24 @@ def line(event_id: str, text: str, ts: str) -> str:
     return event_line("s", text, ts=ts, id=event_id)[1]
 
 
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    repo = new_repo(tmp_path / "repo")
+    install(repo / "memory")
+    return repo
+
+
+def commit(root: Path, message: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    run_git(root, "add", "-A")
+    return run_git(root, "commit", "-q", *flags, "-m", message)
+
+
+def gitmem(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "GITMEM_STORE"}
+    return subprocess.run([sys.executable, "-m", "gitmem", *args], cwd=root, env=env,
+                          capture_output=True, text=True)
+
+
 # --------------------------------------------------------------------------- the rule
 
 def test_home_file_is_the_day_file_of_the_time_the_id_carries() -> None:
@@ -46,7 +70,7 @@ def test_home_file_is_the_day_file_of_the_time_the_id_carries() -> None:
     assert home_file("evt_" + "Z" * 26) is None  # past the years a datetime holds
 
 
-def test_the_original_is_at_home_then_first_by_path_and_line() -> None:
+def test_the_original_is_committed_then_at_home_then_first_by_path_and_line() -> None:
     at_home = minted(GENUINE_TS)
     home = "events/2026-06/2026-06-02.jsonl"
     early = "events/2026-06/2026-06-01.jsonl"
@@ -54,6 +78,123 @@ def test_the_original_is_at_home_then_first_by_path_and_line() -> None:
     away = "evt_01JKZ3N4Q5R6S7T8V9W0X00001"  # its time: 2025-02-13, no line there
     assert rank(away, early, 9) < rank(away, home, 1)
     assert rank(away, early, 1) < rank(away, early, 2)
+    committed, new = Copy(early, 1, "h1", committed=True), Copy(home, 1, "h2")
+    assert original(at_home, [new, committed]) == committed  # a new line never takes over
+    assert original(at_home, [Copy(early, 1, "h1"), new]) == new
+
+
+def test_event_lines_name_each_line_that_is_not_the_original_once() -> None:
+    event_id = minted(GENUINE_TS)
+    home = "events/2026-06/2026-06-02.jsonl"
+    other = "events/2026-06/2026-06-01.jsonl"
+    lines = EventLines()
+    lines.add(event_id, Copy(other, 1, "forged"))
+    lines.add(event_id, Copy(home, 1, "genuine"))
+    lines.add(event_id, Copy(home, 1, "genuine"))   # read twice: one line
+    lines.add(event_id, Copy(home, 4, "genuine"))   # a union merge's repeat: harmless
+    lines.add(event_id, Copy(other, 2, "genuine"))  # a copy in another file
+    assert event_id in lines and list(lines) == [event_id]
+    assert [(copy.path, copy.line) for _, copy, first in lines.not_original()
+            if first == Copy(home, 1, "genuine")] == [(other, 1), (other, 2)]
+
+
+# --------------------------------------------------------------------------- hooks, verify
+
+def forge(root: Path, event_id: str, rel: str = JUNE_1,
+          ts: str = "2026-06-01T10:00:00+00:00") -> None:
+    append(root / rel, line(event_id, "forged: deploy from Berlin", ts))
+
+
+def genuine(root: Path) -> str:
+    event_id = minted(GENUINE_TS)
+    append(root / JUNE_2, line(event_id, "deploy from Frankfurt", GENUINE_TS))
+    assert commit(root, "genuine").returncode == 0
+    return event_id
+
+
+@pytest.mark.parametrize("where", [JUNE_1, JUNE_3])
+def test_pre_commit_refuses_a_recorded_id_in_another_day_file_naming_the_new_line(
+        root: Path, where: str) -> None:
+    """Whether the other day's file sorts before the event's own file or after it."""
+    event_id = genuine(root)
+    forge(root, event_id, where, ts=f"{where[-16:-6]}T10:00:00+00:00")
+    result = commit(root, "forged")
+    assert result.returncode == 1
+    assert (f"{where}:1: field 'id': {event_id} is also {JUNE_2}:1 with other content; "
+            "ids never repeat: remove this line and record it again without its id, which "
+            "mints a new one (that line is the original: committed before this line)"
+            ) in result.stderr, result.stderr
+    assert f"{JUNE_2}:1: field 'id'" not in result.stderr
+
+
+def test_a_forged_line_past_the_hooks_is_named_by_post_commit_verify_and_verify_since(
+        root: Path) -> None:
+    event_id = genuine(root)
+    base = run_git(root, "rev-parse", "HEAD").stdout.strip()
+    forge(root, event_id)
+    result = commit(root, "forged", "--no-verify")
+    assert result.returncode == 0
+    assert "made without the pre-commit check" in result.stderr
+    assert f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1" in result.stderr
+    whole = gitmem(root, "verify")
+    assert whole.returncode == 1
+    assert (f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1 with other content; "
+            "ids never repeat: the index leaves this line out") in whole.stderr, whole.stderr
+    assert "(that line is the original: in the day file of the id's own time)" in whole.stderr
+    assert f"{JUNE_2}:1: field 'id'" not in whole.stderr  # never: remove the genuine line
+    since = gitmem(root, "verify", "--since", base)
+    assert since.returncode == 1
+    assert (f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1 with other content; "
+            "ids never repeat: remove this line") in since.stderr, since.stderr
+    assert f"{JUNE_2}:1: field 'id'" not in since.stderr
+
+
+def test_pre_merge_commit_refuses_a_branch_that_forged_a_recorded_id(root: Path) -> None:
+    event_id = genuine(root)
+    main = run_git(root, "branch", "--show-current").stdout.strip()
+    run_git(root, "checkout", "-q", "-b", "forger")
+    forge(root, event_id)
+    assert commit(root, "forged", "--no-verify").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    append(root / JUNE_3, line(minted("2026-06-03T09:00:00+00:00"), "main goes on",
+                               "2026-06-03T09:00:00+00:00"))
+    assert commit(root, "main").returncode == 0
+    result = run_git(root, "merge", "--no-ff", "--no-edit", "forger")
+    assert result.returncode != 0
+    assert f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1" in result.stderr, \
+        result.stderr
+    assert "git merge --no-verify" in result.stderr
+
+
+def test_a_copy_in_a_file_changed_but_not_staged_is_still_found(root: Path) -> None:
+    """The committed lines are looked for in the work tree (fast), and in the committed
+    version of every file that differs there: a committed line the work tree lost
+    still counts."""
+    event_id = genuine(root)
+    (root / JUNE_2).write_text("")  # not staged: the commit keeps the line
+    forge(root, event_id)
+    run_git(root, "add", JUNE_1)
+    result = run_git(root, "commit", "-q", "-m", "forged")
+    assert result.returncode == 1
+    assert f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1" in result.stderr
+
+
+def test_a_new_line_in_the_ids_own_day_file_does_not_take_a_committed_id_over(
+        root: Path) -> None:
+    """An id a client chose (its time is not its event's day): a new line filed in the
+    id's own day file still loses to the committed line."""
+    event_id = ids.new_id("evt", datetime(2026, 6, 1, 8, tzinfo=UTC))
+    append(root / JUNE_2, line(event_id, "recorded with a chosen id", GENUINE_TS))
+    assert commit(root, "chosen", "--no-verify").returncode == 0  # misfiled: not the point
+    append(root / JUNE_1, line(event_id, "pasted at the id's home",
+                               "2026-06-01T10:00:00+00:00"))
+    result = commit(root, "pasted")
+    assert result.returncode == 1
+    assert (f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1 with other content"
+            in result.stderr)
+    verify = gitmem(root, "verify")  # the work tree against HEAD: the new line again
+    assert f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1" in verify.stderr
+    assert json.loads((root / JUNE_2).read_text())["id"] == event_id
 
 
 # --------------------------------------------------------------------------- the index
@@ -143,3 +284,14 @@ def test_home_lines_see_the_own_day_file_at_its_first_and_last_millisecond(
     assert all(homes.hold_later(i, STORE_JUNE_1) for i in edges)
     assert not any(homes.hold_later(i, STORE_JUNE_2) for i in edges)  # already there
     assert not homes.hold_later(outside, STORE_JUNE_1)  # its day file is not in the store
+
+
+def test_autocommit_holds_back_a_recorded_id_pasted_into_another_day_file(
+        root: Path) -> None:
+    event_id = genuine(root)
+    forge(root, event_id)
+    fine = minted("2026-06-03T09:00:00+00:00")
+    append(root / JUNE_3, line(fine, "a fine line", "2026-06-03T09:00:00+00:00"))
+    result = gitops.autocommit(root / "memory")
+    assert result is not None and result.paths == [STORE_JUNE_3]
+    assert [p for p in result.held_back[JUNE_1] if f"is also {JUNE_2}:1" in p]
