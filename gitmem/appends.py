@@ -1,17 +1,19 @@
-"""Durable appends to the day files: complete lines, one write under an exclusive
-lock, fsync; all or nothing (a failed append is cut back out under its lock)."""
+"""Durable writes to the store: appends to the day files (complete lines, one write
+under an exclusive lock, fsync; all or nothing: a failed append is cut back out under
+its lock), and the record files that come with an event, staged beside their targets
+before the append and put in place after it (gitmem/recovery.py)."""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from gitmem.errors import StoreError
 from gitmem.rows import Announced
-from gitmem.store import StatKey, exclusive, stat_key
+from gitmem.store import StatKey, exclusive, staging_file, stat_key
 
 logger = logging.getLogger(__name__)
 
@@ -105,3 +107,72 @@ def cut_back(fd: int, path: Path, size: int) -> None:
         logger.error("cannot cut %s back to %d bytes after a failed write: %s; a partial "
                      "line may remain (the next append starts a new line)", path, size,
                      exc.strerror or exc)
+
+
+def stage_file(target: Path, data: bytes, prefix: str) -> Path:
+    """`data` written and fsynced under a temporary name beginning with `prefix`, beside
+    `target`; that name. A failure (a full disk, a directory that cannot be written)
+    removes the file it began, so no empty `.tmp-` file is left for `gitmem verify` to
+    name, and is a StoreError naming `target`: nothing of the write is on disk yet."""
+    name: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = staging_file(target.parent, prefix)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException as exc:
+        if name is not None:
+            _remove(Path(name))
+        if isinstance(exc, OSError):
+            raise StoreError(f"writing {target} failed: {_reason(exc, target)}; nothing was "
+                             f"written (free space on its disk or make {target.parent} "
+                             "writable, then write again)") from exc
+        raise
+    return Path(name)
+
+
+def discard(staged: Sequence[Path]) -> None:
+    """Remove staged files whose write did not happen."""
+    for path in staged:
+        _remove(path)
+
+
+def place_staged(moves: Sequence[tuple[Path, Path]]) -> dict[Path, str]:
+    """Rename each staged file (tmp, target) to its target and make the renames durable;
+    the system's reason for each target that could not be put in place (none, almost
+    always). Those are left staged, not raised: with an event line durable already (the
+    write's commit point) the write has happened and must not be tried again (the
+    daemon's writer would append its lines twice), and `recovery.finish` puts them in
+    place later."""
+    failed: dict[Path, str] = {}
+    for tmp, target in moves:
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            failed[target] = _reason(exc, target)
+    for directory in {target.parent for _, target in moves if target not in failed}:
+        try:
+            fsync_dir(directory)
+        except OSError as exc:  # the renames are done; a crash now could undo them
+            logger.error("cannot make the files put in %s durable: %s", directory,
+                         exc.strerror or exc)
+    return failed
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:  # the caller raises the first error; this one is logged
+        logger.error("cannot remove the staged file %s: %s", path, exc.strerror or exc)
+
+
+def _reason(exc: OSError, target: Path) -> str:
+    """The system's reason for `exc`, with the path it names when that is not in the
+    target's directory (a directory above it that is a file, say)."""
+    reason = exc.strerror or str(exc)
+    where = exc.filename
+    if isinstance(where, str) and Path(where).parent != target.parent:
+        reason += f": {where}"
+    return reason

@@ -25,7 +25,7 @@ from gitmem.documents import (
 from gitmem.errors import FormatError, ValidationError
 from gitmem.policies import Policies
 from gitmem.records import find_event
-from gitmem.store import day_file_rel, record_paths
+from gitmem.store import artifact_path, day_file_rel, record_paths
 
 
 @dataclass
@@ -60,6 +60,41 @@ class RecordFiles:
             return (self.store / rel).read_text(encoding="utf-8")
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
+
+    def excerpt(self, content: dict[str, Any]) -> list[Staged]:
+        """A tool result's output cut to its excerpt (in `content`); the whole output as
+        an artifact when it did not fit."""
+        output = content.pop("output", None)
+        if output is None:
+            output = content.get("excerpt_text", "")
+        if not isinstance(output, str):
+            raise ValidationError("expected the tool's output as a string", field="content.output")
+        data = output.encode("utf-8")
+        limit = self.policies.budgets.max_excerpt_bytes
+        excerpt = cut_excerpt(data, limit)
+        content["excerpt_text"] = excerpt.decode("utf-8")
+        content["truncated"] = len(excerpt) < len(data)
+        content.setdefault("line_range", [1, max(1, excerpt.count(b"\n")
+                                                 + (0 if excerpt.endswith(b"\n") else 1))])
+        if not content["truncated"]:
+            return []
+        art = ids.artifact_id(data)
+        content["artifact_id"] = art
+        content["bytes"] = len(data)
+        content["total_lines"] = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        return [Staged(artifact_path(self.store, art), data)]
+
+    def artifact(self, content: dict[str, Any]) -> list[Staged]:
+        """An artifact event's data as its file (`content` names it by its hash)."""
+        data = content.pop("data", None)
+        if data is None:
+            return []
+        if not isinstance(data, str):
+            raise ValidationError("expected the artifact's data as a string", field="content.data")
+        raw = data.encode("utf-8")
+        content["artifact_id"] = ids.artifact_id(raw)
+        content["bytes"] = len(raw)
+        return [Staged(artifact_path(self.store, content["artifact_id"]), raw)]
 
     def require_records(self, refs: Iterable[str], staging: Staging) -> None:
         """Every record an event cites (a decision, task, summary, handoff, artifact) is in
@@ -221,3 +256,13 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
                               field=f"content.{key}")
     return tuple(value)
 
+
+def cut_excerpt(data: bytes, limit: int) -> bytes:
+    """At most `limit` bytes of `data`, ending at a line end when one is near."""
+    if len(data) <= limit:
+        return data
+    head = data[:limit]
+    newline = head.rfind(b"\n")
+    if newline >= limit // 2:
+        return head[:newline + 1]
+    return head.decode("utf-8", errors="ignore").encode("utf-8")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -20,7 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from gitmem import ids
-from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir
+from gitmem.appends import (
+    append_lock,
+    append_locked,
+    cut_back,
+    discard,
+    place_staged,
+    stage_file,
+)
 from gitmem.derived import RecordFiles, Staged, Staging
 from gitmem.documents import (
     Handoff,
@@ -45,16 +51,14 @@ from gitmem.records import (
     parse_event,
     parse_ts,
 )
-from gitmem.recovery import staged_prefix
+from gitmem.recovery import GRACE_S, staged_prefix
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
-    artifact_path,
     content_digest,
     day_file_rel,
     exclusive,
     file_stat,
-    staging_file,
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -113,17 +117,6 @@ def _as_list(value: Any) -> Any:
     return value
 
 
-def cut_excerpt(data: bytes, limit: int) -> bytes:
-    """At most `limit` bytes of `data`, ending at a line end when one is near."""
-    if len(data) <= limit:
-        return data
-    head = data[:limit]
-    newline = head.rfind(b"\n")
-    if newline >= limit // 2:
-        return head[:newline + 1]
-    return head.decode("utf-8", errors="ignore").encode("utf-8")
-
-
 def _retried(obj: Mapping[str, Any], event: Event, recorded: Recorded | None,
              digest: str) -> bool:
     """Whether `event` is one recorded already (`recorded`): the same id, tenant and
@@ -179,8 +172,13 @@ class Recorder:
             yield
             return
         directory = self.store / "tasks"
-        directory.mkdir(parents=True, exist_ok=True)
-        with exclusive(directory):
+        with ExitStack() as held:
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                held.enter_context(exclusive(directory))
+            except OSError as exc:
+                raise StoreError(f"cannot lock {directory} for a task update: "
+                                 f"{exc.strerror or exc}; nothing was written") from exc
             yield
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
@@ -419,7 +417,8 @@ class Recorder:
         minted = id_field is not None and not full["content"].get(id_field)
         if kind in ("tool_result", "artifact"):
             claimed = full["content"].get("artifact_id")
-            made = (self._excerpt if kind == "tool_result" else self._artifact)(full["content"])
+            made = (self.files.excerpt if kind == "tool_result"
+                    else self.files.artifact)(full["content"])
             if claimed is not None and (not made or full["content"]["artifact_id"] != claimed):
                 # an artifact is named by the output this write stores, never by the
                 # caller: a named one could be another tenant's
@@ -458,38 +457,6 @@ class Recorder:
                 raise PrivacyError(f"field '{name}' matches the redaction pattern {pattern!r} "
                                    "of policies/privacy.yaml: a name is never redacted, so "
                                    "nothing was written; use a name that is not a secret")
-
-    def _excerpt(self, content: dict[str, Any]) -> list[Staged]:
-        output = content.pop("output", None)
-        if output is None:
-            output = content.get("excerpt_text", "")
-        if not isinstance(output, str):
-            raise ValidationError("expected the tool's output as a string", field="content.output")
-        data = output.encode("utf-8")
-        limit = self.policies.budgets.max_excerpt_bytes
-        excerpt = cut_excerpt(data, limit)
-        content["excerpt_text"] = excerpt.decode("utf-8")
-        content["truncated"] = len(excerpt) < len(data)
-        content.setdefault("line_range", [1, max(1, excerpt.count(b"\n")
-                                                 + (0 if excerpt.endswith(b"\n") else 1))])
-        if not content["truncated"]:
-            return []
-        art = ids.artifact_id(data)
-        content["artifact_id"] = art
-        content["bytes"] = len(data)
-        content["total_lines"] = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        return [Staged(artifact_path(self.store, art), data)]
-
-    def _artifact(self, content: dict[str, Any]) -> list[Staged]:
-        data = content.pop("data", None)
-        if data is None:
-            return []
-        if not isinstance(data, str):
-            raise ValidationError("expected the artifact's data as a string", field="content.data")
-        raw = data.encode("utf-8")
-        content["artifact_id"] = ids.artifact_id(raw)
-        content["bytes"] = len(raw)
-        return [Staged(artifact_path(self.store, content["artifact_id"]), raw)]
 
     # ------------------------------------------------------------------ commit
 
@@ -536,13 +503,15 @@ class Recorder:
                         cut_back(fd, path, start)
                     raise
         except BaseException:
-            for tmp, _ in temps:
-                tmp.unlink(missing_ok=True)
+            discard([tmp for tmp, _ in temps])
             if self.on_appending is not None:
                 for rel in announced:  # none of these writes is answered
                     self.on_appending(rel, None)
             raise
-        self._place(temps)
+        for target, reason in self._place(temps).items():  # the write has happened
+            logger.error("the event is recorded, but putting %s in place failed: %s; "
+                         "`gitmem sync` puts it in place once it is %.0f s old", target,
+                         reason, GRACE_S)
         for rel, appended in appends:  # told after the files, so both are indexed together
             if self.on_append is not None:
                 try:
@@ -551,11 +520,19 @@ class Recorder:
                     logger.exception("handing %s's new lines to the indexer failed", rel)
 
     def _publish(self, staged: list[Staged]) -> None:
-        self._place(self._stage([(item, staged_prefix(item.target)) for item in staged]))
+        """Put files that come with no event in place (a handoff). With no event line to
+        commit them, a file that cannot be put in place is removed and the call fails."""
+        temps = self._stage([(item, staged_prefix(item.target)) for item in staged])
+        failed = self._place(temps)
+        if failed:
+            discard([tmp for tmp, item in temps if item.target in failed])
+            target, reason = next(iter(failed.items()))
+            raise StoreError(f"putting {target} in place failed: {reason}; nothing was "
+                             "written")
 
     def _stage(self, staged: list[tuple[Staged, str]]) -> list[tuple[Path, Staged]]:
         """Each file written and fsynced under a temporary name beginning with its
-        prefix, beside its target."""
+        prefix, beside its target (`appends.stage_file`); none left when one fails."""
         temps: list[tuple[Path, Staged]] = []
         try:
             for item, prefix in staged:
@@ -564,36 +541,28 @@ class Recorder:
                         raise StoreError(f"{item.target} already exists; ids never repeat, "
                                          "so this is a clash: retry the write")
                     continue  # content-addressed artifact already present
-                item.target.parent.mkdir(parents=True, exist_ok=True)
-                fd, name = staging_file(item.target.parent, prefix)
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(item.data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                temps.append((Path(name), item))
+                temps.append((stage_file(item.target, item.data, prefix), item))
         except BaseException:
-            for tmp, _ in temps:
-                tmp.unlink(missing_ok=True)
+            discard([tmp for tmp, _ in temps])
             raise
         return temps
 
-    def _place(self, temps: list[tuple[Path, Staged]]) -> None:
-        dirs = set()
-        for tmp, item in temps:
-            os.replace(tmp, item.target)
-            dirs.add(item.target.parent)
-        for directory in dirs:
-            fsync_dir(directory)
-        if self.on_place is None or not temps:
-            return
-        stats = ((item, file_stat(item.target)) for _, item in temps)
-        placed = [Placed(item.target.relative_to(self.store).as_posix(), st,
-                         content_digest(item.data), item.tenant, item.fresh)
-                  for item, st in stats if st is not None]  # None: gone already
+    def _place(self, temps: list[tuple[Path, Staged]]) -> dict[Path, str]:
+        """Put the staged files in place (`appends.place_staged`) and tell `on_place`;
+        why each target that could not be put in place was not."""
+        failed = place_staged([(tmp, item.target) for tmp, item in temps])
+        placed = [item for _, item in temps if item.target not in failed]
+        if self.on_place is None or not placed:
+            return failed
+        stats = ((item, file_stat(item.target)) for item in placed)
+        told = [Placed(item.target.relative_to(self.store).as_posix(), st,
+                       content_digest(item.data), item.tenant, item.fresh)
+                for item, st in stats if st is not None]  # None: gone already
         try:
-            self.on_place(placed)
+            self.on_place(told)
         except Exception:  # the files are durable: their file events queue them
             logger.exception("handing the files put in place to the indexer failed")
+        return failed
 
 
 def _last_per_target(prepared: Sequence[_Prepared]) -> list[tuple[Staged, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from gitmem.config import Config, redact_dsn
 from gitmem.daemon import log_path, running_pid
 from gitmem.errors import DaemonError, RpcError
 from gitmem.store import init_store
+from tests.conftest import snapshot
 from tests.daemons import (
     FAST_FLAGS,
     Daemon,
@@ -480,6 +482,36 @@ def test_a_malformed_file_is_logged_shown_in_status_and_survived(store_config: C
         assert any("2026-03-01.jsonl:1" in p for p in watcher["problems"])
         assert "skipped" in daemon.log() and "2026-03-01.jsonl:1" in daemon.log()
         assert good_id
+
+
+def test_a_record_file_the_disk_refuses_is_a_store_error_through_the_daemon(
+        store_config: Config) -> None:
+    """A decision or task whose file the disk refuses (a real file-size limit the daemon
+    runs under: EFBIG, as ENOSPC on a full disk) is answered with -32007 naming the
+    file, as a plain record is, not -32603; the CLI says it in one line, and no staged
+    file is left."""
+    daemon = Daemon(store_config)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))  # inherited by the daemon
+    try:
+        daemon.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    try:
+        cited = daemon.call("record_event", {"content": {"text": "why"}})["event_id"]
+        before = snapshot(store_config.store)
+        big = "x" * 100_000
+        with pytest.raises(RpcError) as caught:
+            daemon.call("decide", {"text": big, "refs": [cited]})
+        assert caught.value.code == -32007
+        assert f"writing {store_config.store / 'decisions'}/dec_" in str(caught.value)
+        task = daemon.cli("task", "Write the guide", "--details", big, check=False)
+        assert task.returncode == 1 and "Traceback" not in task.stderr
+        assert f"writing {store_config.store / 'tasks'}/tsk_" in task.stderr
+        assert "File too large; nothing was written" in task.stderr
+        assert snapshot(store_config.store) == before  # no .tmp- file either
+    finally:
+        daemon.stop()
 
 
 @pytest.mark.slow

@@ -18,13 +18,13 @@ import pytest
 
 from gitmem import ids
 from gitmem.appends import append_lines
-from gitmem.derived import RecordFiles
+from gitmem.derived import RecordFiles, cut_excerpt
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
 from gitmem.ids import ULID_ID
 from gitmem.memory import Memory
 from gitmem.policies import load_policies
-from gitmem.recorder import Recorder, cut_excerpt
+from gitmem.recorder import Recorder
 from gitmem.records import content_hash, parse_event_line
 from gitmem.store import Placed, artifact_path, day_file
 from tests.conftest import snapshot
@@ -710,6 +710,32 @@ def test_a_batch_over_two_day_files_is_written_to_both_or_neither(recorder: Reco
     assert day2 in str(caught.value) and "nothing was written" in str(caught.value)
     assert snapshot(repo) == before  # day one's line, appended first, was taken out
     assert len(recorder.record_many(batch)) == 2  # once there is room, the same batch goes in
+
+
+@pytest.mark.parametrize("kind", ["decision", "task", "artifact", "handoff"])
+def test_a_record_file_the_disk_refuses_is_a_store_error_and_leaves_nothing(
+        recorder: Recorder, repo: Path, kind: str) -> None:
+    """A record file is staged before its event line is written. When the disk refuses
+    it (a real file-size limit: EFBIG, as ENOSPC on a full disk), the write is a
+    StoreError naming the file, not an OSError, and the staged file it began (left
+    empty, for `gitmem verify` to name) is removed with the rest."""
+    cited = recorder.record({"content": {"text": "why"}})
+    writes = {"decision": lambda: recorder.decide("Use FTS", [cited.id]),
+              "task": lambda: recorder.task("Write the guide"),
+              "artifact": lambda: recorder.record({"kind": "artifact",
+                                                   "content": {"data": "x" * 500}}),
+              "handoff": lambda: recorder.handoff("coder", "Ship it")}
+    before = snapshot(repo)
+    with file_size_limit(64), pytest.raises(StoreError) as caught:
+        writes[kind]()
+    folder = {"decision": "decisions", "task": "tasks", "artifact": "artifacts",
+              "handoff": "handoffs"}[kind]
+    message = str(caught.value)
+    assert f"writing {repo / 'memory' / folder}/" in message
+    assert "File too large; nothing was written" in message
+    assert snapshot(repo) == before  # no line, no record file, no .tmp- file
+    writes[kind]()  # once there is room, the same write goes in
+    assert len(snapshot(repo)) > len(before)
 
 
 def test_an_artifact_id_is_never_the_callers(recorder: Recorder, store: Path) -> None:
