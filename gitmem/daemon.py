@@ -101,9 +101,21 @@ def running_pid(config: Config) -> int | None:
         os.close(fd)
 
 
+def _unwritable(config: Config, exc: OSError) -> DaemonError:
+    """The state directory (or a file in it) cannot be written: a read-only checkout or
+    mount. The daemon cannot run there; every command works without it."""
+    where = exc.filename if isinstance(exc.filename, str) else config.state_dir
+    return DaemonError(f"cannot write {where}: {exc.strerror or exc}; the daemon keeps its "
+                       f"socket, pid file and log in {config.state_dir}: make that directory "
+                       "writable, or work without a daemon (every command does)")
+
+
 def _lock_pid_file(config: Config) -> int:
-    config.state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(pid_path(config), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(pid_path(config), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _unwritable(config, exc) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -365,10 +377,14 @@ def start(config: Config, options: DaemonOptions, *, timeout: float = 60.0) -> i
     if pid is not None:
         raise DaemonError(f"a gitmem daemon (pid {pid}) already serves {config.store}; "
                           "stop it first with `gitmem daemon stop`")
-    config.state_dir.mkdir(parents=True, exist_ok=True)
     log = log_path(config)
-    if log.exists() and log.stat().st_size > LOG_ROTATE_BYTES:
-        os.replace(log, log.with_name(log.name + ".1"))
+    try:
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        if log.exists() and log.stat().st_size > LOG_ROTATE_BYTES:
+            os.replace(log, log.with_name(log.name + ".1"))
+        out = open(log, "ab")  # noqa: SIM115 (closed once the daemon has it)
+    except OSError as exc:
+        raise _unwritable(config, exc) from exc
     env = {**os.environ, "GITMEM_SCHEMA": config.schema}
     env.pop("GITMEM_STORE", None)
     if config.dsn:
@@ -378,7 +394,7 @@ def start(config: Config, options: DaemonOptions, *, timeout: float = 60.0) -> i
     command = [sys.executable, "-m", "gitmem", "--store", str(config.store), "daemon", "run",
                *options.to_args()]
     offset = log.stat().st_size if log.exists() else 0
-    with open(log, "ab") as out:
+    with out:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                 env=env, cwd=config.root, start_new_session=True)
     deadline = time.monotonic() + timeout

@@ -12,6 +12,8 @@ import logging
 import os
 import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,7 @@ def embedded_dsn(state_dir: Path) -> str:
     with _embedded_lock:
         server = _embedded.get(pgdata)
         if server is None:
-            state_dir.mkdir(parents=True, exist_ok=True)
-            with exclusive(state_dir / "pg.lock", _CREATE), warnings.catch_warnings():
+            with _joining(state_dir), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 import pgserver  # deferred: only the embedded path needs it
                 try:
@@ -55,6 +56,25 @@ def embedded_dsn(state_dir: Path) -> str:
         return str(server.get_uri())
 
 
+@contextmanager
+def _joining(state_dir: Path) -> Iterator[None]:
+    """`state_dir/pg.lock` held: one process at a time starts, joins or revives the
+    server. A state directory that cannot be written (a read-only checkout or mount)
+    is a DatabaseError naming it and the ways out, not an OSError: the embedded
+    server cannot run there, but a server named by a DSN can."""
+    with ExitStack() as held:
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            held.enter_context(exclusive(state_dir / "pg.lock", _CREATE))
+        except OSError as exc:
+            where = exc.filename if isinstance(exc.filename, str) else state_dir
+            raise DatabaseError(
+                f"cannot write {where}: {exc.strerror or exc}; the embedded PostgreSQL keeps "
+                f"the index in {state_dir}: make that directory writable, or pass --dsn / "
+                "GITMEM_DSN to index in a PostgreSQL server instead") from exc
+        yield
+
+
 def revive_embedded(state_dir: Path) -> bool:
     """Start again the embedded PostgreSQL this process started, if its postmaster has
     gone (killed, crashed); whether it did. A daemon calls it while the index is down."""
@@ -65,7 +85,7 @@ def revive_embedded(state_dir: Path) -> bool:
             return False
         from pgserver import utils  # deferred: only the embedded path needs it
 
-        with exclusive(state_dir / "pg.lock", _CREATE):  # not while a command starts it
+        with _joining(state_dir):  # not while a command starts it
             info = utils.PostmasterInfo.read_from_pgdata(pgdata)
             if info is not None and info.is_running():
                 return False

@@ -497,6 +497,44 @@ def test_an_embedded_server_that_cannot_start_is_named_with_the_way_out(tmp_path
     assert again.returncode == 0 and "kept in the files" in again.stdout
 
 
+def test_a_state_directory_that_cannot_be_written_is_named_with_the_way_out(
+        tmp_path: Path) -> None:
+    """`.gitmem` read-only (a read-only mount or checkout; simulated here, as root may
+    write anywhere, by making its files directories, which no open for writing
+    accepts): a command that needs the embedded server or the daemon's files ends
+    with one line naming the file and the way out, never a traceback, and starts no
+    server; `record` and `verify` need neither."""
+    root = tmp_path / "proj"
+    gitmem, env = embedded_store(root)
+    state = (root / ".gitmem").resolve()
+    for name in ("pg.lock", "daemon.log"):
+        (state / name).mkdir(parents=True)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*gitmem, *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    for args in (["status"], ["acb", "where do we deploy?"]):
+        failed = run(*args)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+        assert failed.stderr.splitlines()[-1] == (
+            f"Error: cannot write {state / 'pg.lock'}: Is a directory; the embedded "
+            f"PostgreSQL keeps the index in {state}: make that directory writable, or "
+            "pass --dsn / GITMEM_DSN to index in a PostgreSQL server instead")
+    assert not (state / "pg").exists()
+    for blocked in ("daemon.log", "gitmem.pid"):  # `start` opens the log, the daemon its pid
+        if blocked == "gitmem.pid":
+            (state / "daemon.log").rmdir()
+            (state / blocked).mkdir()
+        failed = run("daemon", "start", "--timeout", "60")
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr, failed.stderr
+        assert (f"cannot write {state / blocked}: Is a directory; the daemon keeps its "
+                f"socket, pid file and log in {state}: make that directory writable, or "
+                "work without a daemon (every command does)") in failed.stderr
+    assert run("record", "written all the same").returncode == 0
+    assert run("verify").returncode == 0
+
+
 def test_a_second_store_on_the_same_schema_is_refused_until_it_reindexes(
         cli: Cli, tmp_path: Path) -> None:
     """Two stores pointed at one schema would each read the other's rows until a sync
