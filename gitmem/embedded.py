@@ -2,12 +2,14 @@
 
 A server from the `pgserver` wheel under `.gitmem/pg` (the store's own state
 directory), started by the first process that needs it and stopped by the last
-(pgserver counts them), with settings for a disposable index (`embedded_settings`).
+(pgserver counts them by pid; those that died without leaving are forgotten first:
+`_forget_the_dead`), with settings for a disposable index (`embedded_settings`).
 Processes join it one at a time under `.gitmem/pg.lock`.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -43,6 +45,8 @@ def embedded_dsn(state_dir: Path) -> str:
                 try:
                     server = pgserver.get_server(  # type: ignore[attr-defined]
                         pgdata, cleanup_mode="stop")
+                    # after pgserver's own exit hook, so run before it (last in, first out)
+                    atexit.register(_forget_the_dead, server)
                     _tune_embedded(server)
                 except Exception as exc:  # pgserver raises bare subprocess/OS errors
                     log = pgdata / "log"
@@ -97,6 +101,44 @@ def revive_embedded(state_dir: Path) -> bool:
                 raise DatabaseError(f"could not start the embedded PostgreSQL in {pgdata} "
                                     f"again: {exc}; see {pgdata / 'log'}") from exc
             return True
+
+
+def _forget_the_dead(server: Any) -> None:
+    """Take the processes that died without leaving the server (kill -9, a crash) out of
+    pgserver's count, before pgserver decides at this process's exit whether it is the
+    last one.
+
+    pgserver keeps the pid of each process that joined the server in
+    `pg/.handle_pids.json`, and the process that takes the last pid out stops the
+    server. A killed process never takes its pid out, so the count never came down to
+    one and the server ran for good. Done under pgserver's own lock, which guards that
+    file. A pid the system gave to a new process since is counted as alive: the
+    server then stops at the next exit after that process ends."""
+    import psutil  # type: ignore[import-untyped]  # pgserver depends on it
+
+    try:
+        with type(server)._lock:
+            handles = server.global_process_id_list
+            pids = handles.get()
+            alive = [pid for pid in pids if _alive(pid, psutil)]
+            if alive != pids:
+                logger.info("the embedded PostgreSQL in %s: forgetting processes that ended "
+                            "without leaving it: %s", server.pgdata,
+                            sorted(set(pids) - set(alive)))
+                handles.put(alive)
+    except Exception as exc:  # at exit: pgserver's own hook still runs after this one
+        logger.warning("cannot check which processes use the embedded PostgreSQL in %s: %s",
+                       server.pgdata, exc)
+
+
+def _alive(pid: int, psutil: Any) -> bool:
+    """Whether process `pid` runs (a zombie has ended: only its exit status is left)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # not ours to look at: it runs
+        return True
 
 
 def embedded_settings(memory_bytes: int) -> dict[str, str]:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -495,6 +496,39 @@ def test_an_embedded_server_that_cannot_start_is_named_with_the_way_out(tmp_path
     again = subprocess.run([*gitmem, "acb", "kept", "--format", "text"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "kept in the files" in again.stdout
+
+
+@pytest.mark.embedded
+def test_a_process_killed_with_9_does_not_keep_the_embedded_server_running() -> None:
+    """pgserver stops the embedded server when the last process using it leaves,
+    counting them by pid (`.gitmem/pg/.handle_pids.json`); a daemon killed with -9
+    never took its pid out, and the server ran for good. The next command to leave
+    forgets the dead first, and stops the server as the last one."""
+    root = short_dir("gmpg")
+    try:
+        gitmem, env = embedded_store(root)
+        started = subprocess.run([*gitmem, "daemon", "start"], env=env, capture_output=True,
+                                 text=True, timeout=120)
+        assert started.returncode == 0, started.stderr
+        postmaster = root / ".gitmem" / "pg" / "postmaster.pid"
+        server = int(postmaster.read_text().split()[0])
+        os.kill(int(started.stdout), signal.SIGKILL)
+        status = subprocess.run([*gitmem, "-v", "status"], env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert status.returncode == 0, status.stderr
+        assert not postmaster.exists()  # stopped by the last process to leave
+        assert f"forgetting processes that ended without leaving it: [{started.stdout.strip()}]" \
+            in status.stderr
+        with pytest.raises(ProcessLookupError):
+            for _ in range(500):  # pg_ctl waited for the server; its pid may linger a moment
+                os.kill(server, 0)
+                time.sleep(0.01)
+    finally:
+        if (root / ".gitmem" / "pg" / "postmaster.pid").exists():  # leaked: stop it here
+            from pgserver._commands import pg_ctl
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=root / ".gitmem" / "pg",
+                   user="pgserver" if os.geteuid() == 0 else None)
+        cleanup_dir(root)
 
 
 def test_a_state_directory_that_cannot_be_written_is_named_with_the_way_out(
