@@ -210,6 +210,15 @@ class Database:
                                 f"{redact_dsn(self.dsn)}: {exc}") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseError(f"PostgreSQL at {redact_dsn(self.dsn)} failed: {exc}") from exc
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName) as exc:
+            # the schema was dropped (or emptied) under this process: unavailable, like a
+            # server that went away; opening the index again (`open`) makes it anew
+            reason = str(exc).splitlines()[0]
+            raise DatabaseError(
+                f"the index's tables are gone from schema {self.schema!r} of "
+                f"{redact_dsn(self.dsn)} ({reason}; was the schema dropped?): gitmem builds "
+                "them again from the files (a daemon within seconds, any other command as "
+                "it starts); `gitmem reindex` does it at once") from exc
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Row]]:

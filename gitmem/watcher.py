@@ -401,18 +401,20 @@ class Watcher:
             if taken is None:
                 return
             batch, full, sequence, appended = taken
-            if not batch and not full:  # idle: is the index still this store's?
+            if not batch and not full:  # idle: is the index still this store's (and there)?
                 try:
                     self.memory.db.check_store(self.store)
                 except DatabaseError as exc:  # a reconcile once it is back sets db_ok
-                    self._database_down(batch, True, exc)
+                    self._database_down(batch, exc)
                     self._wait_for_database()
+                except Exception:  # never let a check stop the indexer
+                    logger.exception("checking the index's store failed")
                 continue
             offsets: dict[str, int] = {}
             try:
                 changed, offsets = self._index(batch, full, appended)
             except DatabaseError as exc:
-                self._database_down(batch, full, exc)
+                self._database_down(batch, exc)
                 self._wait_for_database()
                 continue
             except Exception as exc:  # never let one bad batch stop the indexer
@@ -498,7 +500,9 @@ class Watcher:
         self.stats.update(db_ok=True, db_error=None, db_down_since=None)
         return changed + policies, report.offsets if report is not None else {}
 
-    def _database_down(self, batch: set[str], full: bool, exc: DatabaseError) -> None:
+    def _database_down(self, batch: set[str], exc: DatabaseError) -> None:
+        """Keep the batch for when the index is back, with a full reconcile: the index
+        may have lost anything meanwhile (a schema dropped and made anew is empty)."""
         if self.stats["db_ok"] is not False:
             logger.warning("the index is unavailable (%s); files keep being written and the "
                            "index catches up when it returns", exc)
@@ -506,7 +510,7 @@ class Watcher:
         self.stats.update(db_ok=False, db_error=str(exc))
         with self._cond:
             self._pending |= batch
-            self._reconcile = self._reconcile or full
+            self._reconcile = True
             self._inflight, self._reconciling = set(), False
             self._batch_started = None
             self.handover.batch_failed(batch)

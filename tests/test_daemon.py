@@ -514,6 +514,38 @@ def test_a_record_file_the_disk_refuses_is_a_store_error_through_the_daemon(
         daemon.stop()
 
 
+def test_an_index_schema_dropped_under_the_daemon_is_built_again(
+        store_config: Config, dsn: str, schema: str) -> None:
+    """`drop schema ... cascade` under a running daemon: it notices (its idle check of
+    the index, or the next batch or read) and builds the index again from the files in
+    bulk, as a command without a daemon does as it starts; meanwhile a read is a clear
+    -32001, never -32603, and writes go on."""
+    with running(store_config) as daemon:
+        daemon.call("record_event", {"session_id": "s", "content": {"text": "deploy runs "
+                                                                             "in frankfurt"}})
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        daemon.call("record_event", {"session_id": "s", "content": {"text": "second fact"}})
+        codes = set()
+
+        def rebuilt() -> bool:
+            try:
+                acb = daemon.call("build_acb", {"session_id": "s", "query_text": "deploy"})
+                status = daemon.call("status")
+            except RpcError as exc:
+                codes.add(exc.code)
+                return False
+            text = " ".join(i["text"] for i in items(acb))
+            return "frankfurt" in text and "second fact" in text and status["clean"]
+
+        wait_for(rebuilt, timeout=30, step=0.1)
+        assert codes <= {-32001}, codes
+        assert daemon.call("status")["index"]["views"] == 4  # every file, not only the new
+        daemon.cli("sync")
+        assert "rebuilt in bulk" in daemon.log()
+        assert "Traceback" not in daemon.log()
+
+
 @pytest.mark.slow
 def test_postgres_restarted_under_a_running_daemon(tmp_path_factory: pytest.TempPathFactory,
                                                    schema: str) -> None:

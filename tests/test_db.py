@@ -19,6 +19,7 @@ from gitmem.db import (
     named_queries,
 )
 from gitmem.embedded import embedded_settings
+from gitmem.errors import DatabaseError
 from gitmem.memory import Memory
 
 
@@ -88,6 +89,25 @@ def _filler(count: int, batch: str) -> list[tuple[object, ...]]:
     """Rows of keys of their own: with them a batch is too large for pipelined INSERTs
     (FEW_ROWS) and goes in by COPY."""
     return [(f"art_filler_{batch}_{n}", "evt_f", "t", n, "p") for n in range(count)]
+
+
+def test_an_index_whose_schema_was_dropped_is_unavailable_until_opened_again(
+        dsn: str, schema: str) -> None:
+    """A schema dropped under an open index (by hand, `drop schema ... cascade`) is a
+    DatabaseError naming the schema and what happens next, as a server gone away is
+    (the daemon then waits and opens the index again), not psycopg's UndefinedTable."""
+    with Database(dsn, schema, max_size=1) as db:
+        db.ensure_schema()
+        db.execute("meta_set", {"key": "store", "value": "/somewhere"})
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        with pytest.raises(DatabaseError) as caught:
+            db.indexed_store()
+        message = str(caught.value)
+        assert f"the index's tables are gone from schema {schema!r}" in message
+        assert 'relation "meta" does not exist' in message and "gitmem reindex" in message
+        assert db.ensure_schema()  # opening it again makes it anew, empty
+        assert db.indexed_store() is None
 
 
 @pytest.mark.parametrize("filler", [0, FEW_ROWS + 1], ids=["inserts", "copy"])
