@@ -32,9 +32,12 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 0.5
 CALL_TIMEOUT = 120.0
 # A command asks the daemon which store it serves before anything else (no database
-# round trip: milliseconds); a daemon that does not answer that in time is stopped or
-# stuck, and the command works without it (nothing was asked of it yet).
+# round trip: a fraction of a millisecond); a daemon that does not answer that in time
+# is stopped (SIGSTOP) or stuck, and the command works without it: nothing was asked of
+# it, so nothing it does once it resumes is done twice.
 STATUS_TIMEOUT = 5.0
+# The methods that write: one the daemon was sent but did not answer may still be done.
+WRITES = frozenset({"record_event", "record_events", "decide", "task", "create_handoff"})
 MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 _NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR)
 
@@ -193,47 +196,104 @@ def call(socket_path: Path, method: str, params: Any = None, *,
 
 
 def call_if_running(socket_path: Path, method: str, params: Any = None, *,
-                    timeout: float | None = CALL_TIMEOUT,
-                    serving: Config | None = None) -> Any | None:
-    """The daemon's answer, or None when no daemon listens on `socket_path` (or, with
-    `serving`, when the daemon serves another store or index than that config's:
-    another schema or database; the caller then works locally)."""
+                    timeout: float | None = CALL_TIMEOUT, serving: Config | None = None,
+                    same_index: bool = False) -> Any | None:
+    """The daemon's answer, or None when the caller is to work without it: no daemon
+    listens on `socket_path`, it does not answer a status probe within STATUS_TIMEOUT,
+    it serves another store than `serving`'s or (`same_index`) another index (schema
+    or database), or it turned the request away unread. In each case it was asked
+    nothing, so nothing is done twice."""
     if not socket_path.exists():
         return None
-    asking = timeout if serving is None or timeout is None else min(timeout, STATUS_TIMEOUT)
-    client = Client(socket_path, timeout=asking)
+    client = Client(socket_path, timeout=_probe_timeout(timeout))
     try:
         client.connect()
     except DaemonError:
         return None
     with client:
         try:
-            if serving is not None:
-                try:
-                    served = client.call("daemon_status")
-                except RpcError:
-                    raise
-                except DaemonError as exc:  # stopped (SIGSTOP), or stuck: nothing was asked
-                    logger.warning("%s: working without it", exc)
-                    return None
-                client.set_timeout(timeout)
-                if served.get("store") != str(serving.store):
-                    logger.warning("the daemon on %s serves the store %s, not %s: working "
-                                   "without it", socket_path, served.get("store"),
-                                   serving.store)
-                    return None
-                if (served.get("schema"), served.get("database")) != index_of(serving):
-                    logger.warning("the daemon serves schema %s on %s, not %s on %s: "
-                                   "working without it", served.get("schema"),
-                                   served.get("database"), *index_of(serving))
-                    return None
-            return client.call(method, params)
+            reason = _not_to_ask(client, serving, same_index)
+            if reason is not None:
+                logger.warning("%s: working without it", reason)
+                return None
+            client.set_timeout(timeout)
+            return _asked(client, method, params)
         except RequestNotSent:
             return None  # it never had the request: done here instead
         except RpcError as exc:
             if exc.code == BUSY or too_large(exc):
                 return None  # refused unread (too many connections, too long)
             raise
+
+
+def ask(socket_path: Path, method: str, params: Any = None, *,
+        timeout: float | None = CALL_TIMEOUT) -> Any:
+    """`method`'s answer (`gitmem call`), asked only once the daemon has answered a
+    status probe in time: a daemon stopped with SIGSTOP is never sent a write it would
+    do on SIGCONT, after the caller gave up. DaemonError when it is not asked."""
+    with Client(socket_path, timeout=_probe_timeout(timeout)) as client:
+        reason = _not_to_ask(client, None, False)
+        if reason is not None:
+            raise DaemonError(f"{reason}; nothing was sent to it (`gitmem daemon status` "
+                              "says whether it runs)")
+        client.set_timeout(timeout)
+        return _asked(client, method, params)
+
+
+def _probe_timeout(timeout: float | None) -> float:
+    return STATUS_TIMEOUT if timeout is None else min(timeout, STATUS_TIMEOUT)
+
+
+def _not_to_ask(client: Client, serving: Config | None, same_index: bool) -> str | None:
+    """Why not to send this daemon a request (None: send it): `daemon_status`, its
+    cheapest call, unanswered in the client's timeout (stopped, stuck), refused, or
+    naming another store than `serving`'s or (`same_index`) another index."""
+    try:
+        served = client.call("daemon_status")
+    except RpcError as exc:  # too many connections, say: it did nothing
+        return f"the daemon at {client.socket_path} refused a status probe ({exc})"
+    except DaemonError as exc:  # stopped (SIGSTOP), or stuck: nothing was asked
+        return str(exc)
+    if serving is None:
+        return None
+    if served.get("store") != str(serving.store):
+        return (f"the daemon on {client.socket_path} serves the store {served.get('store')}, "
+                f"not {serving.store}")
+    schema, database = index_of(serving)
+    if same_index and (served.get("schema"), served.get("database")) != (schema, database):
+        return (f"the daemon serves schema {served.get('schema')} on "
+                f"{served.get('database')}, not {schema} on {database}")
+    return None
+
+
+def _asked(client: Client, method: str, params: Any) -> Any:
+    """`client.call`; a write sent but not answered (a timeout, a connection lost) says
+    that the daemon may still do it, and how to check before writing again."""
+    try:
+        return client.call(method, params)
+    except (RequestNotSent, RpcError):
+        raise
+    except DaemonError as exc:
+        if method not in WRITES:
+            raise
+        raise DaemonError(f"{exc}; it was sent the {method} request and may still carry it "
+                          "out (a daemon stopped with SIGSTOP does once it resumes): do not "
+                          "simply run it again, or it may be done twice; see first whether "
+                          f"it was done ({_how_to_check(params)})") from None
+
+
+def _how_to_check(params: Any) -> str:
+    """Where a person sees whether a write the daemon did not answer was done."""
+    ids: list[str] = []
+    if isinstance(params, dict):
+        events = params.get("events")
+        listed = events if isinstance(events, list) else [params]
+        ids = [e["id"] for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    if ids:
+        more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
+        return f"look for {ids[0]}{more} in the store's events/ files"
+    return ("the last lines of today's file in the store's events/, or `gitmem status` "
+            "once the daemon answers")
 
 
 def index_of(config: Config) -> tuple[str, str]:

@@ -9,6 +9,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -155,21 +156,63 @@ def test_stores_side_by_side_each_have_their_own_daemon(store_config: Config,
 
 
 def test_a_stopped_daemon_is_worked_around_not_waited_for(store_config: Config) -> None:
-    """A daemon that cannot answer (SIGSTOP) accepts connections still: a command asks
-    it which store it serves first, and on no answer works without it."""
+    """A daemon that cannot answer (SIGSTOP) accepts connections still: every command
+    asks it which store it serves first (whether or not it names an index of its own),
+    and on no answer within 5 s works without it. It was sent nothing, so nothing is
+    done again once it resumes; `gitmem call`, which has no work of its own, fails
+    saying nothing was sent."""
     with running(store_config) as daemon:
         assert daemon.pid is not None
+        plain = {k: v for k, v in daemon.env().items() if k not in ("GITMEM_SCHEMA",
+                                                                    "GITMEM_DSN")}
+        commands = [(["record", "written beside a stopped daemon"], daemon.env()),
+                    (["record", "no index named, no wait either"], plain),
+                    (["call", "record_event", '{"content": {"text": "never sent"}}'], plain)]
         os.kill(daemon.pid, signal.SIGSTOP)
         try:
             started = time.monotonic()
-            written = daemon.cli("record", "written beside a stopped daemon")
+            running_now = [subprocess.Popen(
+                [sys.executable, "-m", "gitmem", "--store", str(store_config.store), *args],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for args, env in commands]
+            done = [p.communicate(timeout=60) for p in running_now]
             took = time.monotonic() - started
         finally:
             os.kill(daemon.pid, signal.SIGCONT)
-        assert "did not answer within 5.0s: working without it" in written.stderr
         assert took < 30  # not the 120 s a call may take
-        assert written.stdout.strip() in ids_in_files(store_config.store)
+        for (out, err), process in zip(done[:2], running_now, strict=False):
+            assert process.returncode == 0, err
+            assert "did not answer within 5.0s: working without it" in err
+            assert out.strip() in ids_in_files(store_config.store)
+        assert running_now[2].returncode == 1
+        assert "did not answer within 5.0s; nothing was sent to it" in done[2][1]
         assert daemon.call("daemon_status")["pid"] == daemon.pid  # and it goes on
+        daemon.call("status")  # whatever it had queued is done by now
+        texts = [line["content"]["text"] for path in store_config.store.glob("events/*/*.jsonl")
+                 for line in map(json.loads, path.read_text().splitlines())]
+        assert sorted(texts) == ["no index named, no wait either",
+                                 "written beside a stopped daemon"]  # once each, no more
+
+
+def test_a_write_sent_but_not_answered_says_it_may_still_happen(store_config: Config) -> None:
+    """A write the daemon was sent and did not answer in time (here: a batch longer to
+    write than the caller waits) may still be done: the error says so, says not to
+    write again blindly, and names the event ids to look for; and it is done."""
+    from gitmem.client import call_if_running
+
+    with running(store_config):
+        events = [{"id": f"evt_01KHBYB{n:019d}", "session_id": "slow",
+                   "content": {"text": f"line {n}"}} for n in range(5_000)]  # ~1.5 s
+        with pytest.raises(DaemonError) as caught:
+            call_if_running(store_config.socket_path, "record_events", {"events": events},
+                            timeout=0.3)
+        message = str(caught.value)
+        assert "did not answer within 0.3s; it was sent the record_events request and may " \
+            "still carry it out" in message
+        assert "do not simply run it again, or it may be done twice" in message
+        assert f"look for {events[0]['id']} (and 4999 more) in the store's events/" in message
+        wait_for(lambda: len(ids_in_files(store_config.store)) == 5_000, timeout=120,
+                 step=0.2)  # and it was done
 
 
 def test_a_daemon_that_cannot_listen_names_why_not_a_traceback(store_config: Config) -> None:

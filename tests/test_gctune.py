@@ -40,6 +40,7 @@ def test_survivors_of_a_full_collection_are_frozen() -> None:
     stats = out["threshold"]
     assert isinstance(stats, dict) and stats["installed"] is True and stats["full"] == 1
     assert stats["pause_ms"][2] >= stats["pause_max_ms"][2] > 0  # the full collection, timed
+    assert stats["frozen"] == out["after"]  # as that collection's freeze left them
 
 
 def test_cycles_among_frozen_objects_are_freed_by_the_periodic_full_visit() -> None:

@@ -47,8 +47,10 @@ class Context:
 def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
     """The daemon's answer when one serves this store, else None (work locally).
 
-    `GITMEM_NO_DAEMON=1` always works locally. An error the daemon answers with
-    is raised as the same GitmemError the local work would have raised.
+    A daemon is asked only once it has answered a status probe (which store and index
+    it serves) within `client.STATUS_TIMEOUT`. `GITMEM_NO_DAEMON=1` always works
+    locally. An error the daemon answers with is raised as the same GitmemError the
+    local work would have raised.
     """
     if os.environ.get("GITMEM_NO_DAEMON", "").lower() not in ("", "0", "false", "no"):
         return None
@@ -57,9 +59,10 @@ def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
 
     config = obj.config()
     # asked for an index of its own (a schema, a DSN): the daemon must be serving it
-    wanted = (config if obj.dsn_option or os.environ.get("GITMEM_SCHEMA") else None)
+    named = bool(obj.dsn_option or os.environ.get("GITMEM_SCHEMA"))
     try:
-        return client.call_if_running(config.socket_path, method, params, serving=wanted)
+        return client.call_if_running(config.socket_path, method, params, serving=config,
+                                      same_index=named)
     except RpcError as exc:
         raise client.local_error(exc) from None
 

@@ -192,7 +192,7 @@ def call(obj: Context, method: str, params: str | None) -> None:
             raise click.UsageError(f"PARAMS is not JSON: {exc.msg} at column {exc.colno}") \
                 from None
     with reported():
-        result = client.call(obj.config().socket_path, method, value)
+        result = client.ask(obj.config().socket_path, method, value)
     emit(result)
 
 
