@@ -183,6 +183,7 @@ class Autocommit:
                 self._cond.notify_all()
 
     def _run(self) -> None:
+        self._recover()
         while True:
             with self._cond:
                 while not self._stopping and not self._due():
@@ -196,6 +197,15 @@ class Autocommit:
             self._commit()
             if stopping:
                 return
+
+    def _recover(self) -> None:
+        """Put right what an autocommit that died left (gitmem/leftovers.py)."""
+        from gitmem import gitops
+
+        try:
+            gitops.recover(self.store)
+        except GitError as exc:
+            logger.warning("cannot look for what a crashed autocommit left: %s", exc)
 
     def _due(self) -> bool:
         if self._dirty_since is None:

@@ -24,12 +24,11 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gitmem import leftovers
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, GitError
 from gitmem.recovery import PREFIX
@@ -337,10 +336,35 @@ class CommitResult:
     held_back: dict[str, list[str]] = field(default_factory=dict)  # path: its problems
 
 
-@contextmanager
-def _temporary_index(repo: git.Repo) -> Iterator[tuple[dict[str, str], Path]]:
-    with tempfile.TemporaryDirectory(prefix="gitmem-commit-", dir=repo.git_dir) as tmp:
-        yield {"GIT_INDEX_FILE": os.path.join(tmp, "index")}, Path(tmp)
+def uncommitted(repo: git.Repo, specs: list[str]) -> list[str]:
+    """The paths under `specs` that `git status` shows changed (what autocommit commits)."""
+    status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all",
+                             "--no-renames", "--", *specs)
+    # a write's staged files (`.tmp-`) are never store content: in place, they
+    # show up under their own names; left by a crash, `recovery.finish` sees to them
+    return sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3
+                   and not entry[3:].rsplit("/", 1)[-1].startswith(PREFIX)})
+
+
+def recover(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> list[str]:
+    """At the daemon's start: put right what an autocommit that died left behind
+    (gitmem/leftovers.py), and return the store's changes under `dirs` that wait to be
+    committed (made with no daemon, or answered just before a crash).
+
+    The index is left alone while committing would be wrong (`busy_state`)."""
+    import git
+
+    repo = open_repo(store)
+    try:
+        specs = [store_prefix(repo, store) + d for d in dirs]
+        if busy_state(repo) is None:
+            leftovers.repair_index(repo, specs)
+        return uncommitted(repo, specs)
+    except git.GitCommandError as exc:
+        raise GitError(f"git {' '.join(map(str, exc.command[1:3]))} failed in "
+                       f"{repo.working_tree_dir}: {str(exc.stderr).strip()}") from None
+    finally:
+        repo.close()
 
 
 def _identity(repo: git.Repo) -> dict[str, str]:
@@ -358,7 +382,8 @@ def _identity(repo: git.Repo) -> dict[str, str]:
 def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitResult | None:
     """Commit the store's changes under `dirs` in one commit; None when there are none.
 
-    Raises GitError naming the reason when committing now would be wrong.
+    Raises GitError naming the reason when committing now would be wrong. First puts
+    right what an autocommit that died left (gitmem/leftovers.py).
     """
     import git
 
@@ -369,12 +394,8 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
             raise GitError(f"not committing the store now: {reason}")
         prefix = store_prefix(repo, store)
         specs = [prefix + d for d in dirs]
-        status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all",
-                                 "--no-renames", "--", *specs)
-        # a write's staged files (`.tmp-`) are never store content: in place, they
-        # show up under their own names; left by a crash, `recovery.finish` sees to them
-        paths = sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3
-                        and not entry[3:].rsplit("/", 1)[-1].startswith(PREFIX)})
+        leftovers.repair_index(repo, specs)
+        paths = uncommitted(repo, specs)
         if not paths:
             return None
         old = repo.head.commit.hexsha if has_head(repo) else None
@@ -385,7 +406,7 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
                 held[path] = [f"{path}: " + (_DELETED_EVENTS.format(path=path) if classify(
                     path[len(prefix):]) == "events" else _DELETED)]
         policies = _policies(store)
-        with _temporary_index(repo) as (env, tmp):
+        with leftovers.temporary_index(repo) as (env, tmp):
             candidates = [p for p in paths if p not in held]
             tree = None
             while candidates:  # drop the files with problems until what is left is clean
@@ -543,7 +564,7 @@ def describe(repo: git.Repo, prefix: str, paths: list[str], old: str | None,
             if len(items) > 20:
                 lines.append(f"  ... and {len(items) - 20} more")
     lines.append("files: " + ", ".join(f"{v} {k}" for k, v in sorted(files.items())))
-    lines += ["", "Committed by the gitmem daemon (autocommit of the memory store)."]
+    lines += ["", leftovers.AUTOCOMMIT_TRAILER]
     return "\n".join(lines) + "\n", events
 
 

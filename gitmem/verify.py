@@ -98,6 +98,7 @@ class Checker:
     # HEAD's first parent, when what is checked is to be committed on HEAD: lines that
     # HEAD itself added may be dropped by `git commit --amend`, which no hook can tell
     amend_base: Tree | None = None
+    disk: Tree | None = None   # the work tree, when the index is checked (`_staged_only`)
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
     event_ids: EventLines = field(default_factory=EventLines)
@@ -135,8 +136,9 @@ class Checker:
                 self.fail(rel, None, "missing; run `gitmem init` to create the default")
             elif kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "
-                          f"restore it with `git checkout {self.base_rev} -- "
-                          f"{self.display}{rel}`")
+                          + (self._staged_only(rel, self.base.read(rel) or b"")
+                             or f"restore it with `git checkout {self.base_rev} -- "
+                             f"{self.display}{rel}`"))
             return
         if kind == "events":
             self._check_events(rel, data)
@@ -206,20 +208,34 @@ class Checker:
         path = f"{self.display}{rel}"
         restore = f"`git checkout {self.base_rev} -- {path}`"
         line = before[:_common_prefix(before, data)].count(b"\n") + 1
+        staged_only = self._staged_only(rel, before)
         if before.startswith(data):
             last = before.count(b"\n")
             gone = f"line {line}" if line == last else f"lines {line}-{last}"
             self.fail(rel, line, f"events files are append-only, but {gone} of {version} "
-                      f"{'is' if line == last else 'are'} gone; restore {path} with {restore}"
-                      + self._amend_hint(rel, data))
+                      f"{'is' if line == last else 'are'} gone"
+                      + (f" from what is staged; {staged_only}" if staged_only else
+                         f"; restore {path} with {restore}") + self._amend_hint(rel, data))
             return
-        added = data.count(b"\n") - before.count(b"\n")
-        way_back = (f"restore it with {restore}" if added <= 0 else
-                    f"put it back as `git show {self.base_rev}:{path}` has it ({restore} would "
-                    f"also drop the {added} line(s) appended since)")
+        on_disk = data if self.disk is None else self.disk.read(rel) or b""
+        added = on_disk.count(b"\n") - before.count(b"\n")
+        way_back = staged_only or (
+            f"restore it with {restore}" if added <= 0 else
+            f"put it back as `git show {self.base_rev}:{path}` has it ({restore} would "
+            f"also drop the {added} line(s) appended since)") + (
+            ", and record a correction as a new event")
         self.fail(rel, line, f"events files are append-only, but this line differs from "
-                  f"{version}; {way_back}, and record a correction as a new event"
-                  + self._amend_hint(rel, data))
+                  f"{version}; {way_back}" + self._amend_hint(rel, data))
+
+    def _staged_only(self, rel: str, before: bytes) -> str:
+        """The way back when only the index lacks lines of `before`, the file on disk keeps
+        them all (as a crashed autocommit leaves it), and a checkout would lose lines."""
+        on_disk = self.disk.read(rel) if self.disk is not None else None
+        path = f"{self.display}{rel}"
+        return "" if on_disk is None or not on_disk.startswith(before) else (
+            f"the file on disk keeps every line: stage it as it is with `git add {path}`, "
+            f"or unstage the change with `git reset -q HEAD -- {path}` (not a checkout, "
+            "which would drop the lines appended on disk since)")
 
     def _amend_hint(self, rel: str, data: bytes) -> str:
         """The way for `git commit --amend` when every line it drops or changes is one
@@ -449,11 +465,8 @@ _RECORD_KEYS = {"decision": "decision_id", "task_update": "task_id", "summary": 
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
 
 
 def _keeps_lines(before: bytes, after: bytes) -> bool:
@@ -561,7 +574,8 @@ def _verify_changes(repo: git.Repo, prefix: str, policies: Policies, rev: str,
     base = GitTree(repo, prefix, base_rev) if base_rev is not None else None
     checker = Checker(GitTree(repo, prefix, rev), policies, display=prefix, base=base,
                       merging=merging, only_new=True, base_rev=base_rev or "HEAD",
-                      amend_base=GitTree(repo, prefix, amend_rev) if amend_rev else None)
+                      amend_base=GitTree(repo, prefix, amend_rev) if amend_rev else None,
+                      disk=None if rev else WorkTree(Path(str(repo.working_tree_dir)) / prefix))
     for _, rel in changes:
         checker.check_file(rel)
     checker.check_refs(complete=False)

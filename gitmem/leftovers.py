@@ -1,0 +1,88 @@
+"""What an autocommit killed part-way leaves behind, and putting it right.
+
+Autocommit (gitmem/gitops.py) builds its commit in a temporary index in a directory
+under `.git`, moves HEAD with `update-ref`, then resets the person's index to the new
+HEAD for the paths it committed. A crash (kill -9, a power cut) in between leaves
+the person's index still at the old version of those paths, once HEAD moved: git
+shows the commit's appends as staged removals (a new day file staged as deleted,
+lines of an old one staged as gone) although the files on disk are whole, and a
+`git commit` of anything else would record them or be refused by pre-commit.
+
+`repair_index` puts it right; the daemon runs it when it starts and autocommit
+before every commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import git
+
+logger = logging.getLogger(__name__)
+
+TEMPORARY_PREFIX = "gitmem-commit-"
+# The last paragraph of every autocommit's message (gitops.describe).
+AUTOCOMMIT_TRAILER = "Committed by the gitmem daemon (autocommit of the memory store)."
+_ZERO = "0" * 40
+
+
+@contextlib.contextmanager
+def temporary_index(repo: git.Repo) -> Iterator[tuple[dict[str, str], Path]]:
+    """A temporary directory under `.git` for an autocommit's index (the environment that
+    points git at it, and the directory)."""
+    with tempfile.TemporaryDirectory(prefix=TEMPORARY_PREFIX, dir=repo.git_dir) as tmp:
+        yield {"GIT_INDEX_FILE": os.path.join(tmp, "index")}, Path(tmp)
+
+
+def repair_index(repo: git.Repo, specs: list[str]) -> list[str]:
+    """Reset to HEAD the paths under `specs` whose index entry an autocommit that died
+    left behind; the paths reset (names in the work tree).
+
+    Only an entry that is exactly what an autocommit's crash leaves is touched: the
+    last commit that changed the path is an autocommit, and the index holds the
+    path as that commit's parent had it (absent included). Anything else staged
+    (a person's edit, `git add` of another version) stays staged. The reset changes
+    only the index: the files on disk are never touched, so nothing on disk is lost.
+    """
+    stale = [path for path, staged in _staged_changes(repo, specs)
+             if _left_by_autocommit(repo, path, staged)]
+    if stale:
+        repo.git.reset("-q", "HEAD", "--", *stale)
+        logger.warning("the git index still held the version before an autocommit that "
+                       "died (kill -9?) of %s; reset it to HEAD (the files on disk are "
+                       "unchanged)", ", ".join(stale))
+    return stale
+
+
+def _staged_changes(repo: git.Repo, specs: list[str]) -> list[tuple[str, str]]:
+    """(path, its index blob; '' when the index lacks it) of the paths under `specs`
+    that the index changes or deletes from HEAD (an added path is never a crash's)."""
+    if not specs or not repo.git.rev_parse("--verify", "-q", "HEAD", with_exceptions=False):
+        return []
+    out = repo.git.diff_index("--cached", "--no-renames", "-z", "HEAD", "--", *specs)
+    fields = [f for f in out.split("\0") if f]
+    found = []
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        parts = meta.split()
+        if len(parts) >= 5 and parts[4][0] in "MDT":
+            found.append((path, "" if parts[3] == _ZERO else parts[3]))
+    return found
+
+
+def _left_by_autocommit(repo: git.Repo, path: str, staged: str) -> bool:
+    last = str(repo.git.rev_list("-n", "1", "HEAD", "--", path)).strip()
+    if not last:
+        return False
+    message = str(repo.git.log("-1", "--format=%B", last))
+    if AUTOCOMMIT_TRAILER not in message:
+        return False
+    before = str(repo.git.rev_parse("-q", "--verify", f"{last}^1:{path}",
+                                    with_exceptions=False)).strip()
+    return before == staged
