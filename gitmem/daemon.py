@@ -199,13 +199,20 @@ class Autocommit:
                 return
 
     def _recover(self) -> None:
-        """Put right what an autocommit that died left (gitmem/leftovers.py)."""
+        """Put right what an autocommit that died left (gitmem/leftovers.py), and commit,
+        as for the daemon's own writes, the changes made before it started: writes made
+        with no daemon, events answered just before a crash."""
         from gitmem import gitops
 
         try:
-            gitops.recover(self.store)
+            waiting = gitops.recover(self.store)
         except GitError as exc:
-            logger.warning("cannot look for what a crashed autocommit left: %s", exc)
+            logger.warning("cannot look for store changes to commit at start: %s", exc)
+            return
+        if waiting:
+            logger.info("%d store file(s) changed since the last commit, as `git status` "
+                        "shows them: committing them", len(waiting))
+            self._note(0)
 
     def _due(self) -> bool:
         if self._dirty_since is None:

@@ -167,6 +167,21 @@ def test_the_daemon_commits_once_the_interval_has_passed(daemon_root: Config) ->
         assert git(root, "status", "--porcelain", "--", "memory/events") == ""
 
 
+def test_the_daemon_commits_what_was_written_before_it_started(daemon_root: Config) -> None:
+    root, store = daemon_root.root, daemon_root.store
+    record(store, "written while no daemon runs")
+    assert git(root, "status", "--porcelain", "--", "memory/events").startswith("??")
+    with running(daemon_root, "--autocommit", "--commit-interval", "60") as daemon:
+        wait_for(lambda: daemon.call("daemon_status")["autocommit"]["uncommitted_changes"])
+        assert len(log(root)) == 1  # the interval has not passed
+    assert log(root)[0] == "gitmem: 1 event in 1 session"  # committed on stop
+    assert git(root, "status", "--porcelain", "--", "memory/events") == ""
+    record(store, "and once more")
+    with running(daemon_root, "--autocommit", "--commit-interval", "0.2") as daemon:
+        wait_for(lambda: daemon.call("daemon_status")["autocommit"]["commits"] == 1)
+        assert git(root, "status", "--porcelain", "--", "memory/events") == ""
+
+
 def test_the_daemon_never_commits_what_the_pre_commit_hook_refuses(daemon_root: Config) -> None:
     from tests.daemons import append, event_line
 
