@@ -357,6 +357,7 @@ def recover(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> list[str]:
     repo = open_repo(store)
     try:
         specs = [store_prefix(repo, store) + d for d in dirs]
+        leftovers.remove_temporary(Path(repo.git_dir))
         if busy_state(repo) is None:
             leftovers.repair_index(repo, specs)
         return uncommitted(repo, specs)
@@ -394,6 +395,7 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
             raise GitError(f"not committing the store now: {reason}")
         prefix = store_prefix(repo, store)
         specs = [prefix + d for d in dirs]
+        leftovers.remove_temporary(Path(repo.git_dir))
         leftovers.repair_index(repo, specs)
         paths = uncommitted(repo, specs)
         if not paths:

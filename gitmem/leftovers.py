@@ -2,22 +2,27 @@
 
 Autocommit (gitmem/gitops.py) builds its commit in a temporary index in a directory
 under `.git`, moves HEAD with `update-ref`, then resets the person's index to the new
-HEAD for the paths it committed. A crash (kill -9, a power cut) in between leaves
-the person's index still at the old version of those paths, once HEAD moved: git
-shows the commit's appends as staged removals (a new day file staged as deleted,
-lines of an old one staged as gone) although the files on disk are whole, and a
-`git commit` of anything else would record them or be refused by pre-commit.
+HEAD for the paths it committed. A crash (kill -9, a power cut) in between leaves:
 
-`repair_index` puts it right; the daemon runs it when it starts and autocommit
-before every commit.
+- the person's index still at the old version of those paths, once HEAD moved: git
+  shows the commit's appends as staged removals (a new day file staged as deleted,
+  lines of an old one staged as gone) although the files on disk are whole, and a
+  `git commit` of anything else would record them or be refused by pre-commit;
+- the temporary directory `.git/gitmem-commit-*`, a full copy of the index.
+
+`repair_index` and `remove_temporary` put both right; the daemon runs them when it
+starts and autocommit before every commit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +33,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TEMPORARY_PREFIX = "gitmem-commit-"
+LOCK_NAME = "lock"
+# A directory whose lock is free is removed once this old (the lock is taken right after
+# the directory is made); one without a lock (made by an older gitmem) once it is very old.
+UNLOCKED_MIN_AGE_S = 2.0
+LOCKLESS_MIN_AGE_S = 3600.0
 # The last paragraph of every autocommit's message (gitops.describe).
 AUTOCOMMIT_TRAILER = "Committed by the gitmem daemon (autocommit of the memory store)."
 _ZERO = "0" * 40
@@ -36,9 +46,54 @@ _ZERO = "0" * 40
 @contextlib.contextmanager
 def temporary_index(repo: git.Repo) -> Iterator[tuple[dict[str, str], Path]]:
     """A temporary directory under `.git` for an autocommit's index (the environment that
-    points git at it, and the directory)."""
+    points git at it, and the directory), locked while in use: `remove_temporary` spares
+    it. The kernel drops the lock when the process dies, however it dies."""
     with tempfile.TemporaryDirectory(prefix=TEMPORARY_PREFIX, dir=repo.git_dir) as tmp:
-        yield {"GIT_INDEX_FILE": os.path.join(tmp, "index")}, Path(tmp)
+        fd = os.open(os.path.join(tmp, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield {"GIT_INDEX_FILE": os.path.join(tmp, "index")}, Path(tmp)
+        finally:
+            os.close(fd)
+
+
+def remove_temporary(git_dir: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary directories of autocommits that died; the ones removed.
+
+    A directory is a dead one's when no process holds its lock (and it is over
+    UNLOCKED_MIN_AGE_S old), or, holding no lock file, when it is over LOCKLESS_MIN_AGE_S
+    old."""
+    now = time.time() if now is None else now
+    removed = []
+    for directory in sorted(git_dir.glob(TEMPORARY_PREFIX + "*")):
+        try:
+            age = now - directory.stat().st_mtime
+            if not directory.is_dir() or age < UNLOCKED_MIN_AGE_S:
+                continue
+            if _abandoned(directory, age):
+                shutil.rmtree(directory)
+                removed.append(directory)
+        except FileNotFoundError:
+            continue  # its commit finished meanwhile
+    if removed:
+        logger.info("removed %d temporary director%s left by an autocommit that died: %s",
+                    len(removed), "y" if len(removed) == 1 else "ies",
+                    ", ".join(str(d) for d in removed))
+    return removed
+
+
+def _abandoned(directory: Path, age: float) -> bool:
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY)
+    except FileNotFoundError:
+        return age >= LOCKLESS_MIN_AGE_S
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # a running autocommit's
+    finally:
+        os.close(fd)
+    return True
 
 
 def repair_index(repo: git.Repo, specs: list[str]) -> list[str]:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,3 +189,40 @@ def test_a_restarted_daemon_puts_right_the_index_its_killed_autocommit_left(
     finally:
         if running_pid(daemon_root) is not None:
             daemon.stop()
+
+
+def test_the_temporary_directory_of_a_killed_autocommit_is_removed(root: Path,
+                                                                   tmp_path: Path) -> None:
+    store = root / "memory"
+    git_dir = root / ".git"
+    record(store, "first fact")
+    autocommit_killed_in(store, tmp_path, "write-tree")
+    [left] = git_dir.glob("gitmem-commit-*")
+    assert (left / "index").exists()
+    _age(left, 5)
+    old_style = git_dir / "gitmem-commit-oldstyle"  # an older gitmem's: no lock file
+    old_style.mkdir()
+    _age(old_style, 7200)
+    assert gitops.autocommit(store) is not None
+    assert list(git_dir.glob("gitmem-commit-*")) == []
+
+
+def test_the_temporary_directory_of_a_running_autocommit_is_spared(root: Path) -> None:
+    from gitmem.leftovers import remove_temporary, temporary_index
+
+    repo = gitops.open_repo(root)
+    try:
+        with temporary_index(repo) as (_, tmp):
+            _age(tmp, 600)
+            fresh = root / ".git" / "gitmem-commit-fresh"  # no lock yet, just made
+            fresh.mkdir()
+            assert remove_temporary(root / ".git") == []
+            assert tmp.is_dir() and fresh.is_dir()
+        assert not tmp.exists()
+    finally:
+        repo.close()
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
