@@ -71,17 +71,28 @@ class RecordFiles:
             raise ValidationError("expected the tool's output as a string", field="content.output")
         data = output.encode("utf-8")
         limit = self.policies.budgets.max_excerpt_bytes
-        excerpt = cut_excerpt(data, limit)
-        content["excerpt_text"] = excerpt.decode("utf-8")
-        content["truncated"] = len(excerpt) < len(data)
-        content.setdefault("line_range", [1, max(1, excerpt.count(b"\n")
-                                                 + (0 if excerpt.endswith(b"\n") else 1))])
-        if not content["truncated"]:
+        if len(data) <= limit:
+            content["excerpt_text"] = output
+            content["truncated"] = False
+            content.setdefault("line_range", [1, _lines(data)])
             return []
         art = ids.artifact_id(data)
-        content["artifact_id"] = art
-        content["bytes"] = len(data)
-        content["total_lines"] = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+        total = _lines(data)
+        head = cut_excerpt(data, limit * 2 // 3)
+        tail = tail_excerpt(data, limit - len(head) - 200)  # the line between: < 200 bytes
+        first_tail = total - _lines(tail) + 1
+        if first_tail <= _lines(head) + 1:
+            tail = b""  # nothing between them: no tail (the head alone is the excerpt)
+        content["line_range"] = [1, _lines(head)]
+        text = head.decode("utf-8")
+        if tail:
+            cut = first_tail - _lines(head) - 1
+            text += (("" if head.endswith(b"\n") else "\n") + f"[… {cut} lines cut (lines "
+                     f"{_lines(head) + 1}-{first_tail - 1} of {total}); the whole output is "
+                     f"artifact {art} …]\n" + tail.decode("utf-8"))
+            content["tail_range"] = [first_tail, total]
+        content.update(excerpt_text=text, truncated=True, artifact_id=art, bytes=len(data),
+                       total_lines=total)
         return [Staged(artifact_path(self.store, art), data)]
 
     def artifact(self, content: dict[str, Any]) -> list[Staged]:
@@ -255,6 +266,25 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
         raise ValidationError(f"expected a list of strings, got {value!r}",
                               field=f"content.{key}")
     return tuple(value)
+
+
+def _lines(data: bytes) -> int:
+    """How many lines `data` holds (a last line without its newline counts)."""
+    return max(1, data.count(b"\n") + (0 if data.endswith(b"\n") else 1))
+
+
+def tail_excerpt(data: bytes, limit: int) -> bytes:
+    """At most `limit` bytes of the end of `data`, starting at a line start (b"" when
+    not one whole line fits): where a build's or a test run's error is."""
+    if limit <= 0:
+        return b""
+    tail = data[-limit:]
+    if len(tail) == len(data):
+        return data
+    newline = tail.find(b"\n")
+    if newline < 0 or newline + 1 >= len(tail):
+        return b""
+    return tail[newline + 1:]
 
 
 def cut_excerpt(data: bytes, limit: int) -> bytes:

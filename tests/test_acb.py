@@ -587,6 +587,20 @@ def test_a_word_inside_unspaced_text_is_found(memory: Memory, stored: str, asked
     assert section(acb, "retrieved_evidence")[0]["text"] == f"user: {stored}"
 
 
+def test_the_end_of_a_long_tool_output_is_kept_and_found(memory: Memory) -> None:
+    """A test run's failure is its last line: the excerpt keeps the output's head and
+    its tail, and says which lines it cut and which artifact holds them."""
+    output = "".join(f"test_case_{i} PASSED\n" for i in range(1, 601))
+    output += "test_refund_rounding FAILED: AssertionError: expected 1999 got 2000\n"
+    evt = memory.record({"kind": "tool_result", "ts": "2026-03-01T10:00:05+00:00",
+                         "content": {"tool": "pytest", "output": output}}).id
+    acb = memory.build_acb({"now": NOW, "query_text": "which test failed? refund rounding"})
+    found = [i for i in section(acb, "retrieved_evidence") if i["id"].startswith(evt)]
+    assert found and "test_refund_rounding FAILED" in found[0]["text"]
+    shown = texts(acb)
+    assert "lines cut (lines" in shown and "of 601); the whole output is artifact art_" in shown
+
+
 COMPOUNDS = ("Prod DB is db-prod-7.internal; on-call is oncall@acme.example.com, dashboard "
              "https://grafana.acme.example.com/d/latency-p99")
 TRACE = ("crash was psycopg.errors.UniqueViolation in billing/invoice_calc.py, raised by "

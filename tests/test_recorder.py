@@ -191,8 +191,17 @@ def test_large_tool_output_becomes_excerpt_plus_artifact(recorder: Recorder,
     content = event.content
     assert content["truncated"] is True and "output" not in content
     excerpt = content["excerpt_text"].encode()
-    assert 0 < len(excerpt) <= limit and output.encode().startswith(excerpt)
-    assert excerpt.endswith(b"\n")  # cut at a line end
+    assert 0 < len(excerpt) <= limit
+    head_text, rest = content["excerpt_text"].split("[… ", 1)
+    marker, tail = rest.split("\n", 1)
+    assert output.startswith(head_text) and output.endswith(tail)  # cut at line ends
+    first, last = content["line_range"][1] + 1, content["tail_range"][0] - 1
+    assert content["line_range"][0] == 1 and content["tail_range"][1] == 2000
+    assert marker == (f"{last - first + 1} lines cut (lines {first}-{last} of 2000); the whole "
+                      f"output is artifact {content['artifact_id']} …]")
+    assert head_text.count("\n") == content["line_range"][1]
+    assert tail.count("\n") == 2000 - content["tail_range"][0] + 1
+    assert len(tail) >= limit // 4  # the end, where an error is, is kept
     import hashlib
 
     digest = hashlib.sha256(output.encode()).hexdigest()
@@ -201,7 +210,6 @@ def test_large_tool_output_becomes_excerpt_plus_artifact(recorder: Recorder,
     assert path.relative_to(store).parts == ("artifacts", digest[:2], digest)
     assert path.read_bytes() == output.encode()
     assert content["bytes"] == len(output.encode()) and content["total_lines"] == 2000
-    assert content["line_range"] == [1, excerpt.count(b"\n")]
     # the same output again reuses the artifact
     again = recorder.record({"kind": "tool_result",
                              "content": {"tool": "fs.read_file", "output": output}})
@@ -217,6 +225,15 @@ def test_small_tool_output_stays_inline(recorder: Recorder, store: Path) -> None
     assert event.content["excerpt_text"] == "a\nb\n" and event.content["truncated"] is False
     assert "artifact_id" not in event.content
     assert [p.name for p in (store / "artifacts").rglob("*")] == [".gitkeep"]
+
+
+def test_one_huge_line_keeps_its_head_only(recorder: Recorder) -> None:
+    """No line start near the end: the excerpt is the head (never half a line)."""
+    output = "é" * 20_000
+    content = recorder.record({"kind": "tool_result",
+                               "content": {"tool": "sh", "output": output}}).content
+    assert output.startswith(content["excerpt_text"]) and "tail_range" not in content
+    assert content["truncated"] is True and content["line_range"] == [1, 1]
 
 
 def test_cut_excerpt_never_splits_a_utf8_character() -> None:
