@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gitmem import acb, baselines, lexicon, planning, retrieval
+from gitmem import baselines, lexicon, planning, retrieval, sections
 from gitmem.db import sql_text
 from gitmem.memory import Memory
 from gitmem.policies import ChannelRule
@@ -440,7 +440,7 @@ def test_evidence_is_read_where_the_lanes_found_it_and_by_id_once_it_moved(
     with memory.db.connection() as conn:  # a new row version: the ctid it had is stale
         conn.execute("UPDATE chunks SET importance = importance WHERE chunk_id = %s",
                      (second,))
-    rows, replies = acb.evidence_rows(memory.db, "default", found.candidates)
+    rows, replies = sections.evidence_rows(memory.db, "default", found.candidates)
     assert set(rows) == {first, second}
     assert rows[second]["text"] == "user: is the zeppelin hangar heated?"
     assert replies[second]["chunk_id"] == reply
