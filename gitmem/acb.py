@@ -206,7 +206,7 @@ def _pack(build: Build) -> Packed:
                  for i in part.items if "conflicts" in i]
     omissions = build.packer.omissions()
     digest = _fingerprint(
-        {"items": build.packer.ledger, "conflicts": conflicts, "omissions": omissions})
+        {"items": build.packer.ledger(), "conflicts": conflicts, "omissions": omissions})
     summaries = any(i.get("type") == "summary" for part in build.packer.sections.values()
                     for i in part.items)
     return Packed(packed, omissions, build.packer.used, digest, summaries)

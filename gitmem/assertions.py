@@ -195,18 +195,21 @@ def acb_candidate_scan_max(run: Run, p: dict[str, Any]) -> None:
 
 
 def no_duplicates(run: Run, p: dict[str, Any]) -> None:
-    """No id and no text appears twice in the bundle."""
+    """No id appears twice in the bundle, and no text but as turns of the recent window
+    (each an event of its own: "no" to two questions is two answers)."""
     acb = _acb(run, p)
     seen_ids: dict[str, int] = {}
-    seen_text: dict[str, str] = {}
+    seen_text: dict[str, tuple[str, bool]] = {}  # text -> the first id, whether a turn
     twice: list[str] = []
-    for item in _items(acb, None):
-        seen_ids[item["id"]] = seen_ids.get(item["id"], 0) + 1
-        if seen_ids[item["id"]] == 2:
-            twice.append(f"id {item['id']}")
-        first = seen_text.setdefault(item["text"], item["id"])
-        if first != item["id"]:
-            twice.append(f"text of {first} again in {item['id']}")
+    for part in acb["sections"]:
+        turn = part["name"] == "recent_window"
+        for item in part["items"]:
+            seen_ids[item["id"]] = seen_ids.get(item["id"], 0) + 1
+            if seen_ids[item["id"]] == 2:
+                twice.append(f"id {item['id']}")
+            first, was_turn = seen_text.setdefault(item["text"], (item["id"], turn))
+            if first != item["id"] and not (turn and was_turn):
+                twice.append(f"text of {first} again in {item['id']}")
     if twice:
         raise Failure("every item once", twice, excerpt(acb))
 

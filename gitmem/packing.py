@@ -26,6 +26,9 @@ HEADER_TOKENS = {"identity": 3, "rules": 3, "task_state": 4, "relevant_decisions
                  "retrieved_evidence": 4, "recent_window": 4, "tool_state": 4, "handoff": 5}
 ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE joins
 OMISSION_IDS_MAX = 200
+# Reasons an id may be left out for by one section and packed by another later: the
+# omissions list only those still left out ("conflict" names packed summaries).
+LEFT_OUT = frozenset({"budget", "duplicate"})
 
 
 def header(name: str) -> str:
@@ -97,18 +100,22 @@ def within_caps(section: Mapping[str, Any], cap: int, pinned_cap: int) -> bool:
 
 
 class Packer:
-    """Places items into sections under every cap; records what it leaves out."""
+    """Places items into sections under every cap; records what it leaves out.
+
+    An item is packed once, by id. A content hash is packed once too, but for the turns
+    of the conversation (`add(turn=True)`): two turns that say the same ("no" to two
+    questions) are two answers, each meaning what its place makes it mean.
+    """
 
     def __init__(self, available: int) -> None:
         self.available = available
         self.used = 0
         self.sections: dict[str, Section] = {}
-        self.seen: dict[str, str] = {}
+        self.seen: dict[str, str] = {}  # content hash -> the id packed with it
+        self.packed: dict[str, tuple[str, str]] = {}  # id -> its section, its content hash
         self.omitted: dict[str, dict[str, None]] = {}  # reason -> ids, as an ordered set
         self.omitted_all: dict[str, list[_Many]] = {}  # reason -> ids left out together
         self.truncated: dict[str, list[str]] = {}
-        # what was packed, by content hash: the acb_id is a digest of it
-        self.ledger: list[tuple[str, str, str, float | None]] = []
 
     def open(self, name: str, cap: int, pinned_cap: int = 0) -> Section:
         """Start a section with its scaled cap and the cap its pinned items may fill."""
@@ -133,18 +140,50 @@ class Packer:
         return room <= ITEM_SEPARATOR_TOKENS + (0 if section.items
                                                 else header_tokens(section.name))
 
-    def add(self, section: Section, item: dict[str, Any], digest: str) -> bool:
-        """Add `item` if its hash is new and it fits; else record why not. A pinned
-        item (`item["pinned"]`) fits under the section's pinned cap: a small budget
-        scales the caps down, and pinned memory is always included while the whole
-        budget has room for it."""
+    def holds(self, section: Section, item_id: str) -> bool:
+        """Whether `item_id` is packed in `section`."""
+        where = self.packed.get(item_id)
+        return where is not None and where[0] == section.name
+
+    def add(self, section: Section, item: dict[str, Any], digest: str, *,
+            turn: bool = False) -> bool:
+        """Add `item` if it is new and fits; else record why not. A pinned item
+        (`item["pinned"]`) fits under the section's pinned cap: a small budget scales
+        the caps down, and pinned memory is always included while the whole budget has
+        room for it.
+
+        Items are new by content hash, turns (`turn`) by id: a turn packed already in
+        another section moves here when it fits (it appears once, in its place), and an
+        item of another section that says what a new turn says gives way as a duplicate.
+        """
+        if turn:
+            return self._add_turn(section, item, digest)
         if digest in self.seen:
             if self.seen[digest] != item["id"]:
                 self.omit("duplicate", item["id"])
             return False
-        cost = item["token_est"] + ITEM_SEPARATOR_TOKENS
-        if not section.items:
-            cost += header_tokens(section.name)
+        return self._place(section, item, digest)
+
+    def _add_turn(self, section: Section, item: dict[str, Any], digest: str) -> bool:
+        where = self.packed.get(item["id"])
+        if where is not None:
+            return where[0] != section.name and self._move(item, where[0], section)
+        holder = self.seen.get(digest)
+        if not self._place(section, item, digest):
+            return False
+        if holder is not None and self.packed[holder][0] != section.name:
+            self._take(holder)
+            self.omit("duplicate", holder)
+            self.seen[digest] = item["id"]
+        return True
+
+    def _cost(self, section: Section, item: Mapping[str, Any]) -> int:
+        """What `item` costs in `section` (its heading too if it would be the first)."""
+        cost: int = item["token_est"] + ITEM_SEPARATOR_TOKENS
+        return cost + (0 if section.items else header_tokens(section.name))
+
+    def _place(self, section: Section, item: dict[str, Any], digest: str) -> bool:
+        cost = self._cost(section, item)
         cap = section.pinned_cap if item.get("pinned") else section.cap
         if section.used + cost > cap or self.used + cost > self.available:
             self.omit("budget", item["id"])
@@ -152,40 +191,81 @@ class Packer:
         section.items.append(item)
         section.used += cost
         self.used += cost
-        self.seen[digest] = item["id"]
-        left_out = self.omitted.get("budget")
-        if left_out:  # left out by an earlier pass, packed by a later one (a pinned item)
-            left_out.pop(item["id"], None)
-        self.ledger.append((section.name, item["id"], digest, item.get("score")))
+        self.seen.setdefault(digest, item["id"])
+        self.packed[item["id"]] = (section.name, digest)
         if item.get("artifact_id"):
             self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])
         return True
 
+    def _move(self, item: dict[str, Any], source_name: str, target: Section) -> bool:
+        """Move a packed item to `target` as `item` (keeping its score and whether it is
+        pinned), if it fits there."""
+        source = self.sections[source_name]
+        old = next(i for i in source.items if i["id"] == item["id"])
+        freed = old["token_est"] + ITEM_SEPARATOR_TOKENS + (
+            header_tokens(source.name) if len(source.items) == 1 else 0)
+        cost = self._cost(target, item)
+        if target.used + cost > target.cap or self.used - freed + cost > self.available:
+            return False
+        digest = self._take(item["id"])
+        for key in ("score", "pinned"):  # what retrieval said of it
+            if key in old:
+                item[key] = old[key]
+        return self._place(target, item, digest)
+
+    def _take(self, item_id: str) -> str:
+        """Take a packed item out of its section, giving back what it cost; its hash."""
+        name, digest = self.packed.pop(item_id)
+        section = self.sections[name]
+        index = next(n for n, i in enumerate(section.items) if i["id"] == item_id)
+        item = section.items.pop(index)
+        cost = item["token_est"] + ITEM_SEPARATOR_TOKENS + (
+            0 if section.items else header_tokens(section.name))
+        section.used -= cost
+        self.used -= cost
+        if item.get("artifact_id"):
+            sources = self.truncated[item["artifact_id"]]
+            sources.remove(item["source_id"])
+            if not sources:
+                del self.truncated[item["artifact_id"]]
+        return digest
+
+    def ledger(self) -> list[tuple[str, str, str, float | None]]:
+        """What was packed, section by section, by content hash: the acb_id is a digest
+        of it."""
+        return [(name, i["id"], self.packed[i["id"]][1], i.get("score"))
+                for name, section in self.sections.items() for i in section.items]
+
     def copy(self) -> Packer:
-        """A packer in this one's state that packs on by itself: its sections, ledger and
+        """A packer in this one's state that packs on by itself: its sections and
         omissions are its own; the items packed so far are shared, not copied."""
         other = Packer(self.available)
         other.used = self.used
         other.sections = {name: replace(s, items=list(s.items))
                           for name, s in self.sections.items()}
         other.seen = dict(self.seen)
+        other.packed = dict(self.packed)
         other.omitted = {reason: dict(ids) for reason, ids in self.omitted.items()}
         other.omitted_all = {reason: list(many) for reason, many in self.omitted_all.items()}
         other.truncated = {artifact: list(ids) for artifact, ids in self.truncated.items()}
-        other.ledger = list(self.ledger)
         return other
 
     def omissions(self) -> list[dict[str, Any]]:
-        """The omissions list: one entry per reason (and per truncated artifact)."""
+        """The omissions list: one entry per reason (and per truncated artifact). An id
+        left out once but packed since (a turn that moved, a duplicate whose copy gave
+        way to it) is not listed."""
         out: list[dict[str, Any]] = []
         for reason in sorted(self.omitted.keys() | self.omitted_all.keys()):
+            packed = self.packed if reason in LEFT_OUT else {}
             many = self.omitted_all.get(reason, [])
             one = sorted(i for i in self.omitted.get(reason, {})
-                         if not any(i in m for m in many))
-            count = len(one) + sum(len(m) for m in many)
+                         if i not in packed and not any(i in m for m in many))
+            count = len(one) + sum(len(m) for m in many) - sum(
+                1 for i in packed if any(i in m for m in many))
             if not count:
                 continue
-            ids = list(itertools.islice(heapq.merge(one, *many), OMISSION_IDS_MAX))
+            ids = list(itertools.islice(
+                (i for i in heapq.merge(one, *many) if i not in packed), OMISSION_IDS_MAX))
             entry: dict[str, Any] = {"reason": reason, "candidates": ids}
             if count > OMISSION_IDS_MAX:
                 entry["count"] = count

@@ -296,10 +296,20 @@ def _session_rows(build: Build, kind: str, limit: int) -> list[Row]:
 
 
 def _recent(build: Build, section: Section) -> None:
+    """The session's latest turns, every one of them, oldest first.
+
+    A transcript's turns are told apart by event id, not content: "no" to two
+    questions is two answers, and dropping one as a copy of the other would leave the
+    question before it unanswered. A turn retrieval packed already (as evidence, a
+    section packed before this one) moves here when it fits: it appears once, and in
+    its place, so that the transcript reads whole; where it does not fit, it stays
+    evidence. Another event retrieved with a turn's very content gives way to the
+    turn as a duplicate.
+    """
     rows = _session_rows(build, "recent", build.policies.budgets.recent_window_events)
     for number, row in enumerate(rows):  # newest first: they matter most when the cap bites
-        if not build.packer.add(section, items.chunk_item(row), row["hash"]) \
-                and row["hash"] not in build.packer.seen:
+        build.packer.add(section, items.chunk_item(row), row["hash"], turn=True)
+        if not build.packer.holds(section, row["chunk_id"]):
             for older in rows[number + 1:]:  # out of budget: older turns would leave a gap
                 build.packer.omit("budget", older["chunk_id"])
             break

@@ -24,7 +24,10 @@ NOW = "2026-03-01T12:00:00+00:00"
 
 
 def say(memory: Memory, text: str, *, ts: str = "2026-03-01T10:00:00+00:00", **fields: Any) -> str:
-    """Record a message; its event id."""
+    """Record a message; its event id. Unless given a session, in one of its own: a bundle
+    asked for in an event's session shows it as a turn of its recent window (in its place
+    in the conversation), not as retrieved evidence."""
+    fields.setdefault("session_id", "earlier")
     return memory.record({"content": {"text": text}, "ts": ts, **fields}).id
 
 
@@ -46,7 +49,7 @@ def omitted(acb: dict[str, Any], reason: str) -> list[str]:
 
 
 def test_sections_come_in_priority_order_with_item_fields(memory: Memory) -> None:
-    evt = say(memory, "The release train leaves every Tuesday", session_id="s1")
+    evt = say(memory, "The release train leaves every Tuesday", session_id="s0")
     acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "release train"})
     assert [s["name"] for s in acb["sections"]] == [
         "identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
@@ -93,7 +96,8 @@ def test_public_channel_never_shows_preferences_or_sensitive_events(memory: Memo
     public_ok = say(memory, "Public roadmap: the cluster migration ships in May", channel="public")
     high = say(memory, "Alice's salary review and the cluster budget", channel="public",
                sensitivity="high")
-    acb = memory.build_acb({"channel": "public", "now": NOW, "query_text": "cluster"})
+    acb = memory.build_acb({"channel": "public", "session_id": "earlier", "now": NOW,
+                            "query_text": "cluster"})
     rendered = json.dumps(acb["sections"])
     assert "views/preferences.md" not in rendered and "salary" not in rendered
     assert public_ok in rendered
@@ -106,7 +110,8 @@ def test_public_channel_never_shows_preferences_or_sensitive_events(memory: Memo
 
 def test_public_channel_does_not_load_private_channel_events(memory: Memory) -> None:
     private_evt = say(memory, "Private chat about the cluster password rotation")
-    acb = memory.build_acb({"channel": "public", "now": NOW, "query_text": "cluster rotation"})
+    acb = memory.build_acb({"channel": "public", "session_id": "earlier", "now": NOW,
+                            "query_text": "cluster rotation"})
     assert private_evt not in json.dumps(acb["sections"])
     assert private_evt in omitted(acb, "privacy")
 
@@ -437,10 +442,67 @@ def test_pinned_views_are_packed_at_small_budgets(memory: Memory, budget: int) -
 def test_five_identical_events_appear_once(memory: Memory) -> None:
     ids = [say(memory, "The staging database is read-only until Friday", session_id="s1",
                ts=f"2026-03-01T0{n}:00:00+00:00") for n in range(5)]
-    acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "staging database"})
+    acb = memory.build_acb({"session_id": "s2", "now": NOW, "query_text": "staging database"})
     shown = [i for i in all_items(acb) if "read-only until Friday" in i["text"]]
     assert len(shown) == 1
     assert set(ids) - {shown[0]["id"]} == set(omitted(acb, "duplicate"))
+
+
+def alice_answers(memory: Memory) -> list[str]:
+    """A session where alice answers "no", "yes", "no" to three questions: its ids."""
+    alice = {"type": "human", "id": "alice"}
+    turns = [("Should I delete the production database?", None), ("no", alice),
+             ("Should I restart the workers?", None), ("yes", alice),
+             ("Should I drop the legacy_orders table?", None), ("no", alice)]
+    return [say(memory, text, session_id="c1", ts=f"2026-03-01T10:0{n}:00+00:00",
+                **({"actor": actor} if actor else {})) for n, (text, actor) in enumerate(turns)]
+
+
+@pytest.mark.parametrize("query", ["", "what did alice approve?"])
+def test_the_recent_window_keeps_every_turn_in_order(memory: Memory, query: str) -> None:
+    """Two answers "no" are two events: the second is not a duplicate of the first (else
+    the remaining "yes" would read as approving the delete), and a turn retrieval found
+    is shown once, in its place in the transcript."""
+    ids = alice_answers(memory)
+    acb = memory.build_acb({"session_id": "c1", "now": NOW, "query_text": query})
+    assert [i["id"] for i in section(acb, "recent_window")] == ids
+    assert [i["text"] for i in section(acb, "recent_window")][1::2] == [
+        "alice: no", "alice: yes", "alice: no"]
+    assert not section(acb, "retrieved_evidence")
+    assert not omitted(acb, "duplicate") and not omitted(acb, "budget")
+    shown = [i["id"] for i in all_items(acb)]
+    assert len(shown) == len(set(shown))
+    if query:  # the turns the question matched (alice's), packed as evidence first
+        scored = {i["id"] for i in section(acb, "recent_window") if "score" in i}
+        assert ids[3] in scored and scored <= set(ids[1::2])
+        assert acb["provenance"]["retrieved"] == 3
+
+
+def test_a_retrieved_copy_of_a_turn_gives_way_to_the_turn(memory: Memory) -> None:
+    elsewhere = say(memory, "The staging database is read-only until Friday", session_id="s9",
+                    ts="2026-03-01T11:00:00+00:00")
+    turn = say(memory, "The staging database is read-only until Friday", session_id="s1")
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "staging database"})
+    assert [i["id"] for i in section(acb, "recent_window")] == [turn]
+    assert not section(acb, "retrieved_evidence")
+    assert omitted(acb, "duplicate") == [elsewhere]
+    assert acb["token_used_est"] == sum(s["token_est"] for s in acb["sections"])
+
+
+def test_a_turn_the_recent_window_has_no_room_for_stays_evidence(memory: Memory) -> None:
+    budgets = memory.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace(
+        "recent_window:      {max_tokens: 12000", "recent_window:      {max_tokens: 40"))
+    long_turn = say(memory, "The staging database is read-only until Friday because "
+                    + "the migration of the invoices table runs all week " * 3,
+                    session_id="s1", ts="2026-03-01T09:00:00+00:00")
+    latest = say(memory, "ok", session_id="s1")
+    acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "staging database"})
+    assert [i["id"] for i in section(acb, "retrieved_evidence")] == [long_turn]
+    assert [i["id"] for i in section(acb, "recent_window")] == [latest]
+    assert long_turn not in omitted(acb, "budget")  # shown, as evidence
+    assert all(s["token_est"] <= memory.policies.budgets.sections[s["name"]].max_tokens
+               for s in acb["sections"])
 
 
 def test_huge_tool_output_yields_only_its_excerpt(memory: Memory) -> None:
@@ -856,7 +918,7 @@ def test_same_acb_after_reindex_from_a_fresh_clone(config: Config, tmp_path: Pat
 
 
 def test_cli_acb_json_and_text(cli: Cli, memory: Memory) -> None:
-    say(memory, "The on-call rotation changes on Mondays", session_id="s1")
+    say(memory, "The on-call rotation changes on Mondays", session_id="s0")
     result = cli("acb", "when does on-call change?", "--session", "s1", "--now", NOW)
     bundle = json.loads(result.stdout)
     assert bundle["acb_id"].startswith("acb_")
@@ -1243,7 +1305,7 @@ def test_a_channel_cannot_tell_whether_text_it_may_not_load_holds_a_word(
     channel may load, and no statistic that counts hidden rows (a word's IDF, what a
     lane expected or matched) is shown."""
     say(memory, "The patient diagnosis is leukemia", session_id="s1", sensitivity="high")
-    say(memory, "Public launch note", session_id="s2", channel="public")
+    say(memory, "Public launch note", session_id="s3", channel="public")
 
     def asked(word: str, channel: str = "public") -> dict[str, Any]:
         acb = memory.build_acb({"channel": channel, "session_id": "s2", "now": NOW,

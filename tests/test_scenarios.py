@@ -161,7 +161,7 @@ FAILING = HEAD + """defaults: {session: s1}
 steps:
   - record: {text: "We ship on Fridays."}
     as: e1
-  - acb: {query: "when do we ship?"}
+  - acb: {query: "when do we ship?", session: s2}
     assertions:
       - {type: acb_contains_ref, ref: $e1}
       - {type: acb_section_contains, section: retrieved_evidence, contains: "Mondays"}
@@ -275,7 +275,7 @@ PASSING = HEAD + """steps:
   - repeat: 3
     record: {text: "note {i} about invoices"}
     as: notes
-  - acb: {query: invoices}
+  - acb: {query: invoices, session: elsewhere}
     assertions:
       - {type: acb_contains_ref, ref: "$notes[2]"}
       - {type: acb_build_latency_p95_ms, max: 5000, runs: 3}
