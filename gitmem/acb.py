@@ -43,6 +43,8 @@ from gitmem.sections import Build
 REQUEST_FIELDS = ("tenant_id", "session_id", "agent_id", "channel", "intent", "query_text",
                   "max_tokens", "now", "handoff_id")
 HANDOFF_SECTIONS = ("handoff", "relevant_decisions", "retrieved_evidence")
+# Sections whose fillers show their items oldest first, whatever order they packed them in
+SELF_ORDERED = frozenset({"recent_window", "tool_state"})
 # Sections the same for every question (no chunks of events, so no summaries): those
 # of them a retrieval build packs before its query's are kept packed (`ContextCache.
 # prefix`). 240 open tasks cost 0.8 ms a build to pack at 1M on the slowest machines.
@@ -194,6 +196,7 @@ def _pack(build: Build) -> Packed:
             build.key, lambda: _pack_sections(build, prefix, fillers).copy()).copy()
         build.timings["prefix"] = round((time.perf_counter() - step) * 1000, 3)
     _pack_sections(build, order[len(prefix):], fillers)
+    _spend_leftover(build, order, fillers)
     for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
             (i for s in build.packer.sections.values() for i in s.items), build.db,
             request.tenant_id, lambda: build.cache.decisions(request.tenant_id)):
@@ -210,6 +213,38 @@ def _pack(build: Build) -> Packed:
     summaries = any(i.get("type") == "summary" for part in build.packer.sections.values()
                     for i in part.items)
     return Packed(packed, omissions, build.packer.used, digest, summaries)
+
+
+def _spend_leftover(build: Build, order: Sequence[str],
+                    fillers: Mapping[str, Callable[[Section], None]]) -> None:
+    """The second pass: what the first left unused goes to what it left out for budget.
+
+    The first pass holds each section to its policy cap scaled to the request's budget,
+    so that no section crowds out those after it. What the sections leave unused is then
+    given, in priority order, to those that left items out for budget, each up to its
+    policy's own cap (never more, and never past max_tokens - reserve): each filler runs
+    again, finds what it packed packed (an item is packed once), and offers what it left
+    out in its own order. A higher-priority section so takes all it can use before a
+    lower one gets any: nothing goes to a lower-priority section in this pass while a
+    higher-priority one has an item waiting that the space would hold. Without a scaled
+    cap (the whole budget) there is no second pass.
+    """
+    packer = build.packer
+    started = time.perf_counter()
+    for name in order:
+        section = packer.sections[name]
+        cap = build.cap(name, scaled=False)
+        if not section.short or cap <= section.cap:
+            continue
+        if packer.spent():
+            break
+        packer.reopen(section, cap)
+        if not build.request.handoff_id:
+            sections.views(build, section, name)
+        fillers[name](section)
+        if name not in SELF_ORDERED:
+            packer.arrange(section)
+        build.timings["second_pass"] = round((time.perf_counter() - started) * 1000, 3)
 
 
 def _pack_sections(build: Build, names: Sequence[str],

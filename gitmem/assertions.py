@@ -109,14 +109,13 @@ def acb_max_tokens(run: Run, p: dict[str, Any]) -> None:
 
 
 def acb_within_caps(run: Run, p: dict[str, Any]) -> None:
-    """No section over its (scaled) cap but by pinned items, which may fill the policy's
-    own cap; the whole under max_tokens - reserve."""
+    """No section over its policy's cap (the caps scaled to the budget bound the first
+    pass only); the whole under max_tokens - reserve."""
     acb = _acb(run, p)
     budget = acb["provenance"]["budget"]
-    caps = {name: (int(c.max_tokens * budget["scale"]), c.max_tokens)
-            for name, c in run.memory.policies.budgets.sections.items()}
+    caps = {name: c.max_tokens for name, c in run.memory.policies.budgets.sections.items()}
     over = {s["name"]: s["token_est"] for s in acb["sections"]
-            if s["name"] in caps and not within_caps(s, *caps[s["name"]])}
+            if s["name"] in caps and not within_caps(s, caps[s["name"]])}
     if over or acb["token_used_est"] > budget["available"]:
         raise Failure({"caps": {n: caps[n] for n in over}, "available": budget["available"]},
                       {"sections": over, "token_used_est": acb["token_used_est"]})

@@ -66,6 +66,7 @@ class _Many:
     ids: Sequence[str]
     members: AbstractSet[str]
     but: frozenset[str]
+    section: str = ""  # the section that left them out (a later pass lists them again)
 
     def __contains__(self, item: str) -> bool:
         return item in self.members and item not in self.but
@@ -80,23 +81,26 @@ class _Many:
 @dataclass
 class Section:
     """A section being packed: `cap` is its cap scaled to the request's budget,
-    `pinned_cap` the policy's own, which pinned items may fill."""
+    `pinned_cap` the policy's own, which pinned items may fill. `short`: it left items
+    out for budget (a later pass may have room for them); `ranks`: the order its filler
+    offered items in, the order they are shown in."""
 
     name: str
     cap: int
     pinned_cap: int = 0
     items: list[dict[str, Any]] = field(default_factory=list)
     used: int = 0
+    short: bool = False
+    ranks: dict[str, int] = field(default_factory=dict)
 
 
-def within_caps(section: Mapping[str, Any], cap: int, pinned_cap: int) -> bool:
-    """Whether a packed section (its JSON form) keeps to its caps: what is not pinned
-    to the scaled `cap`, the whole to it too unless pinned items took it up to the
-    policy's `pinned_cap`."""
-    loose: int = sum(i["token_est"] for i in section["items"] if not i.get("pinned"))
+def within_caps(section: Mapping[str, Any], cap: int) -> bool:
+    """Whether a packed section (its JSON form) keeps to its policy's `cap`, and costs at
+    least its items' tokens. (The caps scaled to a request's budget bound the first pass
+    only: the second gives what they leave unused to what they left out, up to `cap`.)"""
+    items: int = sum(i["token_est"] for i in section["items"])
     whole: int = section["token_est"]
-    pinned = any(i.get("pinned") for i in section["items"])
-    return loose <= cap and whole <= (max(cap, pinned_cap) if pinned else cap)
+    return items <= whole <= cap
 
 
 class Packer:
@@ -128,17 +132,39 @@ class Packer:
         self.omitted.setdefault(reason, {})[item_id] = None
 
     def omit_all(self, reason: str, ids: Sequence[str], members: AbstractSet[str],
-                 but: AbstractSet[str]) -> None:
-        """Record the ids left out, by reason: `ids` (sorted; `members` holds them too)
-        except those in `but`. Nothing is walked until the omissions are listed, and
-        then only as far as they show."""
-        self.omitted_all.setdefault(reason, []).append(_Many(ids, members, frozenset(but)))
+                 but: AbstractSet[str], section: Section) -> None:
+        """Record the ids `section` left out, by reason: `ids` (sorted; `members` holds
+        them too) except those in `but`. Nothing is walked until the omissions are
+        listed, and then only as far as they show."""
+        if reason == "budget":
+            section.short = True
+        self.omitted_all.setdefault(reason, []).append(
+            _Many(ids, members, frozenset(but), section.name))
 
     def full(self, section: Section) -> bool:
         """True when not even the smallest item would fit any more."""
         room = min(section.cap - section.used, self.available - self.used)
         return room <= ITEM_SEPARATOR_TOKENS + (0 if section.items
                                                 else header_tokens(section.name))
+
+    def spent(self) -> bool:
+        """True when not even the smallest item would fit in any section any more."""
+        return self.available - self.used <= ITEM_SEPARATOR_TOKENS
+
+    def reopen(self, section: Section, cap: int) -> None:
+        """Let a section fill on up to `cap` (its policy's own) in a later pass, which
+        makes the omissions of what it still leaves out again."""
+        section.cap = max(section.cap, cap)
+        section.pinned_cap = max(section.pinned_cap, cap)
+        section.short = False
+        for reason, many in self.omitted_all.items():
+            self.omitted_all[reason] = [m for m in many if m.section != section.name]
+
+    def arrange(self, section: Section) -> None:
+        """Put a section's items back in the order its filler offered them (a later pass
+        appends what it found room for)."""
+        ranks = section.ranks
+        section.items.sort(key=lambda item: ranks[item["id"]])
 
     def holds(self, section: Section, item_id: str) -> bool:
         """Whether `item_id` is packed in `section`."""
@@ -156,6 +182,7 @@ class Packer:
         another section moves here when it fits (it appears once, in its place), and an
         item of another section that says what a new turn says gives way as a duplicate.
         """
+        section.ranks.setdefault(item["id"], len(section.ranks))
         if turn:
             return self._add_turn(section, item, digest)
         if digest in self.seen:
@@ -187,6 +214,7 @@ class Packer:
         cap = section.pinned_cap if item.get("pinned") else section.cap
         if section.used + cost > cap or self.used + cost > self.available:
             self.omit("budget", item["id"])
+            section.short = True
             return False
         section.items.append(item)
         section.used += cost
@@ -241,7 +269,7 @@ class Packer:
         omissions are its own; the items packed so far are shared, not copied."""
         other = Packer(self.available)
         other.used = self.used
-        other.sections = {name: replace(s, items=list(s.items))
+        other.sections = {name: replace(s, items=list(s.items), ranks=dict(s.ranks))
                           for name, s in self.sections.items()}
         other.seen = dict(self.seen)
         other.packed = dict(self.packed)

@@ -121,8 +121,8 @@ def views(build: Build, section: Section, section_name: str) -> None:
                 build.packer.omit("budget", anchor)
                 continue
             digest = "view:" + hashlib.sha256(chunk.text.encode()).hexdigest()
-            if build.packer.add(section, item, digest):
-                view_used += chunk.token_est
+            if build.packer.add(section, item, digest) or build.packer.holds(section, anchor):
+                view_used += chunk.token_est  # packed now, or by an earlier pass
 
 
 def _tasks(build: Build, section: Section) -> None:
@@ -135,7 +135,7 @@ def _tasks(build: Build, section: Section) -> None:
         if build.packer.full(section):
             for sensitivity, ids in tasks.ids.items():  # all the others are left out
                 reason = "budget" if build.allows_record(sensitivity) else "privacy"
-                build.packer.omit_all(reason, ids, tasks.members[sensitivity], seen)
+                build.packer.omit_all(reason, ids, tasks.members[sensitivity], seen, section)
             return
         seen.add(row["task_id"])
         if not build.allows_record(row["sensitivity"]):
@@ -176,6 +176,7 @@ class _Evidence:
     def __init__(self, build: Build) -> None:
         self.build = build
         self.result: retrieval.Retrieval | None = None
+        self.rows: tuple[dict[str, Row], dict[str, Row]] | None = None  # evidence_rows'
 
     def run(self) -> retrieval.Retrieval | None:
         build = self.build
@@ -237,7 +238,9 @@ class _Evidence:
         chosen = [c for c in result.candidates if c.source_type in ("event", "summary")]
         if not chosen:
             return
-        found, replies = evidence_rows(build.db(), build.request.tenant_id, chosen)
+        if self.rows is None:  # read once: a second pass fills the section again
+            self.rows = evidence_rows(build.db(), build.request.tenant_id, chosen)
+        found, replies = self.rows
         # rows of this build alone: their items are made once, not kept as templates to
         # copy (2-3 us a row on the slowest machines)
         scored = build.scored
@@ -310,7 +313,8 @@ def _recent(build: Build, section: Section) -> None:
     for number, row in enumerate(rows):  # newest first: they matter most when the cap bites
         build.packer.add(section, items.chunk_item(row), row["hash"], turn=True)
         if not build.packer.holds(section, row["chunk_id"]):
-            for older in rows[number + 1:]:  # out of budget: older turns would leave a gap
+            section.short = True  # out of budget: older turns would leave a gap
+            for older in rows[number + 1:]:
                 build.packer.omit("budget", older["chunk_id"])
             break
     section.items.sort(key=_reading_order)

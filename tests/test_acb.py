@@ -403,9 +403,7 @@ def test_caps_hold(memory: Memory, budget: int) -> None:
     assert acb["token_used_est"] <= available
     assert acb["budget_tokens"] == budget
     for s in acb["sections"]:
-        cap = budgets.sections[s["name"]].max_tokens
-        assert within_caps(s, int(cap * scale), cap)
-        assert sum(i["token_est"] for i in s["items"]) <= s["token_est"]
+        assert within_caps(s, budgets.sections[s["name"]].max_tokens)
     assert tokens.count(render_text(acb)) <= available
     assert omitted(acb, "budget")
 
@@ -414,8 +412,7 @@ def test_caps_hold(memory: Memory, budget: int) -> None:
 def test_pinned_views_are_packed_at_small_budgets(memory: Memory, budget: int) -> None:
     """The identity section's cap scaled to a small budget (1,200 x 1,500 / 65,000 = 27
     tokens) is smaller than the pinned identity view: pinned items fill up to the
-    policy's own cap while the whole budget has room, and nothing else goes past the
-    scaled cap."""
+    policy's own cap while the whole budget has room."""
     say(memory, "the deploy pipeline runs on the blue cluster", session_id="s1")
     views = memory.store / "views"
     (views / "identity.md").write_text(
@@ -434,8 +431,7 @@ def test_pinned_views_are_packed_at_small_budgets(memory: Memory, budget: int) -
     scale = budget / budgets.total
     assert identity[0]["token_est"] > int(budgets.sections["identity"].max_tokens * scale)
     for s in acb["sections"]:
-        cap = budgets.sections[s["name"]].max_tokens
-        assert within_caps(s, int(cap * scale), cap)
+        assert within_caps(s, budgets.sections[s["name"]].max_tokens)
     assert acb["token_used_est"] <= budget - int(budgets.reserve * scale)
 
 
@@ -783,7 +779,7 @@ def test_tasks_left_out_are_listed_by_reason_whatever_their_number(memory: Memor
                           ).content["task_id"] for n in range(250)]
     high = {t for n, t in enumerate(others) if n % 10 == 0}
     acb = memory.build_acb({"session_id": "s1", "channel": "team", "now": NOW,
-                            "max_tokens": 3000})
+                            "max_tokens": 400})
     shown = [i["id"] for i in section(acb, "task_state")]
     assert set(shown[:3]) == mine and 3 < len(shown) < 100  # this session's first
     assert not high & set(shown)
