@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from gitmem import tokens
 from gitmem.db import Row
 from gitmem.records import format_ts
 
@@ -63,3 +64,46 @@ def decision_item(row: Row, score: float | None) -> dict[str, Any]:
         "refs": list(r["refs"]), "source": f"{r['path']}:1",
         "token_est": r["token_est"], "ts": iso_utc(r["ts"]),
         "rationale": list(r["rationale"]), "supersedes": list(r["supersedes"])}, score)
+
+
+CUT_MIN_TOKENS = 8  # a pinned item is cut to fit when at least this much of it shows
+
+
+def cut_to_fit(item: dict[str, Any], limit: int) -> dict[str, Any] | None:
+    """`item` (a pinned one, larger than the room its section has left) cut to at most
+    `limit` tokens: the start of its text, a note saying where the whole is, marked
+    `truncated` with its `full_token_est`. None when too little of it would show.
+
+    A pinned item is the memory a person put in every bundle: what fits of it is
+    better than nothing, and the note keeps the reader from taking the start for the
+    whole."""
+    full = item["token_est"]
+    note = f"\n[cut to fit: {{}} of {full} tokens shown; the whole is {item['source']}]"
+    room = limit - tokens.count(note.format(full))
+    while room >= CUT_MIN_TOKENS:
+        head = cut_text(item["text"], room)
+        text = head + note.format(tokens.count(head))
+        size = tokens.count(text)
+        if size <= limit:
+            return {**item, "text": text, "token_est": size, "truncated": True,
+                    "full_token_est": full}
+        room -= size - limit  # a join of the pieces counted more than each alone
+    return None
+
+
+def cut_text(text: str, limit: int) -> str:
+    """The longest start of `text` of at most `limit` tokens that ends at a paragraph
+    break, else a line break, else the end of a sentence, where one keeps at least half
+    of it; else at a space; else anywhere (not inside a character)."""
+    encoded = tokens.encode(text)
+    if len(encoded) <= limit:
+        return text
+    head = tokens.encoding().decode(encoded[:limit])
+    while head and not text.startswith(head):  # a character cut in two: decoded as U+FFFD
+        head = head[:-1]
+    for mark in ("\n\n", "\n", ". "):
+        at = head.rfind(mark)
+        if at >= len(head) // 2:
+            return head[:at + (1 if mark == ". " else 0)].rstrip()
+    at = head.rfind(" ")
+    return (head[:at] if at > 0 else head).rstrip()

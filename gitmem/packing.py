@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from gitmem.items import cut_to_fit
+
 SECTION_TITLES = {
     "identity": "Identity", "rules": "Rules", "task_state": "Task state",
     "relevant_decisions": "Relevant decisions", "retrieved_evidence": "Retrieved evidence",
@@ -120,6 +122,7 @@ class Packer:
         self.omitted: dict[str, dict[str, None]] = {}  # reason -> ids, as an ordered set
         self.omitted_all: dict[str, list[_Many]] = {}  # reason -> ids left out together
         self.truncated: dict[str, list[str]] = {}
+        self.cut: dict[str, dict[str, Any]] = {}  # pinned items cut to fit, by id
 
     def open(self, name: str, cap: int, pinned_cap: int = 0) -> Section:
         """Start a section with its scaled cap and the cap its pinned items may fill."""
@@ -176,7 +179,8 @@ class Packer:
         """Add `item` if it is new and fits; else record why not. A pinned item
         (`item["pinned"]`) fits under the section's pinned cap: a small budget scales
         the caps down, and pinned memory is always included while the whole budget has
-        room for it.
+        room for it; one larger than the room left is included cut to fit (listed as
+        `truncated_pinned`), unless too little of it would show.
 
         Items are new by content hash, turns (`turn`) by id: a turn packed already in
         another section moves here when it fits (it appears once, in its place), and an
@@ -212,7 +216,13 @@ class Packer:
     def _place(self, section: Section, item: dict[str, Any], digest: str) -> bool:
         cost = self._cost(section, item)
         cap = section.pinned_cap if item.get("pinned") else section.cap
-        if section.used + cost > cap or self.used + cost > self.available:
+        room = min(cap - section.used, self.available - self.used)
+        if cost > room and item.get("pinned"):  # never dropped while a part of it fits
+            cut = cut_to_fit(item, room - (cost - item["token_est"]))
+            if cut is not None:
+                self.cut[item["id"]] = cut
+                item, cost = cut, self._cost(section, cut)
+        if cost > room:
             self.omit("budget", item["id"])
             section.short = True
             return False
@@ -247,6 +257,7 @@ class Packer:
         section = self.sections[name]
         index = next(n for n, i in enumerate(section.items) if i["id"] == item_id)
         item = section.items.pop(index)
+        self.cut.pop(item_id, None)
         cost = item["token_est"] + ITEM_SEPARATOR_TOKENS + (
             0 if section.items else header_tokens(section.name))
         section.used -= cost
@@ -276,6 +287,7 @@ class Packer:
         other.omitted = {reason: dict(ids) for reason, ids in self.omitted.items()}
         other.omitted_all = {reason: list(many) for reason, many in self.omitted_all.items()}
         other.truncated = {artifact: list(ids) for artifact, ids in self.truncated.items()}
+        other.cut = dict(self.cut)
         return other
 
     def omissions(self) -> list[dict[str, Any]]:
@@ -302,6 +314,11 @@ class Packer:
             out.append({"reason": "truncated_tool_output",
                         "candidates": sorted(set(self.truncated[artifact])),
                         "artifact_id": artifact})
+        for item_id in sorted(self.cut):
+            cut = self.cut[item_id]
+            out.append({"reason": "truncated_pinned", "candidates": [item_id],
+                        "source": cut["source"], "token_est": cut["full_token_est"],
+                        "shown_token_est": cut["token_est"]})
         return out
 
 

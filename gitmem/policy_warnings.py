@@ -5,7 +5,9 @@ likely do not do what the person who wrote them meant.
   keeps the list it was made with);
 - a view path in `suppress_views` (privacy.yaml) or `default_load_views`
   (channels.yaml) that matches no file in views/: the view meant is shown on that
-  channel, or not loaded, with no word.
+  channel, or not loaded, with no word;
+- a pinned view larger than its section's cap (budgets.yaml): every bundle shows it
+  cut to fit.
 
 Warnings (severity "warning"): reported, exit 0.
 """
@@ -17,10 +19,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gitmem.documents import load_yaml
+from gitmem.documents import field_line, load_yaml
 from gitmem.errors import FormatError
-from gitmem.policies import Policies, parse_privacy
+from gitmem.packing import ITEM_SEPARATOR_TOKENS, header_tokens
+from gitmem.policies import Budgets, Policies, parse_privacy
 from gitmem.policy_reader import yaml_line
+from gitmem.rows import FileRows
 from gitmem.store import classify, template
 
 PRIVACY = "policies/privacy.yaml"
@@ -120,3 +124,37 @@ def _at(data: Any, steps: list[str | int]) -> Any:
         else:
             return None
     return data
+
+
+def pinned_view_too_big(rows: FileRows, budgets: Budgets, text: str,
+                        display: str) -> list[FormatError]:
+    """A warning when a pinned view (its rows, the file's `text`) costs more than its
+    section's cap: every bundle, at the full budget too, shows it cut to fit, and what
+    is cut off reaches no agent."""
+    problems = []
+    for path, section, pinned, *_, max_tokens, _ in rows.tables["views"]:
+        cap = budgets.sections[section].max_tokens if section in budgets.sections else 0
+        cost = header_tokens(section) + sum(
+            size + ITEM_SEPARATOR_TOKENS
+            for size in _loaded([c[6] for c in rows.tables["view_chunks"] if c[0] == path],
+                                max_tokens))
+        if pinned and cost > cap:
+            problems.append(FormatError(
+                f"a pinned view of {cost} tokens, but its section {section} holds {cap} "
+                f"(sections.{section}.max_tokens in policies/budgets.yaml): every bundle "
+                "shows it cut to fit; shorten it, move a part of it to a view of its own, "
+                "or raise that cap", path=display, line=field_line(text, "pinned"),
+                field="pinned", severity="warning"))
+    return problems
+
+
+def _loaded(sizes: list[int], max_tokens: int | None) -> list[int]:
+    """The sizes of the chunks of a view that build_acb loads (its `max_tokens` leaves
+    out each chunk that would go past it)."""
+    if max_tokens is None:
+        return sizes
+    kept: list[int] = []
+    for size in sizes:
+        if sum(kept) + size <= max_tokens:
+            kept.append(size)
+    return kept

@@ -22,8 +22,8 @@ Each problem is a FormatError naming `path:line`:
   hand edit may not);
 - a staging file of a write a crash interrupted (`.tmp-`: gitmem/recovery.py).
 `verify_tree` also warns about the policies (gitmem/policy_warnings.py): redaction
-patterns that lack some of the defaults `gitmem init` writes now, and a view path
-that matches no file in views/.
+patterns that lack some of the defaults `gitmem init` writes now, a view path that
+matches no file in views/, and a pinned view larger than its section's cap.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from gitmem.policies import (
     parse_privacy,
     read_policies,
 )
-from gitmem.policy_warnings import defaults_missing, views_missing
+from gitmem.policy_warnings import defaults_missing, pinned_view_too_big, views_missing
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
@@ -324,8 +324,11 @@ class Checker:
                 for problem in errors:
                     self.located(problem, rel)
             else:
-                for problem in parse_file(rel, kind, data, self.policies).errors:
+                rows = parse_file(rel, kind, data, self.policies)
+                for problem in rows.errors:
                     self.located(problem, rel)
+                self.problems += pinned_view_too_big(rows, self.policies.budgets, text,
+                                                     self.display + rel)
         except FormatError as exc:
             self.located(exc, rel)
 

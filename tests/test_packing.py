@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gitmem import tokens
 from gitmem.memory import Memory
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, header_tokens, within_caps
 
@@ -106,3 +107,57 @@ def test_a_second_pass_keeps_each_section_in_its_own_order(memory: Memory) -> No
     assert section(acb, "task_state")[0]["token_est"] > scaled
     assert "second_pass" in acb["provenance"]["timings_ms"]
     within_budget(memory, acb)
+
+
+IDENTITY = ("---\nsection: identity\npinned: true\n---\n# Identity\n\nYou are Atlas, the billing "
+            "assistant of Acme. Never issue refunds above 500 EUR without approval.\n"
+            + "".join(f"Guideline {n}: be careful with invoices and double-check totals. "
+                      for n in range(1, 131)) + "\n")
+
+
+def test_a_pinned_view_larger_than_its_section_is_cut_to_fit_not_dropped(
+        memory: Memory) -> None:
+    (memory.store / "views" / "identity.md").write_text(IDENTITY)
+    acb = memory.build_acb({"now": NOW, "query_text": "refund"})
+    [item] = section(acb, "identity")
+    cap = memory.policies.budgets.sections["identity"].max_tokens
+    assert item["id"] == "views/identity.md#identity" and item["truncated"] is True
+    assert item["full_token_est"] > cap >= item["token_est"] + ITEM_SEPARATOR_TOKENS
+    assert item["text"].startswith("# Identity\n\nYou are Atlas")
+    assert "Never issue refunds above 500 EUR without approval." in item["text"]
+    body, note = item["text"].rsplit("\n", 1)
+    assert body.endswith("double-check totals.")  # at the end of a sentence
+    assert note == (f"[cut to fit: {tokens.count(body)} of {item['full_token_est']} tokens "
+                    "shown; the whole is views/identity.md#identity]")
+    assert item["token_est"] == tokens.count(item["text"])
+    assert not omitted(acb, "budget")
+    assert [o for o in acb["omissions"] if o["reason"] == "truncated_pinned"] == [{
+        "reason": "truncated_pinned", "candidates": ["views/identity.md#identity"],
+        "source": "views/identity.md#identity", "token_est": item["full_token_est"],
+        "shown_token_est": item["token_est"]}]
+    within_budget(memory, acb)
+    fast = memory.build_acb({"now": NOW})  # the fast path, its bundle kept: the same item
+    assert section(fast, "identity") == [item]
+
+
+def test_a_pinned_item_is_cut_at_a_line_break_that_keeps_most_of_it(memory: Memory) -> None:
+    lines = "".join(f"- rule {n}: answer in the customer's language, with the invoice number\n"
+                    for n in range(450))
+    (memory.store / "views" / "rules.md").write_text(
+        f"---\nsection: rules\npinned: true\n---\n# Rules\n\n{lines}")
+    acb = memory.build_acb({"now": NOW})
+    item = next(i for i in section(acb, "rules") if i["id"] == "views/rules.md#rules")
+    body = item["text"].rsplit("\n", 1)[0]
+    assert item["truncated"] and ("# Rules\n\n" + lines).startswith(body + "\n")  # whole lines
+    cap = memory.policies.budgets.sections["rules"].max_tokens
+    assert item["full_token_est"] > cap > item["token_est"] > 0.95 * cap  # most of the room
+    within_budget(memory, acb)
+
+
+def test_a_pinned_item_with_no_room_for_a_useful_part_is_left_out_for_budget(
+        memory: Memory) -> None:
+    (memory.store / "views" / "identity.md").write_text(IDENTITY)
+    acb = memory.build_acb({"now": NOW, "max_tokens": 30})
+    assert not section(acb, "identity")
+    assert "views/identity.md#identity" in omitted(acb, "budget")
+    assert not omitted(acb, "truncated_pinned")

@@ -6,9 +6,11 @@ import hashlib
 import json
 from pathlib import Path
 
+from gitmem import tokens
 from gitmem.config import Config
 from gitmem.documents import field_line
 from gitmem.memory import Memory
+from gitmem.packing import ITEM_SEPARATOR_TOKENS, header_tokens
 from gitmem.policies import load_policies
 from gitmem.records import content_hash
 from gitmem.supersession import supersede_loops
@@ -448,3 +450,27 @@ def test_verify_reports_every_policy_problem_and_still_checks_the_records(
     assert ("memory/policies/channels.yaml: missing; run `gitmem init` to create the "
             "default") in out
     assert "field 'status'" in out and "6 problem(s)" in out
+
+
+def test_a_pinned_view_larger_than_its_sections_cap_gets_a_warning(cli: Cli,
+                                                                   config: Config) -> None:
+    """Every bundle would show it cut to fit, at the full budget too: a warning (exit 0)
+    naming the file, the view's size and the cap; none once it fits, or is not pinned."""
+    identity = config.store / "views" / "identity.md"
+    body = "# Identity\n\nYou are Atlas, the billing assistant of Acme.\n" + "".join(
+        f"Guideline {n}: be careful with invoices and double-check totals. "
+        for n in range(1, 131)) + "\n"
+    identity.write_text(f"---\nsection: identity\npinned: true\n---\n{body}")
+    result = cli("verify")
+    [warning] = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    size = header_tokens("identity") + tokens.count(body.strip()) + ITEM_SEPARATOR_TOKENS
+    assert warning == (
+        f"warning: memory/views/identity.md:3: field 'pinned': a pinned view of {size} tokens, "
+        "but its section identity holds 1200 (sections.identity.max_tokens in "
+        "policies/budgets.yaml): every bundle shows it cut to fit; shorten it, move a part "
+        "of it to a view of its own, or raise that cap")
+    assert result.exit_code == 0 and "(1 warning(s))" in result.output
+    identity.write_text(f"---\nsection: identity\npinned: false\n---\n{body}")
+    assert "warning" not in cli("verify").output
+    identity.write_text("---\nsection: identity\npinned: true\n---\n# Identity\n\nYou are Atlas.\n")
+    assert "warning" not in cli("verify").output
