@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from gitmem.acb import AcbRequest
 
 REPLY_ANCHORS = 10  # the best evidence items that, when questions, bring their next turn
+EVIDENCE_TYPES = ("event", "summary", "task")  # the chunks retrieved_evidence shows
 
 
 @dataclass
@@ -235,7 +236,10 @@ class _Evidence:
         result = self.run()
         if result is None:
             return
-        chosen = [c for c in result.candidates if c.source_type in ("event", "summary")]
+        # decisions have a section of their own; a task found here is shown with its
+        # status ("Task [done] ..."): one task_state holds (open) is shown there only,
+        # a finished one here only
+        chosen = [c for c in result.candidates if c.source_type in EVIDENCE_TYPES]
         if not chosen:
             return
         if self.rows is None:  # read once: a second pass fills the section again

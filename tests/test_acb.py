@@ -772,6 +772,29 @@ def test_task_state_shows_open_tasks_only(memory: Memory) -> None:
     assert ids == [open_task]
 
 
+def test_a_finished_task_the_question_matches_is_retrieved_with_its_status(
+        memory: Memory) -> None:
+    """task_state holds open tasks only; one done or cancelled is memory too, and a
+    question about it finds it as evidence, its status in its text. An open task the
+    question matches is shown once, in task_state."""
+    done = memory.task("Rotate the staging TLS certificates", owner="bob").content["task_id"]
+    memory.task(task_id=done, status="done", details="rotated on Nov 20, new expiry 2027-11-20")
+    dropped = memory.task("Rotate the staging TLS certificates by hand").content["task_id"]
+    memory.task(task_id=dropped, status="cancelled")
+    still = memory.task("Rotate the production TLS certificates").content["task_id"]
+    acb = memory.build_acb({"now": NOW, "query_text":
+                            "Did we rotate the staging TLS certificates? When do they expire?"})
+    assert [i["id"] for i in section(acb, "task_state")] == [still]
+    evidence = {i["id"]: i for i in section(acb, "retrieved_evidence")}
+    assert set(evidence) == {done, dropped}
+    assert evidence[done]["type"] == "task" and evidence[done]["text"] == (
+        "Task [done] Rotate the staging TLS certificates\n"
+        "rotated on Nov 20, new expiry 2027-11-20")
+    assert evidence[done]["source"] == f"tasks/{done}.md:1" and evidence[done]["score"] > 0
+    assert evidence[dropped]["text"].startswith("Task [cancelled] ")
+    assert not acb["omissions"]
+
+
 def test_tasks_left_out_are_listed_by_reason_whatever_their_number(memory: Memory) -> None:
     mine = {memory.task(f"Own step {n}", session_id="s1").content["task_id"] for n in range(3)}
     others = [memory.task(f"Backlog item {n} of the quarterly platform roadmap",
