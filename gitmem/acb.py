@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gitmem import consistency, sections
+from gitmem import sections
 from gitmem.context import ContextCache, ReadScope
 from gitmem.db import Database
 from gitmem.errors import ValidationError
@@ -197,16 +197,15 @@ def _pack(build: Build) -> Packed:
         build.timings["prefix"] = round((time.perf_counter() - step) * 1000, 3)
     _pack_sections(build, order[len(prefix):], fillers)
     _spend_leftover(build, order, fillers)
-    for summary_id in consistency.flag_summaries(  # a packed summary that went stale (P4)
-            (i for s in build.packer.sections.values() for i in s.items), build.db,
-            request.tenant_id, lambda: build.cache.decisions(request.tenant_id)):
+    build.packer.settle()
+    conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
+                 for i in part.items if "conflicts" in i]
+    for summary_id, _ in conflicts:  # a packed summary that went stale (P4)
         build.packer.omit("conflict", summary_id)
     packed = [{"name": s.name, "token_est": s.used,
                "items": s.items if build.shared or s.name not in prefix
                else [dict(i) for i in s.items]}  # the cached prefix's stay as they are
               for s in build.packer.sections.values()]
-    conflicts = [(i["id"], i["conflicts"]) for part in build.packer.sections.values()
-                 for i in part.items if "conflicts" in i]
     omissions = build.packer.omissions()
     digest = _fingerprint(
         {"items": build.packer.ledger(), "conflicts": conflicts, "omissions": omissions})

@@ -4,8 +4,9 @@ A summary is written once and never rewritten, so it goes stale: it may
 state a decision as current that a later decision superseded, or cite events
 that do not exist or belong to another session. `summary_conflicts` is the
 one check, a pure function; `flag_summaries` runs it on the summaries an ACB
-packed (build_acb attaches the conflicts to the item and lists the summary
-under an omission-like `conflict` entry), and `check_tree` runs it over the
+is about to pack (build_acb attaches the conflicts to the item, its text says
+so, and the summary is listed under an omission-like `conflict` entry), and
+`check_tree` runs it over the
 files of a whole store for `gitmem verify`.
 
 Conflict kinds:
@@ -20,7 +21,7 @@ Conflict kinds:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -102,22 +103,19 @@ def index_conflicts(db: Database, tenant: str, summary_ids: Sequence[str],
     return out
 
 
-def flag_summaries(items: Iterable[dict[str, Any]], db: Callable[[], Database], tenant: str,
-                   chain: Callable[[], TenantDecisions]) -> list[str]:
-    """Attach `conflicts` to every packed summary item that has any; their ids, sorted.
+def flag_summaries(db: Callable[[], Database], tenant: str, summary_ids: Sequence[str],
+                   chain: Callable[[], TenantDecisions]) -> dict[str, list[dict[str, Any]]]:
+    """The conflicts of the summaries an ACB is about to pack, by id (those with any):
+    their item carries them, and their text says so, counted in the budget.
 
-    Costs nothing when no summary was packed (the fast path).
-    """
-    summaries = {item["id"]: item for item in items if item.get("type") == "summary"}
-    if not summaries:
-        return []
-    found = index_conflicts(db(), tenant, sorted(summaries), chain())
-    for summary_id, conflicts in found.items():
-        # the cited event's session stays out: the event may be one the request's
-        # channel may not load (the ref's id says which, as an omission would)
-        summaries[summary_id]["conflicts"] = [
-            {k: v for k, v in c.items() if k != "session"} for c in conflicts]
-    return sorted(found)
+    The cited event's session stays out: the event may be one the request's channel
+    may not load (the ref's id says which, as an omission would). Costs nothing
+    without summaries (the fast path)."""
+    if not summary_ids:
+        return {}
+    found = index_conflicts(db(), tenant, sorted(summary_ids), chain())
+    return {summary_id: [{k: v for k, v in c.items() if k != "session"} for c in conflicts]
+            for summary_id, conflicts in found.items()}
 
 
 # --------------------------------------------------------------------------- whole tree

@@ -1,5 +1,7 @@
 """Packing a bundle: sections under their caps, one copy per content hash, and the
-record of what was left out and why (the `omissions` of an ACB)."""
+record of what was left out and why (the `omissions` of an ACB). What an item costs
+is what its part of the prompt text costs (gitmem/prompt.py): its tokens, the date and
+notes the text adds to it, its separator, its section's heading."""
 
 from __future__ import annotations
 
@@ -12,53 +14,15 @@ from typing import Any
 
 import orjson
 
+from gitmem import prompt
 from gitmem.items import cut_to_fit
+from gitmem.prompt import header_tokens
 
-SECTION_TITLES = {
-    "identity": "Identity", "rules": "Rules", "task_state": "Task state",
-    "relevant_decisions": "Relevant decisions", "retrieved_evidence": "Retrieved evidence",
-    "recent_window": "Recent conversation", "tool_state": "Tool state",
-    "handoff": "Handoff packet",
-}
-# The cl100k_base tokens of each heading (`header`), counted ahead: nothing else in
-# packing a bundle needs the encoder (items carry the counts made at index time), and
-# loading it cost a daemon's first build 220-360 ms on the slowest machine seen. A test
-# holds them to tiktoken's count.
-HEADER_TOKENS = {"identity": 3, "rules": 3, "task_state": 4, "relevant_decisions": 4,
-                 "retrieved_evidence": 4, "recent_window": 4, "tool_state": 4, "handoff": 5}
 ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE joins
 OMISSION_IDS_MAX = 200
 # Reasons an id may be left out for by one section and packed by another later: the
 # omissions list only those still left out ("conflict" names packed summaries).
 LEFT_OUT = frozenset({"budget", "duplicate"})
-
-
-def header(name: str) -> str:
-    """The rendered heading of a section."""
-    return f"## {SECTION_TITLES[name]}\n"
-
-
-def render_text(acb: Mapping[str, Any]) -> str:
-    """The prompt text of an ACB: one heading per non-empty section, items between."""
-    parts = []
-    for section in acb["sections"]:
-        if not section["items"]:
-            continue
-        body = "\n\n".join(item["text"] for item in section["items"])
-        parts.append(header(section["name"]) + body)
-    return "\n\n".join(parts) + ("\n" if parts else "")
-
-
-def summarize(acb: Mapping[str, Any]) -> Iterator[str]:
-    """One line per section for people (the CLI prints it on stderr)."""
-    for section in acb["sections"]:
-        count, used = len(section["items"]), section["token_est"]
-        yield f"{section['name']:<20} {count:>4} items {used:>6} tokens"
-
-
-def header_tokens(name: str) -> int:
-    """Tokens a section's heading and its separator cost."""
-    return HEADER_TOKENS[name] + 1
 
 
 @dataclass(frozen=True)
@@ -94,6 +58,7 @@ class Section:
     used: int = 0
     short: bool = False
     ranks: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, int] = field(default_factory=dict)  # cut tool output -> its chunks
 
 
 def within_caps(section: Mapping[str, Any], cap: int) -> bool:
@@ -208,10 +173,18 @@ class Packer:
             self.seen[digest] = item["id"]
         return True
 
-    def _cost(self, section: Section, item: Mapping[str, Any]) -> int:
-        """What `item` costs in `section` (its heading too if it would be the first)."""
-        cost: int = item["token_est"] + ITEM_SEPARATOR_TOKENS
-        return cost + (0 if section.items else header_tokens(section.name))
+    def _cost(self, section: Section, item: Mapping[str, Any], *, leaving: bool = False
+              ) -> int:
+        """What `item` costs in `section` (`leaving`: what taking it out gives back): its
+        part of the text, the section's heading if it is the only item, and the note of
+        a cut tool output if it is the only chunk of that output there."""
+        cost: int = item["token_est"] + ITEM_SEPARATOR_TOKENS + prompt.overhead(item)
+        if len(section.items) == (1 if leaving else 0):
+            cost += header_tokens(section.name)
+        artifact = item.get("artifact_id")
+        if artifact and section.outputs.get(item["source_id"], 0) == (1 if leaving else 0):
+            cost += prompt.artifact_note_tokens(artifact)
+        return cost
 
     def _place(self, section: Section, item: dict[str, Any], digest: str) -> bool:
         cost = self._cost(section, item)
@@ -233,6 +206,7 @@ class Packer:
         self.packed[item["id"]] = (section.name, digest)
         if item.get("artifact_id"):
             self.truncated.setdefault(item["artifact_id"], []).append(item["source_id"])
+            section.outputs[item["source_id"]] = section.outputs.get(item["source_id"], 0) + 1
         return True
 
     def _move(self, item: dict[str, Any], source_name: str, target: Section) -> bool:
@@ -240,8 +214,7 @@ class Packer:
         pinned), if it fits there."""
         source = self.sections[source_name]
         old = next(i for i in source.items if i["id"] == item["id"])
-        freed = old["token_est"] + ITEM_SEPARATOR_TOKENS + (
-            header_tokens(source.name) if len(source.items) == 1 else 0)
+        freed = self._cost(source, old, leaving=True)
         cost = self._cost(target, item)
         if target.used + cost > target.cap or self.used - freed + cost > self.available:
             return False
@@ -256,18 +229,26 @@ class Packer:
         name, digest = self.packed.pop(item_id)
         section = self.sections[name]
         index = next(n for n, i in enumerate(section.items) if i["id"] == item_id)
+        cost = self._cost(section, section.items[index], leaving=True)
         item = section.items.pop(index)
         self.cut.pop(item_id, None)
-        cost = item["token_est"] + ITEM_SEPARATOR_TOKENS + (
-            0 if section.items else header_tokens(section.name))
         section.used -= cost
         self.used -= cost
         if item.get("artifact_id"):
+            section.outputs[item["source_id"]] -= 1
             sources = self.truncated[item["artifact_id"]]
             sources.remove(item["source_id"])
             if not sources:
                 del self.truncated[item["artifact_id"]]
         return digest
+
+    def settle(self) -> None:
+        """Give back what the dates the text shortens save (prompt.shortened): each was
+        counted in full as packed, since a section's order is known only once filled."""
+        for section in self.sections.values():
+            saved = prompt.shortened(section.items)
+            section.used -= saved
+            self.used -= saved
 
     def ledger(self) -> list[tuple[str, str, str, float | None]]:
         """What was packed, section by section, by content hash: the acb_id is a digest
@@ -280,7 +261,8 @@ class Packer:
         omissions are its own; the items packed so far are shared, not copied."""
         other = Packer(self.available)
         other.used = self.used
-        other.sections = {name: replace(s, items=list(s.items), ranks=dict(s.ranks))
+        other.sections = {name: replace(s, items=list(s.items), ranks=dict(s.ranks),
+                                        outputs=dict(s.outputs))
                           for name, s in self.sections.items()}
         other.seen = dict(self.seen)
         other.packed = dict(self.packed)

@@ -21,9 +21,10 @@ from typing import Any
 
 from gitmem.documents import field_line, load_yaml
 from gitmem.errors import FormatError
-from gitmem.packing import ITEM_SEPARATOR_TOKENS, header_tokens
+from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import Budgets, Policies, parse_privacy
 from gitmem.policy_reader import yaml_line
+from gitmem.prompt import header_tokens
 from gitmem.rows import FileRows
 from gitmem.store import classify, template
 

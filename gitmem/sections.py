@@ -14,12 +14,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gitmem import items, lexicon, planning, retrieval, tokens
+from gitmem import consistency, items, lexicon, planning, prompt, retrieval, tokens
 from gitmem.context import ContextCache, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
@@ -50,6 +50,8 @@ class Build:
     shared: bool = False   # items of the cached prefix may be handed out without a copy
     provenance: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    conflicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by summary
+    checked: set[str] = field(default_factory=set)  # the summaries checked for conflicts
 
     def cap(self, name: str, scaled: bool = True) -> int:
         """A section's cap: the policy's, scaled to the request's budget unless not."""
@@ -69,6 +71,23 @@ class Build:
     def allows_record(self, sensitivity: str) -> bool:
         """Whether the request's channel may load a decision or task."""
         return self.rule.loads_record(sensitivity)
+
+    def flag(self, rows: Iterable[Row]) -> None:
+        """Check the summaries among these chunk rows for conflicts (`conflicts`), before
+        they are packed: what their text says of them costs tokens. Once a build."""
+        tenant = self.request.tenant_id
+        new = [r["chunk_id"] for r in rows
+               if r["source_type"] == "summary" and r["chunk_id"] not in self.checked]
+        self.checked.update(new)
+        self.conflicts.update(consistency.flag_summaries(
+            self.db, tenant, new, lambda: self.cache.decisions(tenant)))
+
+    def flagged(self, item: dict[str, Any]) -> dict[str, Any]:
+        """`item`, with its conflicts if it is a summary `flag` found any for."""
+        conflicts = self.conflicts.get(item["id"])
+        if conflicts:
+            item["conflicts"] = conflicts
+        return item
 
 
 # --------------------------------------------------------------------------- sections
@@ -219,15 +238,17 @@ class _Evidence:
                 pinned.append(row)
             else:
                 build.packer.omit("privacy", row["chunk_id"])
-        reserve = min(section.cap, sum(r["token_est"] + ITEM_SEPARATOR_TOKENS for r in pinned
-                                       if r["hash"] not in build.packer.seen))
+        build.flag(pinned)
+        reserve = min(section.cap, sum(
+            r["token_est"] + ITEM_SEPARATOR_TOKENS + prompt.STAMP_TOKENS for r in pinned
+            if r["hash"] not in build.packer.seen))
         section.cap -= reserve
         try:
             self._ranked(section)
         finally:
             section.cap += reserve
         for row in pinned:
-            item = items.chunk_item(row)
+            item = build.flagged(items.chunk_item(row))
             item["pinned"] = True
             build.packer.add(section, item, row["hash"])
 
@@ -245,6 +266,7 @@ class _Evidence:
         if self.rows is None:  # read once: a second pass fills the section again
             self.rows = evidence_rows(build.db(), build.request.tenant_id, chosen)
         found, replies = self.rows
+        build.flag(found.values())
         # rows of this build alone: their items are made once, not kept as templates to
         # copy (2-3 us a row on the slowest machines)
         scored = build.scored
@@ -252,7 +274,7 @@ class _Evidence:
             hit = found.get(cand.chunk_id)
             if hit is None:
                 continue
-            item = items.chunk_template(hit)
+            item = build.flagged(items.chunk_template(hit))
             if scored:
                 item["score"] = cand.score
             build.packer.add(section, item, hit["hash"])
@@ -389,11 +411,12 @@ def handoff_fillers(build: Build) -> dict[str, Callable[[Section], None]]:
         limit = build.policies.budgets.handoff_evidence_max
         event_ids = [r for r in row["refs"] if r.startswith(("evt_", "sum_"))]
         rows = db.fetchall("event_chunks", {"tenant": build.request.tenant_id, "ids": event_ids})
+        build.flag(rows[:limit])
         for chunk in rows[:limit]:
             if not build.allows(chunk["sensitivity"], chunk["channel"]):
                 build.packer.omit("privacy", chunk["chunk_id"])
                 continue
-            build.packer.add(section, items.chunk_item(chunk), chunk["hash"])
+            build.packer.add(section, build.flagged(items.chunk_item(chunk)), chunk["hash"])
 
     return {"handoff": packet, "relevant_decisions": decisions, "retrieved_evidence": evidence}
 

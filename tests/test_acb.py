@@ -16,7 +16,8 @@ from gitmem.config import Config
 from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
-from gitmem.packing import render_text, within_caps
+from gitmem.packing import within_caps
+from gitmem.prompt import render_text
 from gitmem.records import content_hash
 from tests.conftest import Cli, git
 

@@ -688,5 +688,6 @@ def test_a_bundle_the_daemon_builds_and_a_write_with_no_daemon_import_no_read_pa
         record = imported("record", "the cluster is in Oslo", GITMEM_NO_DAEMON="1")
         assert "gitmem.recorder" in record and not READ_PATH & record
         bundle = imported("acb", "Oslo", "--format", "text")
-        assert "gitmem.packing" in bundle and not READ_PATH & bundle
+        assert "gitmem.prompt" in bundle and not READ_PATH & bundle
+        assert "tiktoken" not in bundle  # rendering a bundle counts nothing
         assert imported("acb", "Oslo", GITMEM_NO_DAEMON="1") >= READ_PATH  # built here

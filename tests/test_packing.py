@@ -9,7 +9,8 @@ from typing import Any
 
 from gitmem import tokens
 from gitmem.memory import Memory
-from gitmem.packing import ITEM_SEPARATOR_TOKENS, header_tokens, within_caps
+from gitmem.packing import ITEM_SEPARATOR_TOKENS, within_caps
+from gitmem.prompt import header_tokens, overhead
 
 NOW = "2026-11-27T11:00:00+00:00"
 
@@ -76,8 +77,8 @@ def test_the_second_pass_serves_sections_in_priority_order(memory: Memory) -> No
         "text": f"Note {n}: the billing job queue keeps its rows for thirty days"}}).id
         for n in range(4)]
     full = memory.build_acb({"session_id": "c1", "now": NOW})
-    cost = {i["id"]: i["token_est"] + ITEM_SEPARATOR_TOKENS for s in full["sections"]
-            for i in s["items"]}
+    cost = {i["id"]: i["token_est"] + ITEM_SEPARATOR_TOKENS + overhead(i)  # as packed
+            for s in full["sections"] for i in s["items"]}
     decisions = header_tokens("relevant_decisions") + cost[newer]
     assert decisions > cost[older]  # the policy's cap holds both
     recent = header_tokens("recent_window") + sum(cost[t] for t in turns[1:])

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gitmem import packing, tokens
+from gitmem import prompt, tokens
 from gitmem.memory import Memory
 
 PROBE = textwrap.dedent("""
@@ -62,9 +62,9 @@ def test_counts_are_cl100k() -> None:
 def test_section_headings_are_counted_as_the_encoder_counts_them() -> None:
     """Packing uses the headings' counts made ahead, so that a bundle never loads the
     encoder; they must be what cl100k_base counts."""
-    assert set(packing.HEADER_TOKENS) == set(packing.SECTION_TITLES)
-    for name in packing.SECTION_TITLES:
-        assert packing.HEADER_TOKENS[name] == tokens.count(packing.header(name)), name
+    assert set(prompt.HEADER_TOKENS) == set(prompt.SECTION_TITLES)
+    for name in prompt.SECTION_TITLES:
+        assert prompt.HEADER_TOKENS[name] == tokens.count(prompt.header(name)), name
 
 
 def test_building_a_bundle_does_not_load_the_encoder(memory: Memory) -> None:

@@ -10,8 +10,9 @@ from gitmem import tokens
 from gitmem.config import Config
 from gitmem.documents import field_line
 from gitmem.memory import Memory
-from gitmem.packing import ITEM_SEPARATOR_TOKENS, header_tokens
+from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import load_policies
+from gitmem.prompt import header_tokens
 from gitmem.records import content_hash
 from gitmem.supersession import supersede_loops
 from gitmem.verify import verify_tree

@@ -124,7 +124,7 @@ def acb_command(obj: Context, /, query: str, fmt: str, **fields: Any) -> None:
       gitmem acb "Which city hosts the cluster our deployments run on?" --session s1
       gitmem acb --channel public --max-tokens 3000 --format text
     """
-    from gitmem.packing import render_text, summarize  # not the read path: the daemon's
+    from gitmem.prompt import render_text, summarize  # not the read path: the daemon's
 
     request = {k: v for k, v in fields.items() if v is not None}  # "" is refused, not dropped
     request["query_text"] = query
