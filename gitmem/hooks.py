@@ -33,6 +33,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import git
+
 from gitmem import client, gitops
 from gitmem.config import STORE_KEY, Config, recorded_stores
 from gitmem.db import Database
@@ -53,9 +55,11 @@ def hook_script(name: str, python: str) -> str:
     """The hook file `install` writes: chain the previous hook, then `gitmem hook NAME`."""
     chained = f'"$hook_dir/{name}{CHAINED_SUFFIX}"'
     py = shlex.quote(python)
-    run_gitmem = (f'if [ -x {py} ]; then {{cmd}} {py} -m gitmem hook {name} "$@"; '
-                  f'elif command -v gitmem >/dev/null 2>&1; then {{cmd}} gitmem hook {name} "$@"; '
+    run_gitmem = (f'if command -v gitmem >/dev/null 2>&1; then {{cmd}} gitmem hook {name} "$@"; '
                   f'else {{cmd}} python3 -m gitmem hook {name} "$@"; fi')
+    if python:  # this machine's interpreter first (its gitmem, whatever PATH holds)
+        run_gitmem = f'if [ -x {py} ]; then {{cmd}} {py} -m gitmem hook {name} "$@"; el' \
+            + run_gitmem
     head = (f"#!/bin/sh\n{MARKER}: written by `gitmem hooks install`; the logic is in "
             f"`gitmem hook {name}`.\n# A hook that was here before is kept as "
             f"{name}{CHAINED_SUFFIX} and runs first.\nhook_dir=$(dirname \"$0\")\n")
@@ -90,6 +94,15 @@ def hook_script(name: str, python: str) -> str:
             + run_gitmem.replace("{cmd} ", "") + "\nexit $status\n")
 
 
+def _committed(directory: Path, repo: git.Repo) -> bool:
+    """Whether hooks in `directory` are files of the work tree (a `core.hooksPath`
+    inside it, committed for the team), not of this clone's .git."""
+    work_tree = Path(str(repo.working_tree_dir)).resolve()
+    where = directory.resolve()
+    return where.is_relative_to(work_tree) and not where.is_relative_to(
+        Path(repo.git_dir).resolve())
+
+
 def install(path: Path, python: str | None = None) -> list[str]:
     """Wire gitmem's hooks into the repository holding `path`; idempotent.
 
@@ -100,6 +113,8 @@ def install(path: Path, python: str | None = None) -> list[str]:
     repo = gitops.open_repo(path)
     try:
         directory = gitops.hooks_dir(repo)
+        if _committed(directory, repo):  # teammates share the file: no path of this machine
+            python = ""
         rel = gitops.store_prefix(repo, path).rstrip("/") or "."
         known = repo.git.config("--get-all", STORE_KEY, with_exceptions=False).splitlines()
         if rel not in known:

@@ -24,8 +24,12 @@ DAY = "memory/events/2026-03/2026-03-01.jsonl"
 
 def run_git(root: Path, *args: str, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
+    # gitmem on PATH, as where it is installed: hooks shared through a committed
+    # core.hooksPath call `gitmem`, not this machine's interpreter
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     full = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com",
-            "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com", **(env or {})}
+            "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com", "PATH": path,
+            **(env or {})}
     full.pop("GITMEM_STORE", None)
     return subprocess.run(["git", *args], cwd=root, env=full, capture_output=True, text=True)
 
@@ -57,6 +61,13 @@ def test_install_writes_executable_hooks_and_is_idempotent(tmp_path: Path) -> No
     assert all(m.endswith("up to date") for m in again)
 
 
+def install_elsewhere(tmp_path: Path) -> str:
+    """The pre-commit hook `install` writes into a clone's own .git/hooks."""
+    repo = new_repo(tmp_path / "own")
+    install(repo / "memory")
+    return (repo / ".git" / "hooks" / "pre-commit").read_text()
+
+
 def test_install_honours_core_hooks_path_and_chains_existing_hooks(tmp_path: Path) -> None:
     repo = new_repo(tmp_path / "repo")
     git(repo, "config", "core.hooksPath", ".githooks")
@@ -69,6 +80,8 @@ def test_install_honours_core_hooks_path_and_chains_existing_hooks(tmp_path: Pat
     assert any("kept the existing hook" in m for m in messages)
     assert (repo / ".githooks" / f"pre-commit{CHAINED_SUFFIX}").is_file()
     assert MARKER in old.read_text()
+    assert sys.executable not in old.read_text()  # committed for the team: no local path
+    assert sys.executable in install_elsewhere(tmp_path)
     assert not (repo / ".git" / "hooks" / "post-merge").exists()
     install(repo / "memory")  # idempotent: the chained hook is not wrapped twice
     assert not (repo / ".githooks" / f"pre-commit{CHAINED_SUFFIX}{CHAINED_SUFFIX}").exists()
