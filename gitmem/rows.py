@@ -138,10 +138,11 @@ def search_extra(actor_id: str, tags: tuple[str, ...],
     """The actor's name and tags (`topic:memory` -> topic memory), searchable too,
     through `redact` if given, then folded as a query is (gitmem/folding.py): folding
     first could turn a secret into a form no pattern matches."""
+    named = " ".join([actor_id, *tags])  # names hold no spaces: one pass of the patterns
     if redact is not None:
-        actor_id, tags = redact(actor_id), tuple(redact(tag) for tag in tags)
-    words = [actor_id, *tags]
-    words += [part for tag in tags for part in tag.replace("/", ":").split(":") if part]
+        named = redact(named)
+    words = named.split(" ")
+    words += [part for tag in words[1:] for part in tag.replace("/", ":").split(":") if part]
     return fold(" ".join(words))
 
 

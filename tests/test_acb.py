@@ -510,7 +510,8 @@ def test_huge_tool_output_yields_only_its_excerpt(memory: Memory) -> None:
     acb = memory.build_acb({"session_id": "s1", "now": NOW, "query_text": "build log deploy"})
     rendered = texts(acb)
     limit = memory.policies.budgets.max_excerpt_bytes
-    assert "line 0:" in rendered and "line 24999" not in rendered
+    assert "line 0:" in rendered and "line 12500:" not in rendered  # the middle is cut
+    assert "line 24999:" in rendered  # the end, where an error would be, is kept
     assert len(rendered.encode()) < limit + 20000
     entry = next(o for o in acb["omissions"] if o["reason"] == "truncated_tool_output")
     assert entry["candidates"] == [evt.id]
