@@ -64,6 +64,14 @@ def test_sections_come_in_priority_order_with_item_fields(memory: Memory) -> Non
     assert view["source"] == "views/identity.md#identity" and view["type"] == "view"
 
 
+def test_a_budget_above_the_policy_total_is_capped_and_says_so(memory: Memory) -> None:
+    budget = memory.build_acb({"max_tokens": 10**8, "now": NOW})["provenance"]["budget"]
+    total = memory.policies.budgets.total
+    assert (budget["max_tokens"], budget["requested_max_tokens"]) == (total, 10**8)
+    default = memory.build_acb({"now": NOW})["provenance"]["budget"]
+    assert (default["max_tokens"], default["requested_max_tokens"]) == (total, None)
+
+
 def test_request_fields_are_validated(memory: Memory) -> None:
     with pytest.raises(ValidationError, match="max_tokens"):
         memory.build_acb({"max_tokens": "lots"})
