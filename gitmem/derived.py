@@ -26,6 +26,7 @@ from gitmem.errors import FormatError, ValidationError
 from gitmem.policies import Policies
 from gitmem.records import find_event
 from gitmem.store import artifact_path, day_file_rel, record_paths
+from gitmem.task_edits import edited_task
 
 
 @dataclass
@@ -204,7 +205,11 @@ class RecordFiles:
                 details=content.get("text", existing.details),
                 owner=content.get("owner", existing.owner),
                 refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
-        text = _valid(task_to_text(task), rel, full["tenant_id"], parse_task, "task_id")
+        text = task_to_text(task)
+        if existing is not None and current is not None:  # a person's lines stay theirs
+            text = edited_task(current, existing, task,
+                               lambda t: parse_task(t, rel, full["tenant_id"])) or text
+        text = _valid(text, rel, full["tenant_id"], parse_task, "task_id")
         return Staged(path, text.encode(), replace_existing=existing is not None,
                       tenant=task.tenant_id)
 

@@ -415,6 +415,30 @@ def test_task_create_and_update(recorder: Recorder, store: Path) -> None:
     assert len(list((store / "tasks").glob("tsk_*.md"))) == 1
 
 
+def test_a_task_update_changes_only_the_lines_of_what_changed(recorder: Recorder,
+                                                              store: Path) -> None:
+    """A reviewer's comment on a field and the details' blank lines stay: the pull
+    request shows the status line and the new ref, nothing else."""
+    created = recorder.task("Rotate the certificates", owner="alice", details="Step one")
+    task_id = created.content["task_id"]
+    path = store / f"tasks/{task_id}.md"
+    edited = path.read_text().replace("owner: alice", "owner: alice  # lead until May")
+    edited = edited.replace("Step one\n", "Step one.\n\n\nStep two, after a pause.\n")
+    path.write_text(edited)
+    updated = recorder.task("Rotate the certificates", task_id=task_id, status="doing")
+    after = path.read_text()
+    removed = [line for line in edited.splitlines() if line not in after.splitlines()]
+    added = [line for line in after.splitlines() if line not in edited.splitlines()]
+    assert removed == ["status: open"]
+    assert added == ["status: doing", "refs:", f"- {updated.id}"]  # its first ref
+    task = parse_task(after, f"tasks/{task_id}.md", "default")
+    assert (task.status, task.owner) == ("doing", "alice")
+    recorder.task("Rotate the certificates", task_id=task_id, owner="bob", details="All done")
+    task = parse_task(path.read_text(), f"tasks/{task_id}.md", "default")
+    assert (task.owner, task.details) == ("bob", "All done")
+    assert "owner: bob  # lead until May" in path.read_text()
+
+
 def test_task_update_with_bad_status_changes_nothing(recorder: Recorder, repo: Path) -> None:
     task_id = recorder.task("A task").content["task_id"]
     before = snapshot(repo)
