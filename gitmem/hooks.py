@@ -28,6 +28,7 @@ and the hooks run for each of them.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -146,6 +147,36 @@ def install(path: Path, python: str | None = None) -> list[str]:
         os.replace(tmp, target)
         messages.append(f"{target}: installed")
     return messages
+
+
+def uninstall(path: Path) -> list[str]:
+    """Take gitmem's hooks out of the repository holding `path`: each hook `install`
+    wrote is removed and the hook it kept (`NAME.pre-gitmem`) put back in its place;
+    the store is no longer recorded. A hook that is not gitmem's is left alone."""
+    repo = gitops.open_repo(path)
+    try:
+        directory = gitops.hooks_dir(repo)
+        rel = gitops.store_prefix(repo, path).rstrip("/") or "."
+        known = repo.git.config("--get-all", STORE_KEY, with_exceptions=False).splitlines()
+        if rel in known:
+            repo.git.config("--unset-all", STORE_KEY, f"^{re.escape(rel)}$")
+        others = [store for store in known if store != rel]
+    finally:
+        repo.close()
+    if others:  # the hooks guard every recorded store: they stay for the others
+        return [f"{path}: no longer guarded; the hooks stay for {', '.join(others)}"]
+    messages: list[str] = []
+    for name in HOOK_NAMES:
+        target, chained = directory / name, directory / f"{name}{CHAINED_SUFFIX}"
+        if not target.is_file() or MARKER not in target.read_text(errors="replace"):
+            continue
+        if chained.exists() or chained.is_symlink():
+            os.replace(chained, target)
+            messages.append(f"{target}: the hook that was there before is back")
+        else:
+            target.unlink()
+            messages.append(f"{target}: removed")
+    return messages or [f"{directory}: no gitmem hook to remove"]
 
 
 def hook_stores(cwd: Path | None = None) -> list[Path]:

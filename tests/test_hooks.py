@@ -61,6 +61,24 @@ def test_install_writes_executable_hooks_and_is_idempotent(tmp_path: Path) -> No
     assert all(m.endswith("up to date") for m in again)
 
 
+def test_uninstall_puts_back_the_hooks_install_kept(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "repo")
+    old = repo / ".git" / "hooks" / "pre-commit"
+    old.write_text("#!/bin/sh\nexit 0\n")
+    old.chmod(0o755)
+    install(repo / "memory")
+    assert MARKER in old.read_text()
+    messages = _gitmem(repo, "hooks", "uninstall", env={})
+    assert messages.returncode == 0, messages.stderr
+    assert old.read_text() == "#!/bin/sh\nexit 0\n"  # the hook that was there, as it was
+    assert not (repo / ".git" / "hooks" / f"pre-commit{CHAINED_SUFFIX}").exists()
+    assert not any((repo / ".git" / "hooks" / name).exists()
+                   for name in HOOK_NAMES if name != "pre-commit")
+    assert run_git(repo, "config", "--get-all", "gitmem.store").stdout == ""
+    again = _gitmem(repo, "hooks", "uninstall", env={})
+    assert again.returncode == 0 and "no gitmem hook to remove" in again.stderr
+
+
 def install_elsewhere(tmp_path: Path) -> str:
     """The pre-commit hook `install` writes into a clone's own .git/hooks."""
     repo = new_repo(tmp_path / "own")

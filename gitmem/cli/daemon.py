@@ -229,6 +229,25 @@ def hooks_install(obj: Context) -> None:
         say(message)
 
 
+@hooks_group.command("uninstall")
+@click.pass_obj
+def hooks_uninstall(obj: Context) -> None:
+    """Take gitmem's hooks out of this repository, putting back the hooks they kept.
+
+    \b
+    Example:
+      gitmem hooks uninstall    # NAME.pre-gitmem becomes NAME again
+    """
+    from gitmem.config import stores_here
+    from gitmem.hooks import uninstall
+
+    with reported():
+        stores = stores_here(obj.store_option) or [obj.config().store]
+        messages = dict.fromkeys(m for store in stores for m in uninstall(store))
+    for message in messages:
+        say(message)
+
+
 @main.command("hook", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
