@@ -77,11 +77,16 @@ def recorded_stores(cwd: Path) -> list[Path]:
     entries = [e for e in found.stdout.splitlines() if e.strip()]
     if not entries:
         return []
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                         capture_output=True, text=True).stdout.strip()
-    base = Path(top) if top else cwd
+    base = _top(cwd) or cwd
     stores = dict.fromkeys((base / entry).resolve() for entry in entries)
     return [store for store in stores if (store / "manifest.json").is_file()]
+
+
+def _top(cwd: Path) -> Path | None:
+    """The top of the work tree holding `cwd` (None outside git)."""
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
+                         capture_output=True, text=True).stdout.strip()
+    return Path(top) if top else None
 
 
 def committed_stores(cwd: Path) -> list[Path]:
@@ -91,11 +96,10 @@ def committed_stores(cwd: Path) -> list[Path]:
     found = subprocess.run(["git", "ls-files", "-z", "--full-name", "--",
                             ":(top,glob)**/manifest.json"], cwd=cwd, capture_output=True,
                            text=True)
-    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd,
-                         capture_output=True, text=True).stdout.strip()
-    if found.returncode or not top:
+    top = _top(cwd)
+    if found.returncode or top is None:
         return []
-    stores = [(Path(top) / entry).parent for entry in found.stdout.split("\0") if entry]
+    stores = [(top / entry).parent.resolve() for entry in found.stdout.split("\0") if entry]
     return [store for store in stores if (store / "manifest.json").is_file()
             and any((store / part).is_dir() for part in ("events", "policies"))]
 

@@ -81,16 +81,16 @@ class RecordFiles:
         total = _lines(data)
         head = cut_excerpt(data, limit * 2 // 3)
         tail = tail_excerpt(data, limit - len(head) - 200)  # the line between: < 200 bytes
-        first_tail = total - _lines(tail) + 1
-        if first_tail <= _lines(head) + 1:
+        first_tail, last_head = total - _lines(tail) + 1, _lines(head)
+        if first_tail <= last_head + 1:
             tail = b""  # nothing between them: no tail (the head alone is the excerpt)
-        content["line_range"] = [1, _lines(head)]
+        content["line_range"] = [1, last_head]
         text = head.decode("utf-8")
         if tail:
-            cut = first_tail - _lines(head) - 1
-            text += (("" if head.endswith(b"\n") else "\n") + f"[… {cut} lines cut (lines "
-                     f"{_lines(head) + 1}-{first_tail - 1} of {total}); the whole output is "
-                     f"artifact {art} …]\n" + tail.decode("utf-8"))
+            text += (("" if head.endswith(b"\n") else "\n")
+                     + f"[… {first_tail - last_head - 1} lines cut (lines {last_head + 1}-"
+                     f"{first_tail - 1} of {total}); the whole output is artifact {art} …]\n"
+                     + tail.decode("utf-8"))
             content["tail_range"] = [first_tail, total]
         content.update(excerpt_text=text, truncated=True, artifact_id=art, bytes=len(data),
                        total_lines=total)

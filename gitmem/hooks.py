@@ -104,6 +104,13 @@ def _committed(directory: Path, repo: git.Repo) -> bool:
         Path(repo.git_dir).resolve())
 
 
+def _recorded(repo: git.Repo, path: Path) -> tuple[str, list[str]]:
+    """The store at `path` as the git config records stores (a path from the top of
+    the work tree), and the stores it records."""
+    rel = gitops.store_prefix(repo, path).rstrip("/") or "."
+    return rel, repo.git.config("--get-all", STORE_KEY, with_exceptions=False).splitlines()
+
+
 def install(path: Path, python: str | None = None) -> list[str]:
     """Wire gitmem's hooks into the repository holding `path`; idempotent.
 
@@ -116,8 +123,7 @@ def install(path: Path, python: str | None = None) -> list[str]:
         directory = gitops.hooks_dir(repo)
         if _committed(directory, repo):  # teammates share the file: no path of this machine
             python = ""
-        rel = gitops.store_prefix(repo, path).rstrip("/") or "."
-        known = repo.git.config("--get-all", STORE_KEY, with_exceptions=False).splitlines()
+        rel, known = _recorded(repo, path)
         if rel not in known:
             repo.git.config("--add", STORE_KEY, rel)
     finally:
@@ -156,8 +162,7 @@ def uninstall(path: Path) -> list[str]:
     repo = gitops.open_repo(path)
     try:
         directory = gitops.hooks_dir(repo)
-        rel = gitops.store_prefix(repo, path).rstrip("/") or "."
-        known = repo.git.config("--get-all", STORE_KEY, with_exceptions=False).splitlines()
+        rel, known = _recorded(repo, path)
         if rel in known:
             repo.git.config("--unset-all", STORE_KEY, f"^{re.escape(rel)}$")
         others = [store for store in known if store != rel]

@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -33,6 +34,13 @@ class Context:
 
     def config(self) -> Config:
         return load_config(self.store_option, self.dsn_option)
+
+    def stores(self) -> list[Path]:
+        """The stores a command over every store works on (verify, hooks): the one
+        named or found, else each the repository at hand holds (config.stores_here)."""
+        from gitmem.config import stores_here
+
+        return stores_here(self.store_option) or [self.config().store]
 
     @contextmanager
     def memory(self) -> Iterator[Memory]:

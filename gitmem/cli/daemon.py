@@ -219,11 +219,10 @@ def hooks_install(obj: Context) -> None:
     Example:
       gitmem hooks install    # idempotent; an existing hook is kept and runs first
     """
-    from gitmem.config import stores_here
     from gitmem.hooks import install
 
     with reported():
-        stores = stores_here(obj.store_option) or [obj.config().store]
+        stores = obj.stores()
         messages = dict.fromkeys(m for store in stores for m in install(store))
     for message in messages:
         say(message)
@@ -238,11 +237,10 @@ def hooks_uninstall(obj: Context) -> None:
     Example:
       gitmem hooks uninstall    # NAME.pre-gitmem becomes NAME again
     """
-    from gitmem.config import stores_here
     from gitmem.hooks import uninstall
 
     with reported():
-        stores = stores_here(obj.store_option) or [obj.config().store]
+        stores = obj.stores()
         messages = dict.fromkeys(m for store in stores for m in uninstall(store))
     for message in messages:
         say(message)

@@ -163,11 +163,10 @@ def verify(obj: Context, as_json: bool, since: str | None) -> None:
       gitmem verify
       gitmem verify --since origin/main    # in CI, on a pull request's checkout
     """
-    from gitmem.config import stores_here
     from gitmem.verify import verify_tree
 
     with reported():
-        stores = stores_here(obj.store_option) or [obj.config().store]
+        stores = obj.stores()
         found = [(store, verify_tree(store, since=since)) for store in stores]
     if as_json:  # the list once, for machines; the exit status says whether it failed
         emit([{**p.to_dict(), "store": str(store)} for store, problems in found
