@@ -17,6 +17,7 @@ through the hook's checks).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,9 +25,10 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from gitmem import leftovers
 from gitmem.documents import parse_decision, parse_task
@@ -269,11 +271,9 @@ def files_holding(repo: git.Repo, prefix: str, rev: str, needles: list[str],
     if not needles:
         return []
     where = f"{prefix}{under}"
-    with tempfile.NamedTemporaryFile(dir=repo.git_dir, prefix="gitmem-needles-") as listed:
-        listed.write("\n".join(needles).encode() + b"\n")
-        listed.flush()
+    with _unnamed("\n".join(needles).encode() + b"\n") as listed:
         status, found, error = repo.git.grep(
-            "-l", "-z", "-F", "--full-name", "-f", listed.name, "--", where,
+            "-l", "-z", "-F", "--full-name", "-f", "-", "--", where, istream=listed,
             with_extended_output=True, with_exceptions=False)
     if status not in (0, 1):  # 1: no match
         raise GitError(f"git grep of the store failed: {str(error).strip()}")
@@ -436,7 +436,7 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
         except git.GitCommandError as exc:
             raise GitError(f"HEAD moved while committing the store; will retry: "
                            f"{exc.stderr.strip()}") from None
-        _sync_index(repo, candidates, pathspec_dir=Path(repo.git_dir))
+        _sync_index(repo, candidates)
         return CommitResult(sha=sha, message=message,
                             paths=[p[len(prefix):] for p in candidates], events=events,
                             held_back=_shown(held))
@@ -507,13 +507,23 @@ def _shown(held: dict[str, list[str]]) -> dict[str, list[str]]:
     return {path: sorted(set(problems)) for path, problems in sorted(held.items())}
 
 
-def _sync_index(repo: git.Repo, paths: list[str], pathspec_dir: Path) -> None:
+def _sync_index(repo: git.Repo, paths: list[str]) -> None:
     """Make the person's index agree with the new HEAD for `paths` only."""
-    with tempfile.NamedTemporaryFile(dir=pathspec_dir, prefix="gitmem-paths-") as spec:
-        spec.write(b"\0".join(p.encode() for p in paths))
-        spec.flush()
-        repo.git.reset("-q", "HEAD", f"--pathspec-from-file={spec.name}",
-                       "--pathspec-file-nul")
+    with _unnamed(b"\0".join(p.encode() for p in paths)) as spec:
+        repo.git.reset("-q", "HEAD", "--pathspec-from-file=-", "--pathspec-file-nul",
+                       istream=spec)
+
+
+@contextlib.contextmanager
+def _unnamed(data: bytes) -> Iterator[IO[bytes]]:
+    """`data` in a file that has no name, for a git command's standard input (a list
+    too long for its arguments). Nothing is left behind when the process dies, however
+    it dies: the kernel frees a file no name and no descriptor hold."""
+    with tempfile.TemporaryFile() as unnamed:
+        unnamed.write(data)
+        unnamed.flush()
+        unnamed.seek(0)
+        yield unnamed
 
 
 def describe(repo: git.Repo, prefix: str, paths: list[str], old: str | None,
