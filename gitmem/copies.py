@@ -8,10 +8,13 @@ original by one rule, so that neither depends on the order files are read in:
 
 1. a committed line before one that is not (verify and the hooks only: the index
    cannot see git history); a new line never takes a recorded id over;
-2. a line in the day file of the id's own time before one elsewhere: every id gitmem
-   mints carries its event's time (gitmem/ids.py), and an event lives in the day file
-   of its ts, so a line pasted into another day's file under a known id loses to the
-   event, whichever file sorts first;
+2. a line at home before one that is not (`store.at_home`): every id gitmem mints
+   carries its event's time (gitmem/ids.py), and an event lives in the day file of its
+   ts's date in the ts's own offset (gitmem/store.py), so a line is at home when its ts
+   is the time its id carries, to the millisecond, and its file is that ts's day file.
+   Another event pasted under a known id, or a copy pasted into another day's file,
+   loses to the event, whichever file sorts first. The index notes whether each row's
+   line is at home (`events.home`), as the line's offset is not kept;
 3. then the line whose file sorts first, then the first line of a file.
 
 Where 1 decides, the index may hold a new line that verify names: the commit of that
@@ -20,55 +23,26 @@ line is refused, and the index follows once it is taken out.
 
 from __future__ import annotations
 
-import functools
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitmem.errors import FormatError
 from gitmem.records import find_event
 from gitmem.rows import EVENT_COLUMNS, FileRows, repeated_id
-from gitmem.store import day_file_rel
+from gitmem.store import at_home, home_dates
 
 if TYPE_CHECKING:
     import psycopg
 
     from gitmem.db import Database, Row
 
-_DAY_MS = 86_400_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford's base32, in ASCII order
-# its digits as `int(_, 32)` reads them
-_CROCKFORD = str.maketrans(_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
-
-
-def home_file(event_id: str) -> str | None:
-    """The day file of the time an event id's ULID carries (`ids.time_of`); None when the
-    id carries none. A reindex asks for every event: the time is decoded directly, not
-    through a ULID object, and the path is made once per day."""
-    body = event_id.partition("_")[2]
-    if len(body) != 26:
-        return None
-    try:
-        return _day_path(int(body[:10].translate(_CROCKFORD), 32) // _DAY_MS)
-    except ValueError:
-        return None
-
-
-@functools.lru_cache(maxsize=4096)
-def _day_path(day: int) -> str | None:
-    try:
-        return day_file_rel(_EPOCH + timedelta(days=day))
-    except OverflowError:
-        return None
-
-
-def rank(event_id: str, path: str, line: int) -> tuple[int, str, int]:
-    """Where a line of `event_id` stands among its lines, the original lowest: rules 2 and
-    3 of the module's docstring (the index's whole rule)."""
-    return (0 if path == home_file(event_id) else 1, path, line)
+def rank(home: bool, path: str, line: int) -> tuple[int, str, int]:
+    """Where a line of an id stands among its lines, the original lowest: rules 2 and 3
+    of the module's docstring (the index's whole rule); `home`: the line is at home."""
+    return (0 if home else 1, path, line)
 
 
 @dataclass(frozen=True)
@@ -80,11 +54,18 @@ class Copy:
     line: int
     hash: str
     committed: bool = False
+    ts: str = ""  # the line's ts, as it writes it
+
+    def at_home(self, event_id: str) -> bool:
+        return at_home(event_id, self.path, self.ts)
+
+    def rank(self, event_id: str) -> tuple[int, str, int]:
+        return rank(self.at_home(event_id), self.path, self.line)
 
 
 def original(event_id: str, copies: Iterable[Copy]) -> Copy:
     """The original among the lines of `event_id` (rules 1-3)."""
-    return min(copies, key=lambda c: (not c.committed, *rank(event_id, c.path, c.line)))
+    return min(copies, key=lambda c: (not c.committed, *c.rank(event_id)))
 
 
 def why_original(event_id: str, first: Copy, other: Copy) -> str:
@@ -93,9 +74,12 @@ def why_original(event_id: str, first: Copy, other: Copy) -> str:
         return "committed before this line"
     if first.path == other.path:
         return "an earlier line of this file"
-    if first.path == home_file(event_id):
-        return "in the day file of the id's own time"
-    return "neither line is in the day file of the id's own time, and its file sorts first"
+    home = "its ts is the time the id carries, in a day file of that time's date"
+    if first.at_home(event_id):
+        return home if not other.at_home(event_id) else f"both are at home ({home}), and " \
+            "its file sorts first"
+    return "neither is at home (its ts the time the id carries, in a day file of that " \
+        "time's date), and its file sorts first"
 
 
 class EventLines:
@@ -137,54 +121,60 @@ class EventLines:
 
 class HomeLines:
     """For a reindex, which reads the files in path order and keeps the first line of
-    each id: whether an event's own day file, read later, holds it (then a file read
-    now leaves the id to that one). Only an id read away from its own day file asks,
-    and the few day files asked about are read once each."""
+    each id: whether a file read later holds the id at home (then a line read now that
+    is not at home leaves the id to that one). Only a line not at home asks (few: a
+    reindex of a million events asks none), and each day file asked about is read once,
+    with the ids it mentions."""
 
     def __init__(self, store: Path, paths: Iterable[str]) -> None:
         self.store = store
-        self.paths = set(paths)
-        self._read: dict[str, bytes] = {}
+        self.paths = {path[-16:-6]: path for path in paths}
+        self._read: dict[str, tuple[bytes, set[bytes]]] = {}
 
-    def hold_later(self, event_id: str, rel: str) -> bool:
-        """Whether the day file of `event_id`'s time sorts after `rel` and holds it."""
-        first, after = _day_prefixes(rel)
-        if first <= event_id[4:14] < after:  # `rel` is its own day file: most are
+    def hold_later(self, event_id: str, rel: str, ts: str) -> bool:
+        """Whether a day file sorting after `rel` holds `event_id` at home, when `rel`'s
+        line of it (of time `ts`) is not at home."""
+        if at_home(event_id, rel, ts):  # most are
             return False
-        home = home_file(event_id)
-        if home is None or home <= rel or home not in self.paths:
-            return False
-        if home not in self._read:
+        for date in home_dates(event_id):
+            later = self.paths.get(date)
+            if later is None or later <= rel:
+                continue
+            data, mentioned = self._file(later)
+            if event_id.encode() not in mentioned:
+                continue
+            found = find_event(data, event_id, later)
+            if found is not None and at_home(event_id, later, found[1].ts):
+                return True
+        return False
+
+    def _file(self, rel: str) -> tuple[bytes, set[bytes]]:
+        if rel not in self._read:
             if len(self._read) >= 8:  # a reindex moves on through the days
                 self._read.pop(next(iter(self._read)))
             try:
-                self._read[home] = (self.store / home).read_bytes()
+                data = (self.store / rel).read_bytes()
             except OSError:
-                self._read[home] = b""
-        return find_event(self._read[home], event_id, home) is not None
+                data = b""
+            self._read[rel] = (data, set(_EVENT_ID.findall(data)))
+        return self._read[rel]
 
 
-@functools.lru_cache(maxsize=64)
-def _day_prefixes(rel: str) -> tuple[str, str]:
-    """The time parts (an id's first 10 ULID characters) of the first millisecond of day
-    file `rel`'s day and of the next day's: a ULID's characters sort as its time."""
-    day = (datetime.fromisoformat(rel[-16:-6]).replace(tzinfo=UTC) - _EPOCH).days
-    return _time_part(day * _DAY_MS), _time_part((day + 1) * _DAY_MS)
-
-
-def _time_part(ms: int) -> str:
-    return "".join(_ALPHABET[(ms >> shift) & 31] for shift in range(45, -5, -5))
+_EVENT_LINE, _EVENT_HASH = EVENT_COLUMNS.index("line"), EVENT_COLUMNS.index("hash")
+_EVENT_TS, _EVENT_HOME = EVENT_COLUMNS.index("ts"), EVENT_COLUMNS.index("home")
+_EVENT_ID = re.compile(rb"evt_[0-9A-HJKMNP-TV-Z]{26}")
 
 
 def drop_seen(rows: FileRows, seen: set[str], rel: str,
               homes: HomeLines) -> list[tuple[Any, ...]]:
     """Keep an id's original line across the files of a reindex, read in path order: the
-    first occurrence, unless the id's own day file, read later, holds it. The event rows
+    first occurrence, unless a day file read later holds it at home. The event rows
     dropped (copies, for `event_copies`)."""
     events = rows.tables["events"]
     if not events:
         return []
-    dupes = {row[0] for row in events if row[0] in seen or homes.hold_later(row[0], rel)}
+    dupes = {row[0] for row in events
+             if row[0] in seen or homes.hold_later(row[0], rel, row[_EVENT_TS])}
     seen.update(row[0] for row in events if row[0] not in dupes)
     if not dupes:
         return []
@@ -194,18 +184,17 @@ def drop_seen(rows: FileRows, seen: set[str], rel: str,
     return [r for r in events if r[0] in dupes]
 
 
-_EVENT_LINE, _EVENT_HASH = EVENT_COLUMNS.index("line"), EVENT_COLUMNS.index("hash")
 
 
 def outranked(db: Database, conn: psycopg.Connection[Row], path: str,
               events: Sequence[tuple[Any, ...]]) -> list[str]:
     """The ids of these event rows of file `path` that the index holds from another
     file's line that is not the original: this file's is (rank)."""
-    ours = {row[0]: row[_EVENT_LINE] for row in events}
+    ours = {row[0]: row for row in events}
     return sorted(r["event_id"] for r in db.fetchall(
         "events_elsewhere", {"ids": list(ours), "path": path}, conn)
-        if rank(r["event_id"], path, ours[r["event_id"]])
-        < rank(r["event_id"], r["path"], r["line"]))
+        if rank(ours[r["event_id"]][_EVENT_HOME], path, ours[r["event_id"]][_EVENT_LINE])
+        < rank(r["home"], r["path"], r["line"]))
 
 
 def repeated_otherwise(db: Database, conn: psycopg.Connection[Row], path: str,

@@ -30,7 +30,7 @@ from gitmem.errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "14"
+SCHEMA_VERSION = "15"
 Row = dict[str, Any]
 T = TypeVar("T")
 DEADLOCK_ATTEMPTS = 3

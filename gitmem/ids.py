@@ -43,6 +43,22 @@ def new_id(prefix: str, at: datetime | None = None) -> str:
     return f"{prefix}_{ULID.from_int(value)}"
 
 
+_CROCKFORD = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
+
+
+def millis_of(record_id: str) -> int | None:
+    """The time the ULID of `<prefix>_<ULID>` carries, in milliseconds since the epoch
+    (`time_of`, decoded directly: an index build asks for every event); None when the
+    rest is not 26 characters of one."""
+    body = record_id.partition("_")[2]
+    if len(body) != 26:
+        return None
+    try:
+        return int(body[:10].translate(_CROCKFORD), 32)
+    except ValueError:
+        return None
+
+
 def time_of(record_id: str) -> datetime | None:
     """The time the ULID of `<prefix>_<ULID>` carries (an id gitmem minted carries its
     record's time); None when the rest is not a ULID."""

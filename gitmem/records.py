@@ -43,7 +43,7 @@ TS_FORM = "YYYY-MM-DDTHH:MM:SS[.ffffff](Z|+HH:MM|-HH:MM)"
 TS_RANGE = "1970-01-01T00:00:00Z .. 9998-12-31T23:59:59.999999Z"
 TS_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TS_END = datetime(9999, 1, 1, tzinfo=UTC)
-_MAX_OFFSET = timedelta(hours=15, minutes=59)
+MAX_OFFSET = timedelta(hours=15, minutes=59)
 _RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?(?:Z|[+-]\d\d:\d\d)",
                       re.ASCII)
 
@@ -63,7 +63,7 @@ def parse_ts(value: Any, field_name: str = "ts") -> datetime:
         raise ValidationError(f"{value!r} is not a date and time ({exc}); expected RFC 3339 "
                               "like 2026-02-09T05:12:33+09:00", field=field_name) from None
     offset = parsed.utcoffset()
-    if offset is not None and abs(offset) > _MAX_OFFSET:
+    if offset is not None and abs(offset) > MAX_OFFSET:
         raise ValidationError(f"UTC offset of {value!r} is beyond ±15:59, the most "
                               "PostgreSQL reads", field=field_name)
     if not TS_MIN <= parsed < TS_END:

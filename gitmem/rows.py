@@ -29,11 +29,11 @@ from gitmem.errors import FormatError
 from gitmem.folding import fold, search_text
 from gitmem.policies import Policies
 from gitmem.records import Event, check_storable, compact_json, event_text, iter_events
-from gitmem.store import StatKey
+from gitmem.store import StatKey, at_home
 
 EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
                  "actor_type", "actor_id", "kind", "sensitivity", "tags", "refs", "content",
-                 "hash", "path", "line")
+                 "hash", "path", "line", "home")
 CHUNK_COLUMNS = ("chunk_id", "tenant_id", "source_type", "source_id", "path", "line", "ts",
                  "kind", "channel", "session_id", "agent_id", "sensitivity", "tags", "refs",
                  "hash", "token_est", "importance", "text", "search_extra", "search_keys",
@@ -225,7 +225,7 @@ def event_row(event: Event, path: str, line: int) -> tuple[Any, ...]:
     return (event.id, event.tenant_id, event.ts, event.session_id, event.agent_id,
             event.channel, event.actor.type, event.actor.id, event.kind, event.sensitivity,
             list(event.tags), list(event.refs), compact_json(event.content), event.hash,
-            path, line)
+            path, line, at_home(event.id, path, event.ts))
 
 
 def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows,

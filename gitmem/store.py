@@ -13,13 +13,14 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
+from gitmem import ids
 from gitmem.errors import NotFoundError, StoreError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
-from gitmem.records import check_id
+from gitmem.records import MAX_OFFSET, check_id
 
 TEMPLATE_FILES = (
     "policies/budgets.yaml", "policies/privacy.yaml", "policies/channels.yaml",
@@ -177,6 +178,10 @@ def _inside_git(path: Path) -> bool:
     return result.returncode == 0 and result.stdout.strip() == "true"
 
 
+_MS = timedelta(milliseconds=1)
+_DAY_MS = 86_400_000
+
+
 def day_file(store: Path, ts: datetime) -> Path:
     """The event log file of the day of `ts` (in its own offset)."""
     return store / day_file_rel(ts)
@@ -185,6 +190,42 @@ def day_file(store: Path, ts: datetime) -> Path:
 def day_file_rel(ts: datetime) -> str:
     """`day_file` relative to the store."""
     return f"events/{ts:%Y-%m}/{ts:%Y-%m-%d}.jsonl"
+
+
+def at_home(event_id: str, rel: str, ts: str) -> bool:
+    """Whether a line of `event_id` whose ts is `ts` (the line's text of it) is at home in
+    file `rel`: its ts is the time the id carries (every id gitmem mints carries its
+    event's time, gitmem/ids.py), to the millisecond, and `rel` is the day file of the
+    ts's date in its own offset (`day_file_rel`; RFC 3339 writes that date first). An
+    id's original line is the one at home (gitmem/copies.py)."""
+    millis = ids.millis_of(event_id)
+    if millis is None or not rel.endswith(".jsonl") or rel[-16:-6] != ts[:10]:
+        return False
+    try:
+        when = datetime.fromisoformat(ts)
+        return when.tzinfo is not None and (when - ids.EPOCH) // _MS == millis
+    except (ValueError, OverflowError):
+        return False
+
+
+def home_dates(event_id: str) -> tuple[str, ...]:
+    """The dates (YYYY-MM-DD) of the day files a line of `event_id` can be at home in: the
+    date of the time it carries in every offset an event's ts may have (two days or
+    three); () when it carries no time."""
+    millis = ids.millis_of(event_id)
+    if millis is None:
+        return ()
+    reach = MAX_OFFSET // _MS
+    return _dates((millis - reach) // _DAY_MS, (millis + reach) // _DAY_MS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _dates(first: int, last: int) -> tuple[str, ...]:
+    try:
+        return tuple(f"{ids.EPOCH + timedelta(days=day):%Y-%m-%d}"
+                     for day in range(first, last + 1))
+    except OverflowError:
+        return ()
 
 
 StatKey = tuple[int, int, int]  # size, ctime_ns, inode: `stat_key`

@@ -186,7 +186,7 @@ class Checker:
                           "(policies/privacy.yaml); remove this line", "sensitivity")
             if committed and event.id not in self.event_ids:
                 self._committed_line(rel, committed, event.id)
-            self.event_ids.add(event.id, Copy(rel, number, event.hash, number <= kept))
+            self.event_ids.add(event.id, Copy(rel, number, event.hash, number <= kept, event.ts))
             home = day_file_rel(event.when)
             if home != rel:
                 self.fail(rel, number, f"{event.id} belongs in {home}, the file of its ts's "
@@ -252,7 +252,7 @@ class Checker:
         found = find_event(committed, event_id, rel)
         if found is not None:
             number, event = found
-            self.event_ids.add(event_id, Copy(rel, number, event.hash, committed=True))
+            self.event_ids.add(event_id, Copy(rel, number, event.hash, committed=True, ts=event.ts))
 
     def _committed_elsewhere(self) -> None:
         """Note where the committed version's other files hold the ids of the new lines

@@ -56,7 +56,7 @@ ORDER BY u.line
 
 -- name: events_elsewhere
 -- Where the index holds these events from another file than %(path)s.
-SELECT event_id, path, line FROM events WHERE event_id = ANY (%(ids)s) AND path <> %(path)s
+SELECT event_id, path, line, home FROM events WHERE event_id = ANY (%(ids)s) AND path <> %(path)s
 
 -- name: event_holders
 -- The files an event's rows come from, or that hold a copy of it (a reading of them all
@@ -137,8 +137,9 @@ WHERE c.path = %(path)s
 
 -- name: insert_events
 INSERT INTO events (event_id, tenant_id, ts, session_id, agent_id, channel, actor_type,
-                    actor_id, kind, sensitivity, tags, refs, content, hash, path, line)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+                    actor_id, kind, sensitivity, tags, refs, content, hash, path, line,
+                    home)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (event_id) DO NOTHING
 
 -- name: insert_chunks

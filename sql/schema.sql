@@ -72,7 +72,9 @@ CREATE TABLE IF NOT EXISTS events (
   content     jsonb NOT NULL,
   hash        text NOT NULL,
   path        text NOT NULL,
-  line        integer NOT NULL
+  line        integer NOT NULL,
+  -- the line is at home: its ts is its id's time, in that ts's day file (gitmem/copies.py)
+  home        boolean NOT NULL
 );
 
 -- Another copy of an indexed event, in a file other than the one its rows came from

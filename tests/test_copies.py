@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from gitmem import gitops, ids
-from gitmem.copies import Copy, EventLines, HomeLines, home_file, original, rank
+from gitmem.copies import Copy, EventLines, HomeLines, original
 from gitmem.hooks import install
 from gitmem.memory import Memory
-from gitmem.store import day_file_rel
+from gitmem.store import at_home, home_dates
 from tests.daemons import append, event_line, new_repo
 from tests.test_hooks import run_git
 from tests.test_indexer import assert_reindex_equal, rows, write
@@ -58,29 +58,49 @@ def gitmem(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 # --------------------------------------------------------------------------- the rule
 
-def test_home_file_is_the_day_file_of_the_time_the_id_carries() -> None:
-    for at in (datetime(2026, 6, 2, 10, tzinfo=UTC), datetime(2026, 6, 2, tzinfo=UTC),
-               datetime(2026, 6, 2, tzinfo=UTC) - timedelta(milliseconds=1),
-               datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC)):
-        event_id = ids.new_id("evt", at)
-        assert home_file(event_id) == day_file_rel(at)
-        time = ids.time_of(event_id)
-        assert time is not None and home_file(event_id) == day_file_rel(time)
-    assert home_file("evt_nope") is None
-    assert home_file("evt_" + "Z" * 26) is None  # past the years a datetime holds
+def test_home_dates_are_the_dates_of_the_ids_time_in_every_offset() -> None:
+    """From UTC-15:59 to UTC+15:59 (the offsets a ts may have): the dates before, of and
+    after the UTC date, as far as those offsets reach from the id's time."""
+    cases = {datetime(2026, 6, 2, 10, tzinfo=UTC): ("2026-06-01", "2026-06-02", "2026-06-03"),
+             datetime(2026, 6, 2, 8, tzinfo=UTC): ("2026-06-01", "2026-06-02"),
+             datetime(2026, 6, 2, 16, tzinfo=UTC): ("2026-06-02", "2026-06-03"),
+             datetime(1999, 12, 31, 23, 59, 59, tzinfo=UTC): (
+                 "1999-12-31", "2000-01-01")}
+    for at, dates in cases.items():
+        assert home_dates(ids.new_id("evt", at)) == dates, at
+    assert home_dates("evt_nope") == ()
+    assert home_dates("evt_" + "Z" * 26) == ()  # past the years a datetime holds
+
+
+def test_a_line_is_at_home_when_its_ts_is_the_ids_time_in_that_times_day_file() -> None:
+    """The day file is the ts's date in its own offset: an event at 20:00 in New York
+    is at home in that day's file though its UTC date is the next day's."""
+    evening = "2026-06-02T20:00:00.250000-05:00"
+    event_id = minted(evening)
+    assert at_home(event_id, "events/2026-06/2026-06-02.jsonl", evening)
+    assert at_home(event_id, "memory/events/2026-06/2026-06-02.jsonl", evening)
+    assert not at_home(event_id, "events/2026-06/2026-06-01.jsonl", evening)  # a copy
+    assert not at_home(event_id, "events/2026-06/2026-06-02.jsonl",
+                       "2026-06-02T20:00:01-05:00")  # another event under its id
+    assert not at_home(event_id, "events/2026-06/2026-06-02.jsonl", "2026-06-02T20:00:00")
+    assert not at_home("evt_nope", "events/2026-06/2026-06-02.jsonl", evening)
 
 
 def test_the_original_is_committed_then_at_home_then_first_by_path_and_line() -> None:
-    at_home = minted(GENUINE_TS)
+    event_id = minted(GENUINE_TS)
     home = "events/2026-06/2026-06-02.jsonl"
     early = "events/2026-06/2026-06-01.jsonl"
-    assert rank(at_home, home, 9) < rank(at_home, early, 1)  # home beats a file sorting first
+    pasted = "2026-06-01T10:00:00+00:00"
+    genuine = Copy(home, 9, "h1", ts=GENUINE_TS)
+    assert original(event_id, [Copy(early, 1, "h2", ts=pasted), genuine]) == genuine
+    assert original(event_id, [Copy(early, 1, "h1", ts=GENUINE_TS), genuine]) == genuine
     away = "evt_01JKZ3N4Q5R6S7T8V9W0X00001"  # its time: 2025-02-13, no line there
-    assert rank(away, early, 9) < rank(away, home, 1)
-    assert rank(away, early, 1) < rank(away, early, 2)
-    committed, new = Copy(early, 1, "h1", committed=True), Copy(home, 1, "h2")
-    assert original(at_home, [new, committed]) == committed  # a new line never takes over
-    assert original(at_home, [Copy(early, 1, "h1"), new]) == new
+    first = Copy(early, 9, "h1", ts=pasted)
+    assert original(away, [Copy(home, 1, "h2", ts=GENUINE_TS), first]) == first
+    assert original(away, [Copy(early, 10, "h2", ts=pasted), first]) == first
+    committed, new = Copy(early, 1, "h1", committed=True, ts=pasted), Copy(home, 1, "h2",
+                                                                          ts=GENUINE_TS)
+    assert original(event_id, [new, committed]) == committed  # a new line never takes over
 
 
 def test_event_lines_name_each_line_that_is_not_the_original_once() -> None:
@@ -88,14 +108,15 @@ def test_event_lines_name_each_line_that_is_not_the_original_once() -> None:
     home = "events/2026-06/2026-06-02.jsonl"
     other = "events/2026-06/2026-06-01.jsonl"
     lines = EventLines()
-    lines.add(event_id, Copy(other, 1, "forged"))
-    lines.add(event_id, Copy(home, 1, "genuine"))
-    lines.add(event_id, Copy(home, 1, "genuine"))   # read twice: one line
-    lines.add(event_id, Copy(home, 4, "genuine"))   # a union merge's repeat: harmless
-    lines.add(event_id, Copy(other, 2, "genuine"))  # a copy in another file
+    lines.add(event_id, Copy(other, 1, "forged", ts="2026-06-01T10:00:00+00:00"))
+    genuine = Copy(home, 1, "genuine", ts=GENUINE_TS)
+    lines.add(event_id, genuine)
+    lines.add(event_id, genuine)  # read twice: one line
+    lines.add(event_id, Copy(home, 4, "genuine", ts=GENUINE_TS))  # a union merge's repeat
+    lines.add(event_id, Copy(other, 2, "genuine", ts=GENUINE_TS))  # a copy in another file
     assert event_id in lines and list(lines) == [event_id]
     assert [(copy.path, copy.line) for _, copy, first in lines.not_original()
-            if first == Copy(home, 1, "genuine")] == [(other, 1), (other, 2)]
+            if first == genuine] == [(other, 1), (other, 2)]
 
 
 # --------------------------------------------------------------------------- hooks, verify
@@ -140,7 +161,8 @@ def test_a_forged_line_past_the_hooks_is_named_by_post_commit_verify_and_verify_
     assert whole.returncode == 1
     assert (f"{JUNE_1}:1: field 'id': {event_id} is also {JUNE_2}:1 with other content; "
             "ids never repeat: the index leaves this line out") in whole.stderr, whole.stderr
-    assert "(that line is the original: in the day file of the id's own time)" in whole.stderr
+    assert ("(that line is the original: its ts is the time the id carries, in a day file "
+            "of that time's date)") in whole.stderr
     assert f"{JUNE_2}:1: field 'id'" not in whole.stderr  # never: remove the genuine line
     since = gitmem(root, "verify", "--since", base)
     assert since.returncode == 1
@@ -273,17 +295,48 @@ def test_a_takeover_renames_every_other_copy_after_the_original(
 
 def test_home_lines_see_the_own_day_file_at_its_first_and_last_millisecond(
         tmp_path: Path) -> None:
-    """A reindex asks whether an id's own day file, read later, holds it: ids minted at
-    a day's edges are at home in that day's file only."""
+    """A reindex asks whether a day file read later holds an id at home: events at a
+    day's edges are at home in that day's file, and a line at home asks no file."""
     day = datetime(2026, 6, 2, tzinfo=UTC)
-    edges = [ids.new_id("evt", day + offset) for offset in (
+    edges = [day + offset for offset in (
         timedelta(0), timedelta(days=1) - timedelta(milliseconds=1))]
-    outside = ids.new_id("evt", day + timedelta(days=1))
-    write(tmp_path, STORE_JUNE_2, "".join(line(i, "x", GENUINE_TS) for i in edges))
+    edge_ids = [ids.new_id("evt", at) for at in edges]
+    write(tmp_path, STORE_JUNE_2, "".join(line(i, "x", at.isoformat(timespec="milliseconds"))
+                                          for i, at in zip(edge_ids, edges, strict=True)))
     homes = HomeLines(tmp_path, [STORE_JUNE_1, STORE_JUNE_2])
-    assert all(homes.hold_later(i, STORE_JUNE_1) for i in edges)
-    assert not any(homes.hold_later(i, STORE_JUNE_2) for i in edges)  # already there
-    assert not homes.hold_later(outside, STORE_JUNE_1)  # its day file is not in the store
+    pasted = "2026-06-01T10:00:00+00:00"
+    assert all(homes.hold_later(i, STORE_JUNE_1, pasted) for i in edge_ids)
+    assert not any(homes.hold_later(i, STORE_JUNE_2, at.isoformat())  # already there
+                   for i, at in zip(edge_ids, edges, strict=True))
+    outside = ids.new_id("evt", day + timedelta(days=2))
+    assert not homes.hold_later(outside, STORE_JUNE_1, pasted)  # no day file of its time
+    fresh = HomeLines(tmp_path, [STORE_JUNE_1, STORE_JUNE_2, STORE_JUNE_3])
+    assert not fresh.hold_later(edge_ids[1], STORE_JUNE_2, edges[1].isoformat())
+    assert not fresh._read  # at home: no file read
+
+
+@pytest.mark.parametrize(("forged_at", "forged_ts"), [
+    (STORE_JUNE_1, "2026-06-01T10:00:00+00:00"),  # sorts first
+    (STORE_JUNE_3, "2026-06-03T01:00:00+00:00")])  # the UTC date's file, at the same time
+@pytest.mark.parametrize("genuine_first", [True, False])
+def test_an_event_of_another_offset_keeps_its_id_against_a_pasted_line(
+        memory: Memory, dsn: str, schema: str, forged_at: str, forged_ts: str,
+        genuine_first: bool) -> None:
+    """An event at 20:00 in Chicago (01:00 UTC the next day) lives in its own date's
+    file: that line is the original, not a line pasted under its id into another day's
+    file, whichever a sync reads first; a reindex agrees."""
+    evening = "2026-06-02T20:00:00-05:00"
+    event_id = minted(evening)
+    store = memory.store
+    memory.sync()
+    order = [(STORE_JUNE_2, line(event_id, "deploy from Chicago", evening)),
+             (forged_at, line(event_id, "forged: deploy from Berlin", forged_ts))]
+    for rel, text in order if genuine_first else order[::-1]:
+        write(store, rel, text)
+        memory.sync([rel])
+    assert held(dsn, schema, event_id) == [(STORE_JUNE_2, 1, "deploy from Chicago")]
+    assert [(path, number) for path, number, _ in id_errors(memory)] == [(forged_at, 1)]
+    assert_reindex_equal(memory, dsn, schema)
 
 
 def test_autocommit_holds_back_a_recorded_id_pasted_into_another_day_file(
