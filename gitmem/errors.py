@@ -41,6 +41,11 @@ class FormatError(GitmemError):
         self.severity = severity  # "warning": reported, but no reason to fail a check
         super().__init__(self._compose())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as what it was made from (a reindex's workers send errors back)."""
+        return (_located_error, (type(self), self.detail, self.path, self.line, self.field,
+                                 self.severity))
+
     @property
     def location(self) -> str:
         """`path:line`, `path` or '' for an in-memory record."""
@@ -86,6 +91,11 @@ def malformed_json(exc: json.JSONDecodeError, *, path: str, line: int | None) ->
     where = "" if exc.msg.endswith(" at") else " at"
     return FormatError(f"malformed JSON: {exc.msg}{where} column {exc.colno}", path=path,
                        line=line)
+
+
+def _located_error(cls: type[FormatError], detail: str, path: str, line: int | None,
+                   field: str | None, severity: str) -> FormatError:
+    return cls(detail, path=path, line=line, field=field, severity=severity)
 
 
 class ValidationError(FormatError):

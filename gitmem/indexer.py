@@ -41,6 +41,7 @@ from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
 from gitmem.freshness import Assessment, FileStat, assess, candidates
 from gitmem.policies import Policies
+from gitmem.readers import read_all
 from gitmem.reread import kept_prefix
 from gitmem.rows import (
     CHUNK_COLUMNS,
@@ -306,8 +307,9 @@ def _settle(db: Database, rel: str, event_ids: list[str]) -> list[str]:
 
 
 def reindex(db: Database, store: Path, policies: Policies,
-            progress: Progress | None = None) -> SyncReport:
-    """Drop the index and rebuild it from the files with COPY, in one transaction."""
+            progress: Progress | None = None, workers: int | None = None) -> SyncReport:
+    """Drop the index and rebuild it from the files with COPY, in one transaction.
+    `workers`: the processes that derive the rows (`readers.read_all`)."""
     files = list(iter_store_files(store))
     report = SyncReport(files=len(files))
     seen_events: set[str] = set()
@@ -321,11 +323,8 @@ def reindex(db: Database, store: Path, policies: Policies,
         # errors, the rows left out)
         repeats: list[tuple[int, str, list[FormatError], list[tuple[Any, ...]]]] = []
         with _gc_paused(), _CopyBehind(db, conn) as loader:
-            for rel, kind in files:
-                found = assess(store, rel, kind, None, policies)
-                if found.action == "unchanged":  # vanished between listing and reading
-                    continue
-                rows = parse_file(rel, kind, found.data, policies)
+            for read in read_all(store, files, policies, workers):
+                rel, rows = read.rel, read.rows
                 dropped = drop_seen(rows, seen_events, rel, homes)
                 copies += sorted({(rel, row[0]) for row in dropped})
                 if dropped or rows.repeats:  # named once every file is in, if they differ
@@ -333,12 +332,12 @@ def reindex(db: Database, store: Path, policies: Policies,
                 for chunk in rows.tables["chunks"]:
                     _count_chunk(totals, chunk[1], chunk[_TOKEN_EST])
                 batch.extend(rows)
-                state = dict(found.state)
+                state = dict(read.state)
                 state["errors"] = json.dumps(_errors_json(rows.errors))
                 states.append(tuple(state[c] for c in _STATE_COLUMNS))
                 report.errors.extend(_errors_json(rows.errors))
                 if progress is not None:
-                    progress(len(found.data) + found.pending_bytes)
+                    progress(read.size)
                 if batch.count() >= COPY_BATCH_ROWS:
                     loader.put(batch)
                     batch = FileRows()

@@ -1,0 +1,130 @@
+"""A reindex's reading of the store's files into rows, on every core, in path order.
+
+Deriving rows is Python (decode, validate, redact, count tokens, fold the search
+text): at a million events it is most of a reindex's time, and one process holds
+one core while PostgreSQL's COPY needs less than the other. So a large store is
+read by worker processes, each file read and derived whole by one of them; the
+reindex takes the files' rows back in path order, as it would have read them
+itself, and keeps everything that depends on the order (which line of a repeated
+id is kept, the batches, the COPY) to itself.
+
+Workers are spawned (not forked: the caller holds database connections and
+threads), load nothing but this module's imports, and are handed the store and
+the policies once. At most READ_AHEAD tasks per worker wait to be taken back, so
+the rows in flight stay a few files' worth. A small store (under MIN_BYTES) is
+read in the calling process: a worker's start (~0.3 s, the tokenizer's table
+included) would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitmem.freshness import assess
+from gitmem.policies import Policies
+from gitmem.rows import FileRows, parse_file
+
+MIN_BYTES = 64 << 20   # a store smaller than this is read in the calling process
+TASK_BYTES = 4 << 20   # files are handed out in tasks of about this many bytes
+TASK_FILES = 512       # ... or this many files (the small record files)
+READ_AHEAD = 3         # tasks per worker that may wait to be taken back
+MAX_WORKERS = 8
+
+
+@dataclass
+class Read:
+    """One file read for a reindex: its source_files state, the bytes it counted for
+    (progress), and its rows."""
+
+    rel: str
+    kind: str
+    state: dict[str, Any]
+    size: int
+    rows: FileRows = field(default_factory=FileRows)
+
+
+def read_all(store: Path, files: Sequence[tuple[str, str]], policies: Policies,
+             workers: int | None = None) -> Iterator[Read]:
+    """The rows of each of `files` ((path, kind), store-relative), in their order; a file
+    that vanished since it was listed is left out. `workers`: how many processes read
+    (None: one per core, up to MAX_WORKERS, when the store is MIN_BYTES or more; 1: the
+    calling process)."""
+    tasks = _tasks(store, files)
+    count = workers if workers is not None else _workers(sum(size for _, size in tasks))
+    if count <= 1:
+        for task, _ in tasks:
+            yield from _read(store, policies, task)
+        return
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(count, mp_context=spawn, initializer=_start,
+                             initargs=(store, policies)) as pool:
+        pending: deque[Future[list[Read]]] = deque()
+        waiting = iter(tasks)
+        for task, _ in waiting:
+            pending.append(pool.submit(_work, task))
+            if len(pending) >= count * READ_AHEAD:
+                break
+        while pending:
+            reads = pending.popleft().result()
+            following = next(waiting, None)
+            if following is not None:
+                pending.append(pool.submit(_work, following[0]))
+            yield from reads
+
+
+def _workers(total_bytes: int) -> int:
+    if total_bytes < MIN_BYTES:
+        return 1
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
+
+def _tasks(store: Path, files: Sequence[tuple[str, str]],
+           ) -> list[tuple[list[tuple[str, str]], int]]:
+    """`files` in consecutive groups of about TASK_BYTES or TASK_FILES, with their sizes."""
+    tasks: list[tuple[list[tuple[str, str]], int]] = []
+    group: list[tuple[str, str]] = []
+    size = 0
+    for rel, kind in files:
+        with contextlib.suppress(OSError):  # vanished: its reading says so
+            size += (store / rel).stat().st_size
+        group.append((rel, kind))
+        if size >= TASK_BYTES or len(group) >= TASK_FILES:
+            tasks.append((group, size))
+            group, size = [], 0
+    if group:
+        tasks.append((group, size))
+    return tasks
+
+
+def _read(store: Path, policies: Policies, files: list[tuple[str, str]]) -> list[Read]:
+    reads = []
+    for rel, kind in files:
+        found = assess(store, rel, kind, None, policies)
+        if found.action == "unchanged":  # vanished between listing and reading
+            continue
+        reads.append(Read(rel, kind, found.state, len(found.data) + found.pending_bytes,
+                          parse_file(rel, kind, found.data, policies)))
+    return reads
+
+
+_worker: dict[str, Any] = {}
+
+
+def _start(store: Path, policies: Policies) -> None:
+    """A worker's set-up: what every task reads, and no cyclic garbage collection (the
+    rows are acyclic tuples, freed as each task's are sent)."""
+    gc.disable()
+    _worker.update(store=store, policies=policies)
+
+
+def _work(files: list[tuple[str, str]]) -> list[Read]:
+    return _read(_worker["store"], _worker["policies"], files)

@@ -1,0 +1,73 @@
+"""A reindex whose rows are derived by worker processes (gitmem/readers.py) makes the
+index one process makes, errors, repeats and progress included."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+from gitmem import indexer, readers
+from gitmem.errors import FormatError, ValidationError
+from gitmem.indexer import index_digest
+from gitmem.memory import Memory
+from tests.test_copies import line as event_at
+from tests.test_copies import minted
+from tests.test_indexer import DAY, DAY2, line, rows, write
+
+
+def mixed_store(memory: Memory) -> None:
+    """Events over days and offsets, a bad line, a torn one, an id pasted into another
+    day's file, a decision and a task: everything a reindex must keep in order."""
+    store = memory.store
+    write(store, DAY, "".join(line(n) for n in range(40)) + "not json\n" + line(40))
+    write(store, DAY2, "".join(line(n, day="2026-02-10") for n in range(100, 140)) + '{"torn')
+    evening = "2026-06-02T20:00:00-05:00"
+    genuine = minted(evening)
+    write(store, "events/2026-06/2026-06-01.jsonl",
+          event_at(genuine, "forged: deploy from Berlin", "2026-06-01T10:00:00+00:00"))
+    write(store, "events/2026-06/2026-06-02.jsonl",
+          event_at(genuine, "deploy from Chicago", evening))
+    memory.decide("We deploy on Fridays", refs=[f"evt_01JKZ3N4Q5R6S7T8V9W0X{0:05d}"])
+    memory.record({"kind": "task_update", "content": {"title": "Write the runbook",
+                                                      "status": "open"}})
+
+
+def test_workers_make_the_index_one_process_makes(memory: Memory, dsn: str,
+                                                  schema: str) -> None:
+    mixed_store(memory)
+    alone: list[int] = []
+    one = indexer.reindex(memory.db, memory.store, memory.policies, alone.append, workers=1)
+    expected = index_digest(memory.db)
+    with Memory(replace(memory.config, schema=f"{schema}_w")) as other:
+        shared: list[int] = []
+        try:
+            two = indexer.reindex(other.db, other.store, other.policies, shared.append,
+                                  workers=2)
+            assert index_digest(other.db) == expected
+        finally:
+            rows(dsn, schema, f'DROP SCHEMA "{schema}_w" CASCADE')
+    assert two.errors == one.errors and len(one.errors) == 2  # the bad line, the pasted id
+    assert (two.files, two.rows) == (one.files, one.rows)
+    assert shared == alone and sum(shared) > 0
+
+
+def test_files_go_in_tasks_in_path_order(tmp_path: Path) -> None:
+    files = [(f"events/2026-01/2026-01-{day:02d}.jsonl", "events") for day in range(1, 9)]
+    for rel, _ in files:
+        write(tmp_path, rel, "x" * (readers.TASK_BYTES // 3 + 1))
+    tasks = readers._tasks(tmp_path, files)
+    assert [f for group, _ in tasks for f in group] == files
+    assert [len(group) for group, _ in tasks] == [3, 3, 2]
+    assert readers._workers(readers.MIN_BYTES - 1) == 1
+
+
+def test_format_errors_keep_their_place_through_pickling() -> None:
+    """Workers send a file's errors back: path, line, field and severity survive."""
+    for error in (FormatError("expected JSON", path="events/a.jsonl", line=3),
+                  ValidationError("unknown field", field="colour", severity="warning")
+                  .at("decisions/d.md", 2)):
+        back = pickle.loads(pickle.dumps(error))
+        assert type(back) is type(error) and str(back) == str(error)
+        assert (back.path, back.line, back.field, back.severity) == (
+            error.path, error.line, error.field, error.severity)
