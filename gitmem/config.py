@@ -100,8 +100,9 @@ def committed_stores(cwd: Path) -> list[Path]:
     if found.returncode or top is None:
         return []
     stores = [(top / entry).parent.resolve() for entry in found.stdout.split("\0") if entry]
-    return [store for store in stores if (store / "manifest.json").is_file()
-            and any((store / part).is_dir() for part in ("events", "policies"))]
+    return [store for store in stores
+            if (store / "manifest.json").is_file() and _has_store_folders(store, "events",
+                                                                          "policies")]
 
 
 def work_tree_stores(cwd: Path) -> list[Path]:
@@ -122,11 +123,16 @@ def stores_here(store: str | None, cwd: Path | None = None) -> list[Path] | None
 def _manifest_lost(store: Path) -> None:
     """Raise if `store` is a store whose manifest.json is gone (its folders are there):
     say so, not that there is no store."""
-    if any((store / part).is_dir() for part in ("events", "policies", "decisions")):
+    if _has_store_folders(store, "events", "policies", "decisions"):
         raise ConfigError(f"{store} holds a store's files but no manifest.json (deleted?): "
                           f"restore it (`git checkout -- {store.name}/manifest.json` in "
                           f"{store.parent}), or run `gitmem init {store.parent}` to write a "
                           "new one (it leaves every other file as it is)")
+
+
+def _has_store_folders(directory: Path, *names: str) -> bool:
+    """Whether `directory` has one of a store's folders `names`."""
+    return any((directory / name).is_dir() for name in names)
 
 
 def find_store(start: Path) -> Path | None:

@@ -73,6 +73,7 @@ _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _PUNCTUATION = "_./@:+~%-"
 _HUMP_AT = re.compile(r"[A-Z](?<=[a-z][A-Z])|[A-Z](?<=[A-Z][A-Z])(?=[a-z])")
 _WORD_REST = re.compile(r"[A-Za-z0-9]*+")
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 _HUMP = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 _PIECE = re.compile(r"[A-Za-z0-9]+")
 _HUMPS = re.compile(r"[A-Z]+(?![a-z])[0-9]*|[A-Z]?[a-z]+[0-9]*|[0-9]+")
@@ -119,9 +120,6 @@ def compounds(text: str) -> dict[str, tuple[str, ...]]:
             if parts:
                 found[token] = parts
     return found
-
-
-_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
 def _around(text: str, at: re.Pattern[str], chars: frozenset[str],

@@ -8,23 +8,27 @@ reindex takes the files' rows back in path order, as it would have read them
 itself, and keeps everything that depends on the order (which line of a repeated
 id is kept, the batches, the COPY) to itself.
 
-Workers are spawned (not forked: the caller holds database connections and
-threads), load nothing but this module's imports, and are handed the store and
-the policies once. At most READ_AHEAD tasks per worker wait to be taken back, so
-the rows in flight stay a few files' worth. A small store (under MIN_BYTES) is
-read in the calling process: a worker's start (~0.3 s, the tokenizer's table
-included) would cost more than it saves.
+Workers come from multiprocessing's fork server (not forked from the caller,
+which holds database connections and threads), which imports this module only,
+never the caller's `__main__`; they are handed the store and the policies once.
+At most READ_AHEAD tasks per worker wait to be taken back, so the rows in
+flight stay a few files' worth. Should a worker die (the kernel's OOM killer,
+a kill), the files not yet taken back are read in the calling process: a
+reindex is never lost to its workers. A small store (under MIN_BYTES) is read
+in the calling process: a worker's start would cost more than it saves.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import multiprocessing
 import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,8 @@ from typing import Any
 from gitmem.freshness import assess
 from gitmem.policies import Policies
 from gitmem.rows import FileRows, parse_file
+
+logger = logging.getLogger(__name__)
 
 MIN_BYTES = 64 << 20   # a store smaller than this is read in the calling process
 TASK_BYTES = 4 << 20   # files are handed out in tasks of about this many bytes
@@ -64,20 +70,33 @@ def read_all(store: Path, files: Sequence[tuple[str, str]], policies: Policies,
         for task, _ in tasks:
             yield from _read(store, policies, task)
         return
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(count, mp_context=spawn, initializer=_start,
+    left: deque[list[tuple[str, str]]] = deque(task for task, _ in tasks)
+    try:
+        yield from _in_workers(store, policies, count, left)
+    except (OSError, BrokenProcessPool) as exc:
+        logger.warning("a reindex's worker process failed (%s); reading the %d files "
+                       "left in this process", exc or type(exc).__name__,
+                       sum(len(task) for task in left))
+    while left:
+        yield from _read(store, policies, left.popleft())
+
+
+def _in_workers(store: Path, policies: Policies, count: int,
+                left: deque[list[tuple[str, str]]]) -> Iterator[Read]:
+    """The reads of the tasks `left`, in order, by `count` workers; a task is taken off
+    `left` once its reads are back."""
+    server = multiprocessing.get_context("forkserver")
+    server.set_forkserver_preload([__name__])
+    with ProcessPoolExecutor(count, mp_context=server, initializer=_start,
                              initargs=(store, policies)) as pool:
         pending: deque[Future[list[Read]]] = deque()
-        waiting = iter(tasks)
-        for task, _ in waiting:
+        for task in list(left)[:count * READ_AHEAD]:
             pending.append(pool.submit(_work, task))
-            if len(pending) >= count * READ_AHEAD:
-                break
         while pending:
             reads = pending.popleft().result()
-            following = next(waiting, None)
-            if following is not None:
-                pending.append(pool.submit(_work, following[0]))
+            if len(left) > len(pending) + 1:
+                pending.append(pool.submit(_work, left[len(pending) + 1]))
+            left.popleft()
             yield from reads
 
 

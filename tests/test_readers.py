@@ -3,14 +3,19 @@ index one process makes, errors, repeats and progress included."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from gitmem import indexer, readers
 from gitmem.errors import FormatError, ValidationError
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
+from gitmem.store import iter_store_files
 from tests.test_copies import line as event_at
 from tests.test_copies import minted
 from tests.test_indexer import DAY, DAY2, line, rows, write
@@ -50,6 +55,42 @@ def test_workers_make_the_index_one_process_makes(memory: Memory, dsn: str,
     assert two.errors == one.errors and len(one.errors) == 2  # the bad line, the pasted id
     assert (two.files, two.rows) == (one.files, one.rows)
     assert shared == alone and sum(shared) > 0
+
+
+def test_files_left_by_a_killed_worker_are_read_in_this_process(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A worker killed mid-reindex (the OOM killer, say): the files it had not sent
+    back are read here, and every file is read once, in order."""
+    mixed_store(memory)
+    files = list(iter_store_files(memory.store))
+    expected = [(r.rel, r.rows.count(), len(r.rows.errors))
+                for r in readers.read_all(memory.store, files, memory.policies, workers=1)]
+    monkeypatch.setattr(readers, "TASK_FILES", 1)  # a task a file: many tasks
+    reads = readers.read_all(memory.store, files, memory.policies, workers=2)
+    got = [next(reads)]
+    for pid in _workers_of_the_fork_server():
+        os.kill(pid, signal.SIGKILL)
+    got += list(reads)
+    assert [(r.rel, r.rows.count(), len(r.rows.errors)) for r in got] == expected
+    assert len(expected) > 2 * readers.READ_AHEAD + 1  # tasks were left to hand out
+    assert "a reindex's worker process failed" in caplog.text
+
+
+def _workers_of_the_fork_server() -> list[int]:
+    """The processes multiprocessing's fork server made (it is this process's child,
+    they are its)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"multiprocessing.forkserver" in command and parent != os.getpid():
+            found.append(int(entry.name))
+    assert found, "no worker found"
+    return found
 
 
 def test_files_go_in_tasks_in_path_order(tmp_path: Path) -> None:
