@@ -78,8 +78,8 @@ def why_original(event_id: str, first: Copy, other: Copy) -> str:
     if first.at_home(event_id):
         return home if not other.at_home(event_id) else f"both are at home ({home}), and " \
             "its file sorts first"
-    return "neither is at home (its ts the time the id carries, in a day file of that " \
-        "time's date), and its file sorts first"
+    return "neither line is at home (its ts the time the id carries, in that ts's day " \
+        "file), and its file sorts first"
 
 
 class EventLines:
@@ -131,10 +131,10 @@ class HomeLines:
         self.paths = {path[-16:-6]: path for path in paths}
         self._read: dict[str, tuple[bytes, set[bytes]]] = {}
 
-    def hold_later(self, event_id: str, rel: str, ts: str) -> bool:
+    def hold_later(self, event_id: str, rel: str, home: bool) -> bool:
         """Whether a day file sorting after `rel` holds `event_id` at home, when `rel`'s
-        line of it (of time `ts`) is not at home."""
-        if at_home(event_id, rel, ts):  # most are
+        line of it is not (`home`: it is, as its row says)."""
+        if home:  # most are
             return False
         for date in home_dates(event_id):
             later = self.paths.get(date)
@@ -161,7 +161,7 @@ class HomeLines:
 
 
 _EVENT_LINE, _EVENT_HASH = EVENT_COLUMNS.index("line"), EVENT_COLUMNS.index("hash")
-_EVENT_TS, _EVENT_HOME = EVENT_COLUMNS.index("ts"), EVENT_COLUMNS.index("home")
+_EVENT_HOME = EVENT_COLUMNS.index("home")
 _EVENT_ID = re.compile(rb"evt_[0-9A-HJKMNP-TV-Z]{26}")
 
 
@@ -174,7 +174,7 @@ def drop_seen(rows: FileRows, seen: set[str], rel: str,
     if not events:
         return []
     dupes = {row[0] for row in events
-             if row[0] in seen or homes.hold_later(row[0], rel, row[_EVENT_TS])}
+             if row[0] in seen or homes.hold_later(row[0], rel, row[_EVENT_HOME])}
     seen.update(row[0] for row in events if row[0] not in dupes)
     if not dupes:
         return []

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gitmem import gitops, ids
-from gitmem.copies import Copy, EventLines, HomeLines, original
+from gitmem.copies import Copy, EventLines, HomeLines, original, why_original
 from gitmem.hooks import install
 from gitmem.memory import Memory
 from gitmem.store import at_home, home_dates
@@ -101,6 +101,22 @@ def test_the_original_is_committed_then_at_home_then_first_by_path_and_line() ->
     committed, new = Copy(early, 1, "h1", committed=True, ts=pasted), Copy(home, 1, "h2",
                                                                           ts=GENUINE_TS)
     assert original(event_id, [new, committed]) == committed  # a new line never takes over
+
+
+def test_why_a_line_is_the_original_is_said_as_the_rule_decided() -> None:
+    event_id = minted(GENUINE_TS)
+    home = Copy("events/2026-06/2026-06-02.jsonl", 1, "h1", ts=GENUINE_TS)
+    pasted = Copy("events/2026-06/2026-06-01.jsonl", 1, "h2", ts="2026-06-01T10:00:00+00:00")
+    committed = Copy(pasted.path, 1, "h2", committed=True, ts=pasted.ts)
+    assert why_original(event_id, committed, home) == "committed before this line"
+    assert why_original(event_id, home, pasted).startswith("its ts is the time the id carries")
+    copy = Copy("events/2026-06/2026-06-03.jsonl", 1, "h1", ts="2026-06-03T00:00:00+14:00")
+    # the same instant in another offset, in its own date's file: at home too
+    assert why_original(event_id, home, copy).startswith("both are at home")
+    utc_copy = Copy(copy.path, 2, "h1", ts="2026-06-03T00:00:00+14:00")
+    assert why_original(event_id, copy, utc_copy) == "an earlier line of this file"
+    away = "evt_01JKZ3N4Q5R6S7T8V9W0X00001"
+    assert why_original(away, pasted, home).startswith("neither line is at home")
 
 
 def test_event_lines_name_each_line_that_is_not_the_original_once() -> None:
@@ -305,13 +321,14 @@ def test_home_lines_see_the_own_day_file_at_its_first_and_last_millisecond(
                                           for i, at in zip(edge_ids, edges, strict=True)))
     homes = HomeLines(tmp_path, [STORE_JUNE_1, STORE_JUNE_2])
     pasted = "2026-06-01T10:00:00+00:00"
-    assert all(homes.hold_later(i, STORE_JUNE_1, pasted) for i in edge_ids)
-    assert not any(homes.hold_later(i, STORE_JUNE_2, at.isoformat())  # already there
-                   for i, at in zip(edge_ids, edges, strict=True))
+    assert not any(at_home(i, STORE_JUNE_1, pasted) for i in edge_ids)
+    assert all(homes.hold_later(i, STORE_JUNE_1, False) for i in edge_ids)
+    assert all(at_home(i, STORE_JUNE_2, at.isoformat(timespec="milliseconds"))
+               for i, at in zip(edge_ids, edges, strict=True))
     outside = ids.new_id("evt", day + timedelta(days=2))
-    assert not homes.hold_later(outside, STORE_JUNE_1, pasted)  # no day file of its time
+    assert not homes.hold_later(outside, STORE_JUNE_1, False)  # no day file of its time
     fresh = HomeLines(tmp_path, [STORE_JUNE_1, STORE_JUNE_2, STORE_JUNE_3])
-    assert not fresh.hold_later(edge_ids[1], STORE_JUNE_2, edges[1].isoformat())
+    assert not fresh.hold_later(edge_ids[1], STORE_JUNE_2, True)
     assert not fresh._read  # at home: no file read
 
 
