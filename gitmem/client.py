@@ -316,8 +316,9 @@ def local_error(exc: RpcError) -> GitmemError:
     if not (isinstance(cls, type) and issubclass(cls, GitmemError)):
         return exc
     if issubclass(cls, FormatError):
+        others = [cls.from_dict(other) for other in data.get("others") or ()]
         return cls(str(data.get("detail", "")), path=str(data.get("path") or ""),
-                   line=data.get("line"), field=data.get("field"))
+                   line=data.get("line"), field=data.get("field"), others=others)
     if cls in (RpcError, errors.VerifyError):
         return exc
     return cls(str(data.get("message", "")))

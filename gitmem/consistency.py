@@ -185,7 +185,7 @@ def load_tree(store: Path, default_tenant: str) -> Tree:
                 tree.handoffs[h.id] = (rel, h)
                 exists(h.tenant_id, h.id)
         except FormatError as exc:
-            tree.problems.append(exc.at(rel, 1))
+            tree.problems += [problem.at(rel, 1) for problem in exc.problems]
     return tree
 
 

@@ -241,8 +241,10 @@ def _valid(text: str, rel: str, tenant: str, parse: Callable[[str, str, str], ob
     it and the indexer parses it); else the problem, named as the event's field."""
     try:
         parse(text, rel, tenant)
-    except FormatError as exc:
-        raise ValidationError(exc.detail, field=_event_field(exc.field, id_key)) from None
+    except FormatError as exc:  # each of the file's problems, named as its event's field
+        first, *rest = [ValidationError(p.detail, field=_event_field(p.field, id_key))
+                        for p in exc.problems]
+        raise first.with_others(rest) from None
     return text
 
 

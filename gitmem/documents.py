@@ -2,20 +2,22 @@
 
 Every parser takes the file's text and its store-relative path and raises a
 `FormatError`/`ValidationError` naming `path:line`, the field and what was
-expected. Parsed records are frozen dataclasses; the `*_to_text` functions
-write them back in the canonical form the store keeps.
+expected. A record's fields are all checked (gitmem/fields.py): the error raised
+is the file's first problem and carries the rest (`problems`). Parsed records are
+frozen dataclasses; the `*_to_text` functions write them back in the canonical
+form the store keeps.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from gitmem.errors import FormatError, ValidationError
+from gitmem.fields import Fields, unknown_keys
 from gitmem.records import (
     CHANNELS,
     DECISION_SCOPES,
@@ -25,13 +27,8 @@ from gitmem.records import (
     TASK_STATUSES,
     check_bool,
     check_choice,
-    check_id,
-    check_name,
-    check_number,
-    check_refs,
     check_str_list,
     check_text,
-    parse_ts,
 )
 
 # libyaml's safe loader when PyYAML has it (several times faster), else the pure one.
@@ -153,10 +150,16 @@ def _record_frontmatter(text: str, path: str, what: str) -> tuple[dict[str, Any]
     return split_frontmatter(text, path)
 
 
-def _check_file_name(path: str, expected: str, record_id: str, text: str) -> None:
+def _check_file_name(fields: Fields, path: str, expected: str, record_id: str,
+                     text: str) -> None:
+    """A record lives in the file its id names; unless its id (or what else names the
+    file) is itself at fault, and so already reported."""
+    if any(p.field in ("id", "scope") for p in fields.problems):
+        return
     if not path.endswith(expected):
-        raise ValidationError(f"file name does not match id {record_id} (expected {expected})",
-                              path=path, line=field_line(text, "id") or 1, field="id")
+        fields.fail(ValidationError(f"file name does not match id {record_id} (expected "
+                                    f"{expected})", path=path,
+                                    line=field_line(text, "id") or 1, field="id"))
 
 
 def _located(exc: FormatError, text: str, path: str, body_line: int = 1) -> FormatError:
@@ -267,61 +270,6 @@ class View:
     chunks: tuple[ViewChunk, ...] = field(default_factory=tuple)
 
 
-def _unknown_keys(meta: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    unknown = sorted(set(meta) - set(allowed))
-    if unknown:
-        raise ValidationError(f"unknown field; expected only {', '.join(allowed)}",
-                              field=unknown[0])
-
-
-class _Fields:
-    """A record's metadata, read key by key with the checks the records share; a
-    failing check names its key."""
-
-    def __init__(self, meta: Mapping[str, Any], allowed: tuple[str, ...],
-                 default_tenant: str) -> None:
-        self.meta = dict(meta)
-        _unknown_keys(self.meta, allowed)
-        self.default_tenant = default_tenant
-
-    def id(self, prefix: str) -> str:
-        return check_id(self.meta.get("id"), prefix)
-
-    def ts(self) -> str:
-        ts = check_text(self.meta.get("ts"), "ts")
-        parse_ts(ts)
-        return ts
-
-    def tenant(self) -> str:
-        return check_name(self.meta.get("tenant_id", self.default_tenant), "tenant_id")
-
-    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
-        return check_choice(self.meta.get(key, default), choices, key)
-
-    def sensitivity(self) -> str:
-        return self.choice("sensitivity", "none", SENSITIVITIES)
-
-    def text(self, key: str) -> str:
-        """A required text."""
-        return check_text(self.meta.get(key), key)
-
-    def optional_text(self, key: str) -> str:
-        return check_text(self.meta.get(key, ""), key, allow_empty=True)
-
-    def strings(self, key: str) -> tuple[str, ...]:
-        return check_str_list(self.meta.get(key), key)
-
-    def ids(self, key: str, prefix: str) -> tuple[str, ...]:
-        return tuple(check_id(v, prefix, key) for v in self.strings(key))
-
-    def refs(self, required: str = "") -> tuple[str, ...]:
-        """The cited ids; `required`: the message when a record must cite some."""
-        refs = check_refs(self.meta.get("refs"))
-        if required and not refs:
-            raise ValidationError(required, field="refs")
-        return refs
-
-
 DECISION_KEYS = ("id", "ts", "tenant_id", "scope", "status", "refs", "title", "rationale",
                  "constraints", "alternatives", "consequences", "confidence", "supersedes",
                  "sensitivity", "tags")
@@ -330,26 +278,20 @@ DECISION_KEYS = ("id", "ts", "tenant_id", "scope", "status", "refs", "title", "r
 def parse_decision(text: str, path: str, default_tenant: str) -> Decision:
     """Parse and validate a decision file."""
     meta, body, body_line = _record_frontmatter(text, path, "decision")
-    try:
-        fields = _Fields(meta, DECISION_KEYS, default_tenant)
-        refs = fields.refs("a decision must cite at least one source id (P4)")
-        confidence = fields.meta.get("confidence")
-        decision = Decision(
-            id=fields.id("dec"), ts=fields.ts(), tenant_id=fields.tenant(),
-            scope=fields.choice("scope", "project", DECISION_SCOPES),
-            status=fields.choice("status", "active", DECISION_STATUSES),
-            refs=refs, text=check_text(body.strip(), "body"),
-            title=fields.optional_text("title"),
-            rationale=fields.strings("rationale"), constraints=fields.strings("constraints"),
-            alternatives=fields.strings("alternatives"),
-            consequences=fields.strings("consequences"),
-            confidence=None if confidence is None else check_number(confidence, "confidence", 0, 1),
-            supersedes=fields.ids("supersedes", "dec"),
-            sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path, body_line) from None
-    _check_file_name(path, f"decisions/{decision.id}.md", decision.id, text)
+    fields = Fields(meta, DECISION_KEYS, default_tenant)
+    decision = Decision(
+        id=fields.id("dec"), ts=fields.ts(), tenant_id=fields.tenant(),
+        scope=fields.choice("scope", "project", DECISION_SCOPES),
+        status=fields.choice("status", "active", DECISION_STATUSES),
+        refs=fields.refs("a decision must cite at least one source id (P4)"),
+        text=fields.body(body), title=fields.optional_text("title"),
+        rationale=fields.strings("rationale"), constraints=fields.strings("constraints"),
+        alternatives=fields.strings("alternatives"), consequences=fields.strings("consequences"),
+        confidence=fields.number("confidence", 0, 1), supersedes=fields.ids("supersedes", "dec"),
+        sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
+    )
+    _check_file_name(fields, path, f"decisions/{decision.id}.md", decision.id, text)
+    fields.raise_problems(lambda exc: _located(exc, text, path, body_line))
     return decision
 
 
@@ -360,18 +302,16 @@ TASK_KEYS = ("id", "ts", "tenant_id", "status", "title", "owner", "refs", "sessi
 def parse_task(text: str, path: str, default_tenant: str) -> Task:
     """Parse and validate a task file."""
     meta, body, body_line = _record_frontmatter(text, path, "task")
-    try:
-        fields = _Fields(meta, TASK_KEYS, default_tenant)
-        task = Task(
-            id=fields.id("tsk"), ts=fields.ts(), tenant_id=fields.tenant(),
-            status=fields.choice("status", "open", TASK_STATUSES),
-            title=fields.text("title"), details=body.strip(), owner=fields.optional_text("owner"),
-            refs=fields.refs(), session_id=fields.optional_text("session_id"),
-            sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path, body_line) from None
-    _check_file_name(path, f"tasks/{task.id}.md", task.id, text)
+    fields = Fields(meta, TASK_KEYS, default_tenant)
+    task = Task(
+        id=fields.id("tsk"), ts=fields.ts(), tenant_id=fields.tenant(),
+        status=fields.choice("status", "open", TASK_STATUSES),
+        title=fields.text("title"), details=body.strip(), owner=fields.optional_text("owner"),
+        refs=fields.refs(), session_id=fields.optional_text("session_id"),
+        sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
+    )
+    _check_file_name(fields, path, f"tasks/{task.id}.md", task.id, text)
+    fields.raise_problems(lambda exc: _located(exc, text, path, body_line))
     return task
 
 
@@ -382,21 +322,20 @@ SUMMARY_KEYS = ("id", "ts", "tenant_id", "scope", "refs", "session_id", "decisio
 def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
     """Parse and validate a summary file."""
     meta, body, body_line = _record_frontmatter(text, path, "summary")
-    try:
-        fields = _Fields(meta, SUMMARY_KEYS, default_tenant)
-        refs = fields.refs("a summary must cite the events it summarises (P4)")
-        summary = Summary(
-            id=fields.id("sum"), ts=fields.ts(), tenant_id=fields.tenant(),
-            scope=fields.choice("scope", "session", SUMMARY_SCOPES),
-            refs=refs, text=check_text(body.strip(), "body"),
-            session_id=fields.optional_text("session_id"), decisions=fields.ids("decisions", "dec"),
-            sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
-            channel=("" if fields.meta.get("channel") in (None, "")
-                     else fields.choice("channel", "", CHANNELS)),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path, body_line) from None
-    _check_file_name(path, f"summaries/{summary.scope}/{summary.id}.md", summary.id, text)
+    fields = Fields(meta, SUMMARY_KEYS, default_tenant)
+    summary = Summary(
+        id=fields.id("sum"), ts=fields.ts(), tenant_id=fields.tenant(),
+        scope=fields.choice("scope", "session", SUMMARY_SCOPES),
+        refs=fields.refs("a summary must cite the events it summarises (P4)"),
+        text=fields.body(body), session_id=fields.optional_text("session_id"),
+        decisions=fields.ids("decisions", "dec"),
+        sensitivity=fields.sensitivity(), tags=fields.strings("tags"),
+        channel=("" if fields.meta.get("channel") in (None, "")
+                 else fields.choice("channel", "", CHANNELS)),
+    )
+    _check_file_name(fields, path, f"summaries/{summary.scope}/{summary.id}.md", summary.id,
+                     text)
+    fields.raise_problems(lambda exc: _located(exc, text, path, body_line))
     return summary
 
 
@@ -407,19 +346,16 @@ HANDOFF_KEYS = ("id", "ts", "tenant_id", "from_agent", "to_agent", "task", "cons
 def parse_handoff(text: str, path: str, default_tenant: str) -> Handoff:
     """Parse and validate a handoff packet (YAML)."""
     meta = load_yaml(text, path)
-    try:
-        fields = _Fields(meta, HANDOFF_KEYS, default_tenant)
-        handoff = Handoff(
-            id=fields.id("hof"), ts=fields.ts(), tenant_id=fields.tenant(),
-            to_agent=check_name(fields.meta.get("to_agent"), "to_agent"),
-            task=fields.text("task"), from_agent=fields.optional_text("from_agent"),
-            constraints=fields.strings("constraints"), decisions=fields.ids("decisions", "dec"),
-            required_files=fields.strings("required_files"),
-            open_questions=fields.strings("open_questions"), refs=fields.refs(),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path) from None
-    _check_file_name(path, f"handoffs/{handoff.id}.yaml", handoff.id, text)
+    fields = Fields(meta, HANDOFF_KEYS, default_tenant)
+    handoff = Handoff(
+        id=fields.id("hof"), ts=fields.ts(), tenant_id=fields.tenant(),
+        to_agent=fields.name("to_agent"), task=fields.text("task"),
+        from_agent=fields.optional_text("from_agent"), constraints=fields.strings("constraints"),
+        decisions=fields.ids("decisions", "dec"), required_files=fields.strings("required_files"),
+        open_questions=fields.strings("open_questions"), refs=fields.refs(),
+    )
+    _check_file_name(fields, path, f"handoffs/{handoff.id}.yaml", handoff.id, text)
+    fields.raise_problems(lambda exc: _located(exc, text, path))
     return handoff
 
 
@@ -468,7 +404,9 @@ def parse_view(text: str, path: str, default_section: str) -> View:
     """Parse a view: frontmatter options and its heading-delimited chunks."""
     meta, body, body_line = split_frontmatter(text, path)
     try:
-        _unknown_keys(meta, VIEW_KEYS)
+        unknown = unknown_keys(meta, VIEW_KEYS)
+        if unknown:
+            raise unknown[0]
         max_tokens = meta.get("max_tokens")
         if max_tokens is not None and (isinstance(max_tokens, bool)
                                        or not isinstance(max_tokens, int) or max_tokens < 1):

@@ -2,7 +2,8 @@
 
     GitmemError
     ├── ConfigError          no store found, bad flag value, bad DSN
-    ├── FormatError          a record or policy file does not parse or validate (path:line)
+    ├── FormatError          a record or policy file does not parse or validate (path:line);
+    │   │                    a record file's further problems ride along (`others`)
     │   └── ValidationError  a field has a wrong value or type
     ├── PrivacyError         a write refused by the privacy policy (secret sensitivity)
     ├── StoreError           the memory tree on disk cannot be read or written
@@ -17,7 +18,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
@@ -30,21 +31,29 @@ class ConfigError(GitmemError):
 
 
 class FormatError(GitmemError):
-    """A file or record does not parse; names `path:line` and what was expected."""
+    """A file or record does not parse; names `path:line` and what was expected.
+
+    A record file is checked whole, so one error may stand for several: it is the
+    first problem, in the file's line order, and `others` holds the rest. A caller
+    that handles one error sees the first (its path, line, field); one that reports
+    them lists `problems`. Its text names every problem, one a line.
+    """
 
     def __init__(self, message: str, *, path: str = "", line: int | None = None,
-                 field: str | None = None, severity: str = "error") -> None:
+                 field: str | None = None, severity: str = "error",
+                 others: Iterable[FormatError] = ()) -> None:
         self.path = path
         self.line = line
         self.field = field
         self.detail = message
         self.severity = severity  # "warning": reported, but no reason to fail a check
-        super().__init__(self._compose())
+        self.others = tuple(others)
+        super().__init__("\n".join([self._compose(), *map(str, self.others)]))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as what it was made from (a reindex's workers send errors back)."""
         return (_located_error, (type(self), self.detail, self.path, self.line, self.field,
-                                 self.severity))
+                                 self.severity, self.others))
 
     @property
     def location(self) -> str:
@@ -53,26 +62,42 @@ class FormatError(GitmemError):
             return ""
         return f"{self.path}:{self.line}" if self.line is not None else self.path
 
+    @property
+    def problems(self) -> list[FormatError]:
+        """Every problem this error stands for, each on its own: itself, then `others`."""
+        if not self.others:
+            return [self]
+        return [self._copy(others=()), *self.others]
+
     def _compose(self) -> str:
         where = self.location
         field = f"field '{self.field}': " if self.field else ""
         return f"{where}: {field}{self.detail}" if where else f"{field}{self.detail}"
 
+    def _copy(self, **changes: Any) -> FormatError:
+        made: dict[str, Any] = {"path": self.path, "line": self.line, "field": self.field,
+                                "severity": self.severity, "others": self.others}
+        return type(self)(changes.pop("message", self.detail), **(made | changes))
+
+    def with_others(self, others: Iterable[FormatError]) -> FormatError:
+        """The same error, standing for `others` too (the rest of its file's problems)."""
+        return self._copy(others=others)
+
     def at(self, path: str, line: int | None) -> FormatError:
         """The same error, located in a file (keeps an existing location)."""
         if self.path:
             return self
-        return type(self)(self.detail, path=path, line=line, field=self.field,
-                          severity=self.severity)
+        return self._copy(path=path, line=line)
 
     def redacted(self, redact: Callable[[str], str], path: str | None = None) -> FormatError:
         """The same error with its message through `redact` (a value it quotes may be a
-        secret), named at `path` when one is given."""
-        return type(self)(redact(self.detail), path=self.path if path is None else path,
-                          line=self.line, field=self.field, severity=self.severity)
+        secret), named at `path` when one is given; `others` alike."""
+        return self._copy(message=redact(self.detail), path=self.path if path is None else path,
+                          others=[o.redacted(redact, path) for o in self.others])
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly form for status reports and RPC errors."""
+        """A JSON-friendly form for status reports and RPC errors (this problem alone:
+        a report lists each of `problems`)."""
         return {"path": self.path, "line": self.line, "field": self.field,
                 "message": self.detail, "severity": self.severity}
 
@@ -94,8 +119,9 @@ def malformed_json(exc: json.JSONDecodeError, *, path: str, line: int | None) ->
 
 
 def _located_error(cls: type[FormatError], detail: str, path: str, line: int | None,
-                   field: str | None, severity: str) -> FormatError:
-    return cls(detail, path=path, line=line, field=field, severity=severity)
+                   field: str | None, severity: str,
+                   others: tuple[FormatError, ...] = ()) -> FormatError:
+    return cls(detail, path=path, line=line, field=field, severity=severity, others=others)
 
 
 class ValidationError(FormatError):

@@ -387,9 +387,9 @@ def _parse_file(path: str, kind: str, data: bytes, policies: Policies, start_lin
     try:
         _markdown_rows(path, kind, text, tenant, out, policies.privacy.redact)
         _check_storable_rows(out, path, text)
-    except FormatError as exc:
+    except FormatError as exc:  # a record's every problem, each its own error
         out = FileRows()
-        out.errors.append(exc.at(path, 1))
+        out.errors += [problem.at(path, 1) for problem in exc.problems]
     return out
 
 

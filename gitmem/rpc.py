@@ -74,6 +74,8 @@ def error_object(exc: BaseException) -> dict[str, Any]:
         data: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
         if isinstance(exc, FormatError):
             data.update(path=exc.path, line=exc.line, field=exc.field, detail=exc.detail)
+            if exc.others:  # a record file's further problems
+                data["others"] = [other.to_dict() for other in exc.others]
         return {"code": code, "message": str(exc), "data": data}
     logger.error("internal error while serving a call", exc_info=exc)
     return {"code": INTERNAL_ERROR,

@@ -3,8 +3,8 @@
 Each problem is a FormatError naming `path:line`:
 - an events file that is not a pure append of its committed version (P1);
 - a record that does not parse or validate (events, decisions, tasks, summaries,
-  handoffs, views, policies: each problem of a policy file), an events file whose
-  last line has no newline, a policy file or the manifest missing;
+  handoffs, views, policies: each problem of a record or policy file), an events
+  file whose last line has no newline, a policy file or the manifest missing;
 - a dangling reference: `refs`, `supersedes` or `decisions` naming an id that
   no file of the tree holds, or a record removed while others still cite it;
 - an event id on a line that is not its original (gitmem/copies.py): another
@@ -115,9 +115,10 @@ class Checker:
                                              field=field_name))
 
     def located(self, exc: FormatError, rel: str) -> None:
-        """Record a parser's error, named as the user sees the file."""
-        self.problems.append(exc.redacted(self.policies.privacy.redact,
-                                          self.display + (exc.path or rel)))
+        """Record a parser's error, each problem it stands for (a record file's every
+        one), named as the user sees the file."""
+        self.problems += [p.redacted(self.policies.privacy.redact, self.display + (p.path or rel))
+                          for p in exc.problems]
 
     # ------------------------------------------------------------------ files
 
