@@ -11,18 +11,18 @@ form the store keeps.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from gitmem.errors import FormatError, ValidationError
-from gitmem.fields import Fields, unknown_keys
+from gitmem.fields import Fields
 from gitmem.records import (
     CHANNELS,
     DECISION_SCOPES,
     DECISION_STATUSES,
-    SENSITIVITIES,
     SUMMARY_SCOPES,
     TASK_STATUSES,
     check_bool,
@@ -401,32 +401,38 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
 
 
 def parse_view(text: str, path: str, default_section: str) -> View:
-    """Parse a view: frontmatter options and its heading-delimited chunks."""
+    """Parse a view: frontmatter options and its heading-delimited chunks (every problem
+    of its frontmatter at once, as a record's)."""
     meta, body, body_line = split_frontmatter(text, path)
-    try:
-        unknown = unknown_keys(meta, VIEW_KEYS)
-        if unknown:
-            raise unknown[0]
-        max_tokens = meta.get("max_tokens")
-        if max_tokens is not None and (isinstance(max_tokens, bool)
-                                       or not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
-                                  field="max_tokens")
-        channels = check_str_list(meta.get("channels"), "channels")
-        for channel in channels:
-            check_choice(channel, CHANNELS, "channels")
-        name = path.rsplit("/", 1)[-1].removesuffix(".md")
-        return View(
-            path=path,
-            section=check_choice(meta.get("section", default_section), VIEW_SECTIONS, "section"),
-            pinned=check_bool(meta.get("pinned", False), "pinned"),
-            sensitivity=check_choice(meta.get("sensitivity", "none"), SENSITIVITIES, "sensitivity"),
-            channels=channels, max_tokens=max_tokens,
-            title=check_text(meta.get("title", name), "title"),
-            chunks=_view_chunks(body, body_line),
-        )
-    except FormatError as exc:
-        raise _located(exc, text, path) from None
+    fields = Fields(meta, VIEW_KEYS, "")
+    name = path.rsplit("/", 1)[-1].removesuffix(".md")
+    view = View(
+        path=path, section=fields.choice("section", default_section, VIEW_SECTIONS),
+        pinned=fields.checked(lambda: check_bool(meta.get("pinned", False), "pinned"), False),
+        sensitivity=fields.sensitivity(),
+        channels=fields.checked(lambda: _view_channels(meta), ()),
+        max_tokens=fields.checked(lambda: _view_max_tokens(meta), None),
+        title=fields.checked(lambda: check_text(meta.get("title", name), "title"), name),
+        chunks=fields.checked(lambda: _view_chunks(body, body_line), ()),
+    )
+    fields.raise_problems(lambda exc: _located(exc, text, path))
+    return view
+
+
+def _view_channels(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    channels = check_str_list(meta.get("channels"), "channels")
+    for channel in channels:
+        check_choice(channel, CHANNELS, "channels")
+    return channels
+
+
+def _view_max_tokens(meta: Mapping[str, Any]) -> int | None:
+    max_tokens = meta.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool)
+                                   or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
+                              field="max_tokens")
+    return max_tokens
 
 
 def yaml_problem(exc: yaml.MarkedYAMLError, first_line: int = 1) -> tuple[str, int]:

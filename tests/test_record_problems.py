@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from gitmem.client import local_error
-from gitmem.documents import parse_decision, parse_handoff, parse_summary, parse_task
+from gitmem.documents import (
+    parse_decision,
+    parse_handoff,
+    parse_summary,
+    parse_task,
+    parse_view,
+)
 from gitmem.errors import FormatError, RpcError, ValidationError
 from gitmem.memory import Memory
 from gitmem.rpc import error_object
@@ -177,3 +183,29 @@ def test_a_task_update_refused_for_a_broken_task_file_names_every_problem(cli: C
     assert result.exit_code == 1
     assert f"{TASK_PATH}:1: field 'title'" in result.stderr
     assert f"{TASK_PATH}:4: field 'status'" in result.stderr
+
+
+# three mistakes: an unknown key (line 2), a section no bundle has (line 3), max_tokens 0
+# (line 4)
+VIEW_MISTAKES = """---
+colour: red
+section: footer
+max_tokens: 0
+---
+# Runbook
+
+Restart the worker.
+"""
+
+
+def test_a_view_reports_every_problem_of_its_frontmatter() -> None:
+    with pytest.raises(FormatError) as caught:
+        parse_view(VIEW_MISTAKES, "views/runbook.md", "rules")
+    got = [(p.path, p.line, p.field) for p in caught.value.problems]
+    assert got == [("views/runbook.md", 2, "colour"), ("views/runbook.md", 3, "section"),
+                   ("views/runbook.md", 4, "max_tokens")]
+    assert "expected a positive integer, got 0" in str(caught.value)
+    one = VIEW_MISTAKES.replace("colour: red\n", "").replace("max_tokens: 0\n", "")
+    with pytest.raises(FormatError) as single:
+        parse_view(one, "views/runbook.md", "rules")
+    assert [(p.line, p.field) for p in single.value.problems] == [(2, "section")]
