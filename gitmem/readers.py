@@ -14,7 +14,8 @@ never the caller's `__main__`; they are handed the store and the policies once.
 At most READ_AHEAD tasks per worker wait to be taken back, so the rows in
 flight stay a few files' worth. Should a worker die (the kernel's OOM killer,
 a kill), the files not yet taken back are read in the calling process: a
-reindex is never lost to its workers. A small store (under MIN_BYTES) is read
+reindex is never lost to its workers. Should the reindex die, its workers end
+within WATCH_S (each watches it): nothing is left running. A small store (under MIN_BYTES) is read
 in the calling process: a worker's start would cost more than it saves.
 """
 
@@ -25,6 +26,8 @@ import gc
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -44,6 +47,7 @@ TASK_BYTES = 4 << 20   # files are handed out in tasks of about this many bytes
 TASK_FILES = 512       # ... or this many files (the small record files)
 READ_AHEAD = 3         # tasks per worker that may wait to be taken back
 MAX_WORKERS = 8
+WATCH_S = 1.0         # how often a worker looks whether its caller is alive
 
 
 @dataclass
@@ -88,7 +92,7 @@ def _in_workers(store: Path, policies: Policies, count: int,
     server = multiprocessing.get_context("forkserver")
     server.set_forkserver_preload([__name__])
     with ProcessPoolExecutor(count, mp_context=server, initializer=_start,
-                             initargs=(store, policies)) as pool:
+                             initargs=(store, policies, os.getpid())) as pool:
         pending: deque[Future[list[Read]]] = deque()
         for task in list(left)[:count * READ_AHEAD]:
             pending.append(pool.submit(_work, task))
@@ -138,11 +142,25 @@ def _read(store: Path, policies: Policies, files: list[tuple[str, str]]) -> list
 _worker: dict[str, Any] = {}
 
 
-def _start(store: Path, policies: Policies) -> None:
-    """A worker's set-up: what every task reads, and no cyclic garbage collection (the
-    rows are acyclic tuples, freed as each task's are sent)."""
+def _start(store: Path, policies: Policies, caller: int) -> None:
+    """A worker's set-up: what every task reads, no cyclic garbage collection (the rows
+    are acyclic tuples, freed as each task's are sent), and a watch on the caller."""
     gc.disable()
     _worker.update(store=store, policies=policies)
+    threading.Thread(target=_watch, args=(caller,), name="gitmem-reader-watch",
+                     daemon=True).start()
+
+
+def _watch(caller: int) -> None:
+    """End this worker once the process it reads for is gone (a kill, a crash): nothing
+    would take its rows or hand it tasks, and it would wait for that for good, holding
+    its memory (its parent is the fork server, which stays while its workers do)."""
+    while True:
+        time.sleep(WATCH_S)
+        try:
+            os.kill(caller, 0)
+        except OSError:  # gone (or its pid another user's process now)
+            os._exit(1)
 
 
 def _work(files: list[tuple[str, str]]) -> list[Read]:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -75,6 +78,64 @@ def test_files_left_by_a_killed_worker_are_read_in_this_process(
     assert [(r.rel, r.rows.count(), len(r.rows.errors)) for r in got] == expected
     assert len(expected) > 2 * readers.READ_AHEAD + 1  # tasks were left to hand out
     assert "a reindex's worker process failed" in caplog.text
+
+
+def test_workers_end_when_the_reindex_that_started_them_is_killed(memory: Memory) -> None:
+    """A reindex killed (kill -9) while its workers hold rows for it: they would wait
+    for it for good; each ends within seconds, and the fork server with them."""
+    mixed_store(memory)
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from gitmem import readers\n"
+        "from gitmem.policies import load_policies\n"
+        "from gitmem.store import iter_store_files\n"
+        "store = Path(sys.argv[1])\n"
+        "readers.TASK_FILES = 1\n"
+        "reads = readers.read_all(store, list(iter_store_files(store)), "
+        "load_policies(store), workers=2)\n"
+        "next(reads)\n"
+        "print('reading', flush=True)\n"
+        "time.sleep(600)\n")
+    reader = subprocess.Popen([sys.executable, "-c", script, str(memory.store)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "reading\n"
+        family = _descendants(reader.pid)
+        assert len(family) >= 3, family  # the fork server and its two workers at least
+    finally:
+        reader.kill()
+        reader.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(pid) for pid in family):
+        time.sleep(0.2)
+    assert not [pid for pid in family if _alive(pid)]
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parents[int(entry.name)] = int(
+                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [root]
+    while frontier:
+        below = [pid for pid, parent in parents.items() if parent in frontier]
+        found += below
+        frontier = below
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def _workers_of_the_fork_server() -> list[int]:
