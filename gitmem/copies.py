@@ -23,13 +23,13 @@ line is refused, and the index follows once it is taken out.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitmem.errors import FormatError
+from gitmem.ids import ANY_EVENT_ID
 from gitmem.records import find_event
 from gitmem.rows import EVENT_COLUMNS, FileRows, repeated_id
 from gitmem.store import at_home, home_dates
@@ -156,13 +156,12 @@ class HomeLines:
                 data = (self.store / rel).read_bytes()
             except OSError:
                 data = b""
-            self._read[rel] = (data, set(_EVENT_ID.findall(data)))
+            self._read[rel] = (data, set(ANY_EVENT_ID.findall(data)))
         return self._read[rel]
 
 
 _EVENT_LINE, _EVENT_HASH = EVENT_COLUMNS.index("line"), EVENT_COLUMNS.index("hash")
 _EVENT_HOME = EVENT_COLUMNS.index("home")
-_EVENT_ID = re.compile(rb"evt_[0-9A-HJKMNP-TV-Z]{26}")
 
 
 def drop_seen(rows: FileRows, seen: set[str], rel: str,

@@ -13,6 +13,8 @@ from ulid import ULID
 
 PREFIXES = ("evt", "dec", "tsk", "sum", "hof")
 ULID_ID = re.compile(r"^(evt|dec|tsk|sum|hof)_[0-9A-HJKMNP-TV-Z]{26}$")
+# an event id anywhere in a file's bytes: an event's own, or one it cites
+ANY_EVENT_ID = re.compile(rb"evt_[0-9A-HJKMNP-TV-Z]{26}")
 ARTIFACT_ID = re.compile(r"^art_[0-9a-f]{64}$")
 ANY_REF = re.compile(r"^(?:(?:evt|dec|tsk|sum|hof)_[0-9A-HJKMNP-TV-Z]{26}|art_[0-9a-f]{64})$")
 

@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +56,9 @@ class Read:
     (progress), and its rows."""
 
     rel: str
-    kind: str
     state: dict[str, Any]
     size: int
-    rows: FileRows = field(default_factory=FileRows)
+    rows: FileRows
 
 
 def read_all(store: Path, files: Sequence[tuple[str, str]], policies: Policies,
@@ -134,7 +133,7 @@ def _read(store: Path, policies: Policies, files: list[tuple[str, str]]) -> list
         found = assess(store, rel, kind, None, policies)
         if found.action == "unchanged":  # vanished between listing and reading
             continue
-        reads.append(Read(rel, kind, found.state, len(found.data) + found.pending_bytes,
+        reads.append(Read(rel, found.state, len(found.data) + found.pending_bytes,
                           parse_file(rel, kind, found.data, policies)))
     return reads
 

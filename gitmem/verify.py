@@ -46,6 +46,7 @@ from gitmem.documents import (
     parse_task,
 )
 from gitmem.errors import FormatError, GitError, ValidationError
+from gitmem.ids import ANY_EVENT_ID
 from gitmem.policies import (
     POLICY_FILES,
     Policies,
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
     import git
 
 _EVENT_ID = re.compile(rb'"id":\s*"(evt_[0-9A-HJKMNP-TV-Z]{26})"')
-_ANY_EVENT_ID = re.compile(rb"evt_[0-9A-HJKMNP-TV-Z]{26}")  # an event's own, or one it cites
 # Each policy file's parser; given a list, it adds every problem of the file to it.
 _POLICY_PARSERS: dict[str, Callable[[str, str, list[FormatError]], object]] = {
     "policies/budgets.yaml": parse_budgets, "policies/privacy.yaml": parse_privacy,
@@ -265,7 +265,7 @@ class Checker:
         for rel in self.base.files_holding(wanted, "events/"):
             data = self.base.read(rel) or b""
             for event_id in sorted(wanted.intersection(
-                    m.decode() for m in _ANY_EVENT_ID.findall(data))):
+                    m.decode() for m in ANY_EVENT_ID.findall(data))):
                 self._committed_line(rel, data, event_id)
 
     def _check_copies(self) -> None:

@@ -112,46 +112,48 @@ def test_workers_end_when_the_reindex_that_started_them_is_killed(memory: Memory
     assert not [pid for pid in family if _alive(pid)]
 
 
+def _stat(pid: int) -> tuple[str, int] | None:
+    """A process's state and parent (/proc/PID/stat), or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _descendants(root: int) -> list[int]:
-    """Every process below `root` (from /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            parents[int(entry.name)] = int(
-                (entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    found, frontier = [], [root]
+    """Every process below `root`."""
+    parents = {pid: found[1] for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+               if (found := _stat(pid)) is not None}
+    found_below, frontier = [], [root]
     while frontier:
         below = [pid for pid, parent in parents.items() if parent in frontier]
-        found += below
+        found_below += below
         frontier = below
-    return found
+    return found_below
 
 
 def _alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie, dead but not yet reaped, does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    found = _stat(pid)
+    return found is not None and found[0] != "Z"
 
 
 def _workers_of_the_fork_server() -> list[int]:
-    """The processes multiprocessing's fork server made (it is this process's child,
-    they are its)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            command = (entry / "cmdline").read_bytes()
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"multiprocessing.forkserver" in command and parent != os.getpid():
-            found.append(int(entry.name))
+    """The processes this process's fork server made (it is this process's child, they
+    are its)."""
+    found = [pid for pid in _descendants(os.getpid())
+             if (stat := _stat(pid)) is not None and stat[1] != os.getpid()
+             and b"multiprocessing.forkserver" in _cmdline(pid)]
     assert found, "no worker found"
     return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def test_files_go_in_tasks_in_path_order(tmp_path: Path) -> None:
