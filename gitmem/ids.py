@@ -46,27 +46,27 @@ def new_id(prefix: str, at: datetime | None = None) -> str:
 
 
 _CROCKFORD = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
+# a ULID's 26 characters; its first is at most 7, or its 130 bits overflow 128
+_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}", re.IGNORECASE)
 
 
 def millis_of(record_id: str) -> int | None:
-    """The time the ULID of `<prefix>_<ULID>` carries, in milliseconds since the epoch
-    (`time_of`, decoded directly: an index build asks for every event); None when the
-    rest is not 26 characters of one."""
+    """The time the ULID of `<prefix>_<ULID>` carries, in milliseconds since the
+    epoch (an id gitmem minted carries its record's time); None when the rest is not
+    a ULID. Decoded directly: an index build asks it of every event."""
     body = record_id.partition("_")[2]
-    if len(body) != 26:
+    if _ULID.fullmatch(body) is None:
         return None
-    try:
-        return int(body[:10].translate(_CROCKFORD), 32)
-    except ValueError:
-        return None
+    return int(body[:10].upper().translate(_CROCKFORD), 32)
 
 
 def time_of(record_id: str) -> datetime | None:
-    """The time the ULID of `<prefix>_<ULID>` carries (an id gitmem minted carries its
-    record's time); None when the rest is not a ULID."""
+    """`millis_of` as a time in UTC (None past 9999-12-31, where a ULID's 48 bits still
+    reach)."""
+    millis = millis_of(record_id)
     try:
-        return ULID.from_str(record_id.partition("_")[2]).datetime
-    except (ValueError, OverflowError):
+        return None if millis is None else EPOCH + timedelta(milliseconds=millis)
+    except OverflowError:
         return None
 
 

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from ulid import ULID
 
+from gitmem import ids
 from gitmem.documents import (
     decision_to_text,
     handoff_to_text,
@@ -678,6 +679,22 @@ def test_ids_at_the_first_instant_of_1970_are_random_and_keep_their_time() -> No
     assert first[0] != first[1]
     assert new_id("dec", datetime(2026, 2, 9, 5, 12, 33, 1000, tzinfo=UTC))[4:14] == \
         str(ULID.from_datetime(datetime(2026, 2, 9, 5, 12, 33, 1000, tzinfo=UTC)))[:10]
+
+
+def test_the_time_an_id_carries_is_its_ulids_and_a_bad_ulid_carries_none() -> None:
+    at = datetime(2026, 4, 6, 18, 30, 14, 981000, tzinfo=UTC)
+    minted = new_id("evt", at)
+    assert ids.time_of(minted) == at == ULID.from_str(minted[4:]).datetime
+    assert ids.millis_of(minted) == 1775500214981
+    assert ids.time_of(minted.lower()) == at  # as python-ulid reads a lower-case one
+    assert ids.millis_of("evt_" + "7" + "Z" * 25) == 2 ** 48 - 1  # the last ULID time
+    assert ids.time_of("evt_" + "7" + "Z" * 25) is None  # past datetime's year 9999
+    body = minted[4:]
+    for bad in ("8" + body[1:],          # over 128 bits
+                body[:-1] + "U", body[:-1] + "I",  # not Crockford letters
+                body[:-1], body + "0", ""):
+        assert ids.millis_of("evt_" + bad) is None and ids.time_of("evt_" + bad) is None, bad
+    assert ids.time_of(body) is None  # no prefix
 
 
 def test_a_markdown_record_with_a_ts_the_index_cannot_hold_names_its_line() -> None:
