@@ -247,51 +247,6 @@ def read_blob(repo: git.Repo, spec: str) -> bytes | None:
         return None
 
 
-def list_paths(repo: git.Repo, prefix: str, rev: str) -> list[str]:
-    """Store-relative paths of the files under `prefix` in `rev` ('' = the index)."""
-    where = prefix or "."
-    if rev:
-        if rev == "HEAD" and not has_head(repo):
-            return []
-        out = repo.git.ls_tree("-r", "-z", "--name-only", "--full-tree", rev, "--", where)
-    else:
-        out = repo.git.ls_files("-z", "--cached", "--", where)
-    return sorted(p[len(prefix):] for p in out.split("\0") if p)
-
-
-def files_holding(repo: git.Repo, prefix: str, rev: str, needles: list[str],
-                  under: str) -> list[str]:
-    """Store-relative paths of files under `prefix + under` whose version in commit `rev`
-    may contain one of `needles` (fixed strings); more, never fewer.
-
-    `git grep` over a commit's blobs inflates every one of them (1.5 s for 200,000
-    events); over the work tree it reads files the page cache holds (0.1-0.3 s). So the
-    work tree is searched, and every file whose work-tree version is not `rev`'s (`git
-    diff REV`: changed, deleted, or not in the index) is listed as well."""
-    if not needles:
-        return []
-    where = f"{prefix}{under}"
-    with _unnamed("\n".join(needles).encode() + b"\n") as listed:
-        status, found, error = repo.git.grep(
-            "-l", "-z", "-F", "--full-name", "-f", "-", "--", where, istream=listed,
-            with_extended_output=True, with_exceptions=False)
-    if status not in (0, 1):  # 1: no match
-        raise GitError(f"git grep of the store failed: {str(error).strip()}")
-    differ = repo.git.diff("--name-only", "--no-renames", "-z", rev, "--", where)
-    return sorted({p[len(prefix):] for p in f"{found}\0{differ}".split("\0") if p})
-
-
-def changed_paths(repo: git.Repo, prefix: str, base: str | None,
-                  rev: str) -> list[tuple[str, str]]:
-    """(status A|M|D|T, store-relative path) of the store files that `rev` ('': the git
-    index, what a commit would record) changes from `base` (None: the empty tree)."""
-    start = base or repo.git.hash_object("-t", "tree", "/dev/null")
-    which = [start, rev] if rev else ["--cached", start]
-    out = repo.git.diff("--name-status", "--no-renames", "-z", *which, "--", prefix or ".")
-    fields = [f for f in out.split("\0") if f]
-    return [(fields[i][0], fields[i + 1][len(prefix):]) for i in range(0, len(fields) - 1, 2)]
-
-
 def parents(repo: git.Repo, rev: str) -> list[str]:
     """The parents of commit `rev` (none for a root commit)."""
     return str(repo.git.rev_list("--parents", "-n", "1", rev)).split()[1:]
@@ -509,13 +464,13 @@ def _shown(held: dict[str, list[str]]) -> dict[str, list[str]]:
 
 def _sync_index(repo: git.Repo, paths: list[str]) -> None:
     """Make the person's index agree with the new HEAD for `paths` only."""
-    with _unnamed(b"\0".join(p.encode() for p in paths)) as spec:
+    with unnamed(b"\0".join(p.encode() for p in paths)) as spec:
         repo.git.reset("-q", "HEAD", "--pathspec-from-file=-", "--pathspec-file-nul",
                        istream=spec)
 
 
 @contextlib.contextmanager
-def _unnamed(data: bytes) -> Iterator[IO[bytes]]:
+def unnamed(data: bytes) -> Iterator[IO[bytes]]:
     """`data` in a file that has no name, for a git command's standard input (a list
     too long for its arguments). Nothing is left behind when the process dies, however
     it dies: the kernel frees a file no name and no descriptor hold."""

@@ -62,7 +62,7 @@ from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
-from gitmem.trees import GitTree, Tree, WorkTree
+from gitmem.trees import GitTree, Tree, WorkTree, changed_paths
 
 if TYPE_CHECKING:
     import git
@@ -572,7 +572,7 @@ def _verify_changes(repo: git.Repo, prefix: str, policies: Policies, rev: str,
                     amend_rev: str | None = None) -> list[FormatError]:
     """The checks of the store files that `rev` ('': the git index) changes from
     `base_rev` (None: from nothing); `amend_rev`: base_rev's parent (`Checker.amend_base`)."""
-    changes = gitops.changed_paths(repo, prefix, base_rev, rev)
+    changes = changed_paths(repo, prefix, base_rev, rev)
     if not changes:
         return []
     base = GitTree(repo, prefix, base_rev) if base_rev is not None else None
