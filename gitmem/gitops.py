@@ -312,9 +312,9 @@ def recover(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> list[str]:
     repo = open_repo(store)
     try:
         specs = [store_prefix(repo, store) + d for d in dirs]
-        leftovers.remove_temporary(Path(repo.git_dir))
         if busy_state(repo) is None:
             leftovers.repair_index(repo, specs)
+            leftovers.remove_temporary(Path(repo.git_dir))
         return uncommitted(repo, specs)
     except git.GitCommandError as exc:
         raise GitError(f"git {' '.join(map(str, exc.command[1:3]))} failed in "
@@ -350,8 +350,8 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
             raise GitError(f"not committing the store now: {reason}")
         prefix = store_prefix(repo, store)
         specs = [prefix + d for d in dirs]
-        leftovers.remove_temporary(Path(repo.git_dir))
         leftovers.repair_index(repo, specs)
+        leftovers.remove_temporary(Path(repo.git_dir))
         paths = uncommitted(repo, specs)
         if not paths:
             return None
@@ -383,15 +383,16 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
             parents = ["-p", old] if old else []
             sha = repo.git.commit_tree(tree, *parents, "-F", str(tmp / "message"),
                                        env=_identity(repo))
-        reason = commit_in_progress(Path(repo.git_dir))  # began while this one was built
-        if reason:
-            raise GitError(f"not committing the store now: {reason}")
-        try:
-            repo.git.update_ref("-m", "gitmem: autocommit", "HEAD", sha, old or ZERO_OID)
-        except git.GitCommandError as exc:
-            raise GitError(f"HEAD moved while committing the store; will retry: "
-                           f"{exc.stderr.strip()}") from None
-        _sync_index(repo, candidates)
+            reason = commit_in_progress(Path(repo.git_dir))  # began while this was built
+            if reason:
+                raise GitError(f"not committing the store now: {reason}")
+            leftovers.note_pending(tmp, candidates)  # until the index agrees
+            try:
+                repo.git.update_ref("-m", "gitmem: autocommit", "HEAD", sha, old or ZERO_OID)
+            except git.GitCommandError as exc:
+                raise GitError(f"HEAD moved while committing the store; will retry: "
+                               f"{exc.stderr.strip()}") from None
+            _sync_index(repo, candidates)
         return CommitResult(sha=sha, message=message,
                             paths=[p[len(prefix):] for p in candidates], events=events,
                             held_back=_shown(held))

@@ -127,6 +127,33 @@ def test_a_persons_staged_edit_of_an_autocommitted_file_stays_staged(root: Path)
     assert git(root, "diff", "--cached", "--name-only").split() == [rel]
 
 
+def test_a_persons_git_rm_cached_of_a_day_file_just_autocommitted_stays_staged(
+        root: Path) -> None:
+    store = root / "memory"
+    record(store, "first fact")
+    path = day_file(store)
+    assert gitops.autocommit(store) is not None
+    git(root, "rm", "-q", "--cached", path)  # what a crash also leaves, but done by hand
+    staged = git(root, "diff", "--cached", "--name-status").split()
+    assert staged == ["D", path]
+    assert not list((root / ".git").glob("gitmem-commit-*"))  # no autocommit died
+    assert gitops.recover(store) == [path]  # untracked in the index now: it waits
+    assert gitops.autocommit(store) is None  # HEAD holds it as it is on disk
+    assert git(root, "diff", "--cached", "--name-status").split() == staged
+
+
+def test_a_killed_autocommits_note_names_the_paths_it_was_committing(
+        root: Path, tmp_path: Path) -> None:
+    store = root / "memory"
+    record(store, "first fact")
+    path = day_file(store)
+    autocommit_killed_in(store, tmp_path, "reset")
+    [note] = (root / ".git").glob("gitmem-commit-*/pending")
+    assert note.read_bytes().split(b"\0") == [path.encode()]
+    assert gitops.recover(store) == []  # put right: nothing waits
+    assert not list((root / ".git").glob("gitmem-commit-*"))  # and the note is gone
+
+
 @pytest.mark.parametrize("commits_before", [0, 1])
 def test_pre_commit_advice_after_a_killed_autocommit_keeps_every_line(
         root: Path, tmp_path: Path, commits_before: int) -> None:
