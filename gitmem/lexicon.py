@@ -57,17 +57,21 @@ def analyze(db: Database, text: str) -> list[Term]:
     phrases = _QUOTED.findall(text)
     if len(shown) != len(phrases):  # folding made a quote mark (a full-width one)
         shown = phrases
-    terms: list[Term] = []
-    seen: set[str] = set()
     unquoted = _QUOTED.sub(" ", text)
     parted = itertools.islice(compounds(unquoted).items(), COMPOUNDS_MAX)
-    for phrase, as_asked in [*zip(phrases, shown, strict=True),
-                             *((" ".join(parts), token) for token, parts in parted)]:
-        term = _phrase(db, phrase, as_asked.strip())
+    asked = [*zip(phrases, shown, strict=True),
+             *((" ".join(parts), token) for token, parts in parted)]
+    # the phrases' tokens and the words' in one round trip
+    *phrased, worded = _tokens(db, [phrase for phrase, _ in asked]
+                               + [unquoted + " " + " ".join(phrases)])
+    terms: list[Term] = []
+    seen: set[str] = set()
+    for (_, as_asked), tokens in zip(asked, phrased, strict=True):
+        term = _phrase(tokens, as_asked.strip())
         if term is not None and term.query not in seen:
             seen.add(term.query)
             terms.append(term)
-    for token, lexemes in _tokens(db, unquoted + " " + " ".join(phrases)):
+    for token, lexemes in worded:
         if not lexemes:
             continue  # a stopword
         forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
@@ -78,12 +82,15 @@ def analyze(db: Database, text: str) -> list[Term]:
     return terms
 
 
-def _phrase(db: Database, phrase: str, as_asked: str) -> Term | None:
+Tokens = list[tuple[str, list[str] | None]]
+
+
+def _phrase(tokens: Tokens, as_asked: str) -> Term | None:
     """A phrase's term: its words' stems and the distances between them (None for
     fewer than two words)."""
     words: list[tuple[int, str]] = []  # (position, stem)
     position = 0
-    for _, lexemes in _tokens(db, phrase):
+    for _, lexemes in tokens:
         if lexemes is None:
             continue  # no position: a token no dictionary takes
         position += 1
@@ -107,12 +114,15 @@ def _term(text: str, lexemes: tuple[str, ...], phrase: bool,
     return Term(text, query, lexemes, True, gaps)
 
 
-def _tokens(db: Database, text: str) -> list[tuple[str, list[str] | None]]:
-    """The text's tokens with their lexemes: [] for a stopword (it holds a position in
+def _tokens(db: Database, texts: list[str]) -> list[Tokens]:
+    """Each text's tokens with their lexemes: [] for a stopword (it holds a position in
     the index), None for a token no dictionary takes (it holds none)."""
-    rows = db.fetchall_planned("query_tokens", {"text": text})  # one plan for any text
-    return [(row["token"], None if row["lexemes"] is None else list(row["lexemes"]))
-            for row in rows]
+    found: list[Tokens] = [[] for _ in texts]
+    rows = db.fetchall_planned("query_tokens", {"texts": texts})  # one plan for any texts
+    for row in rows:
+        found[row["part"] - 1].append(
+            (row["token"], None if row["lexemes"] is None else list(row["lexemes"])))
+    return found
 
 
 def qualify(terms: Sequence[Term], tenant: str) -> list[Term]:

@@ -48,7 +48,38 @@ def test_query_tokens_are_what_ts_debug_returns(memory: Memory, text: str) -> No
     with memory.db.connection() as conn:
         reference = conn.execute("SELECT alias, token, lexemes FROM ts_debug('english', %s) "
                                  "WHERE alias <> 'blank'", [text]).fetchall()
-    assert memory.db.fetchall("query_tokens", {"text": text}) == reference
+    rows = memory.db.fetchall("query_tokens", {"texts": [text]})
+    assert [(r["alias"], r["token"], r["lexemes"]) for r in rows] == \
+        [(r["alias"], r["token"], r["lexemes"]) for r in reference]
+    assert {r["part"] for r in rows} <= {1}
+
+
+def test_query_tokens_of_several_texts_are_each_texts_in_order(memory: Memory) -> None:
+    texts = ["services/api/config.yaml", "", "the blue cluster", "Ünïcödé café v1.2.3"]
+    rows = memory.db.fetchall("query_tokens", {"texts": texts})
+    by_part = [[(r["token"], r["lexemes"]) for r in rows if r["part"] == n]
+               for n in range(1, len(texts) + 1)]
+    with memory.db.connection() as conn:
+        for text, got in zip(texts, by_part, strict=True):
+            reference = conn.execute("SELECT token, lexemes FROM ts_debug('english', %s) "
+                                     "WHERE alias <> 'blank'", [text]).fetchall()
+            assert got == [(r["token"], r["lexemes"]) for r in reference], text
+    assert [r["part"] for r in rows] == sorted(r["part"] for r in rows)
+
+
+def test_a_query_with_phrases_and_compounds_is_analyzed_in_one_round_trip(
+        memory: Memory) -> None:
+    text = 'Did "blue cluster" read services/api/config.yaml or UniqueViolation in fs.read_file?'
+    terms = lexicon.analyze(memory.db, text)
+    phrases = [t for t in terms if t.phrase]
+    # quoted phrases first, then compounds: joined ones, then CamelCase ones
+    assert [t.text for t in phrases] == ["blue cluster", "services/api/config.yaml",
+                                         "fs.read_file", "UniqueViolation"]
+    assert phrases[1].query == "'servic' <-> 'api' <-> 'config' <-> 'yaml'"
+    assert phrases[2].query == "'fs' <-> 'read' <-> 'file'"
+    assert phrases[3].query == "'uniqu' <-> 'violat'"
+    words = {t.text for t in terms if not t.phrase}
+    assert {"blue", "cluster", "read", "UniqueViolation"} <= words
 
 def test_statistics_are_exact_per_tenant_and_follow_syncs(memory: Memory) -> None:
     for n in range(30):
