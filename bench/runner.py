@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,14 @@ def _selected(only: set[str], m: Measurement) -> bool:
     return m.name in only if only else not m.slow
 
 
-def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME
-            ) -> dict[str, Any]:
+Outcome = dict[str, Any]  # metrics, skipped, pending, failed
+
+
+def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME,
+            taken: Callable[[Outcome], None] | None = None) -> Outcome:
     """Take the selected measurements; metrics, skips, pending ones and failures.
+    `taken` is given the outcome so far after each measurement (a run killed later
+    keeps what it measured).
 
     Each metric records the 1-minute load average and the CPU probe's time
     (`bench/speed.py`) at the start and the end of its measurement
@@ -112,6 +118,9 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME
             if waited:
                 metric.extra.setdefault("waited_for_quiet_s", waited)
         metrics.extend(found)
+        if taken is not None:
+            taken({"metrics": metrics, "skipped": skipped, "pending": pending,
+                   "failed": failed})
     return {"metrics": metrics, "skipped": skipped, "pending": pending, "failed": failed}
 
 
@@ -144,12 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     schemas = pg.Schemas(dsn)
     ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat,
                   index_schema=args.index_schema)
-    try:
-        outcome = run_all(ctx, only, speed.Quiet.of(args))
-    finally:
-        ctx.close()
-        schemas.drop_all()
-        shutil.rmtree(scratch, ignore_errors=True)
+    out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     corpus_metrics = [
         Metric("corpus", "events written (record_many / decide / task)", info["events"],
                "events", extra={"counts": info["counts"], "tenants": info["tenants"],
@@ -158,32 +162,56 @@ def main(argv: list[str] | None = None) -> int:
         Metric("corpus", "generation (through the write path)", info["generation_s"], "s",
                extra={"events_per_s": info["events_per_s"], "cached": cached}),
     ]
-    metrics = corpus_metrics + outcome["metrics"]
+
+    postgres = pg.server_info(dsn)
+
+    def document(outcome: Outcome, probe_end: float | None = None) -> dict[str, Any]:
+        return {
+            "benchmark": "gitmem", "size": args.size, "seed": args.seed,
+            "command": " ".join(["python", "bench/run.py", *(sys.argv[1:] if argv is None
+                                                             else argv)]),
+            "started": started.isoformat(timespec="seconds"),
+            "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
+            "machine": machine(), "postgres": postgres, "dsn": redact_dsn(dsn),
+            "source": source,
+            "load_avg_1m": {"start": round(load_start, 2),
+                            "end": round(os.getloadavg()[0], 2)},
+            "cpu_probe_ms": {"start": probe_start, "end": probe_end},
+            "corpus": {**info, "path": str(corpus.root)},
+            "metrics": [m.to_dict() for m in corpus_metrics + outcome["metrics"]],
+            "skipped": outcome["skipped"], "pending": outcome["pending"],
+            "failed": outcome["failed"],
+        }
+
+    def taken(outcome: Outcome) -> None:
+        partial = document(outcome)
+        partial["incomplete"] = ("written after each measurement: the run went on (or was "
+                                 "killed) after these")
+        _write(out, partial)
+
+    try:
+        outcome = run_all(ctx, only, speed.Quiet.of(args), taken)
+    finally:
+        ctx.close()
+        schemas.drop_all()
+        shutil.rmtree(scratch, ignore_errors=True)
     notes = [f"skipped {s['name']}: {s['reason']}" for s in outcome["skipped"]]
     notes += [f"pending {p['name']}: {p['description']}" for p in outcome["pending"]]
     notes += [f"FAILED {f['name']}: {f['error']}" for f in outcome["failed"]]
-    print(table(metrics, notes), end="")
-    document = {
-        "benchmark": "gitmem", "size": args.size, "seed": args.seed,
-        "command": " ".join(["python", "bench/run.py", *(sys.argv[1:] if argv is None
-                                                         else argv)]),
-        "started": started.isoformat(timespec="seconds"),
-        "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
-        "machine": machine(), "postgres": pg.server_info(dsn), "dsn": redact_dsn(dsn),
-        "source": source,
-        "load_avg_1m": {"start": round(load_start, 2), "end": round(os.getloadavg()[0], 2)},
-        "cpu_probe_ms": {"start": probe_start, "end": speed.probe_ms()},
-        "corpus": {**info, "path": str(corpus.root)},
-        "metrics": [m.to_dict() for m in metrics],
-        "skipped": outcome["skipped"], "pending": outcome["pending"],
-        "failed": outcome["failed"],
-    }
+    print(table(corpus_metrics + outcome["metrics"], notes), end="")
+    final = document(outcome, speed.probe_ms())
     if source_state(checkout) != source:
         source["changed_during_run"] = source_state(checkout)
         _say("note: the checkout changed during the run (see source.changed_during_run)")
-    print("\n" + summary.markdown(document), end="")
-    out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    print("\n" + summary.markdown(final), end="")
+    _write(out, final)
     _say(f"results: {out}")
     return 1 if outcome["failed"] else 0
+
+
+def _write(out: Path, document: dict[str, Any]) -> None:
+    """The results file, replaced whole (a reader never sees half of it)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".part")
+    part.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
+    part.replace(out)
