@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gitmem.appends import fsync_dir
+
 if TYPE_CHECKING:
     import git
 
@@ -70,6 +72,8 @@ def note_pending(tmp: Path, paths: list[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    fsync_dir(tmp)  # the note's name, and the directory's own in .git
+    fsync_dir(tmp.parent)
 
 
 def remove_temporary(git_dir: Path, now: float | None = None) -> list[Path]:
