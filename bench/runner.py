@@ -70,7 +70,7 @@ def _selected(only: set[str], m: Measurement) -> bool:
 Outcome = dict[str, Any]  # metrics, skipped, pending, failed
 
 
-def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME,
+def run_all(ctx: Context, only: set[str], quiet: speed.Quiet | None = None,
             taken: Callable[[Outcome], None] | None = None) -> Outcome:
     """Take the selected measurements; metrics, skips, pending ones and failures.
     `taken` is given the outcome so far after each measurement (a run killed later
@@ -80,6 +80,7 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME,
     (`bench/speed.py`) at the start and the end of its measurement
     (`extra.load_avg_1m`, `extra.cpu_probe_ms`), and how long the run waited for
     the machine to become quiet first (`--quiet-load`, `--quiet-probe`)."""
+    quiet = quiet or speed.Quiet()  # by default, waits for nothing
     metrics: list[Metric] = []
     skipped: list[dict[str, str]] = []
     pending: list[dict[str, str]] = []
@@ -96,7 +97,7 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME,
             skipped.append({"name": m.name, "reason": f"needs {', '.join(missing)}"})
             continue
         waited = speed.wait_quiet(quiet)
-        load, probe = round(os.getloadavg()[0], 2), speed.probe_ms()
+        load, probe = round(os.getloadavg()[0], 2), quiet.note(speed.probe_ms())
         _say(f"· {m.name}: {m.description} (load {load}, CPU probe {probe:.0f} ms"
              + (f", after waiting {waited:.0f} s)" if waited else ")"))
         try:
@@ -111,7 +112,7 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet = speed.ANY_TIME,
             _say(traceback.format_exc())
             continue
         _say(f"  done in {clock.s:.1f} s")
-        load_end, probe_end = round(os.getloadavg()[0], 2), speed.probe_ms()
+        load_end, probe_end = round(os.getloadavg()[0], 2), quiet.note(speed.probe_ms())
         for metric in found:
             metric.extra.setdefault("load_avg_1m", [load, load_end])
             metric.extra.setdefault("cpu_probe_ms", [probe, probe_end])
@@ -190,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         _write(out, partial)
 
     try:
-        outcome = run_all(ctx, only, speed.Quiet.of(args), taken)
+        quiet = speed.Quiet.of(args)
+        quiet.note(probe_start)
+        outcome = run_all(ctx, only, quiet, taken)
     finally:
         ctx.close()
         schemas.drop_all()

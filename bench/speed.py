@@ -14,6 +14,9 @@ short in between is not the machine's speed).
 `--quiet-probe MS` (bench/run.py, bench.profile, bench.writers) waits before each
 measurement until the probe reads at most MS (`Quiet`, `wait_quiet`): the same
 code, on the same index, minutes apart, has read 2x apart on one machine.
+Machines differ more than that (a best of 11 ms on one, 28 on another), so
+`--quiet-probe auto` waits instead for a reading within `AUTO_MARGIN` of the
+fastest the run has seen, its first included.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import argparse
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ROUNDS = 5
 ITEMS = 20_000
@@ -45,14 +48,20 @@ def probe_ms(rounds: int = ROUNDS) -> float:
     return round(best, 2)
 
 
-@dataclass(frozen=True)
+AUTO = -1.0          # `--quiet-probe auto`
+AUTO_MARGIN = 1.25   # its readings count as quiet within this of the fastest seen
+
+
+@dataclass
 class Quiet:
     """What a measurement waits for: the 1-minute load average below `load`, the CPU
-    probe at most `probe_ms` (0: either not waited for), `longest` seconds at most."""
+    probe at most `probe_ms` (0: either not waited for; AUTO: within AUTO_MARGIN of the
+    fastest reading this object has seen), `longest` seconds at most."""
 
     load: float = 0.0
     probe_ms: float = 0.0
     longest: float = 180.0
+    fastest: float = field(default=float("inf"), compare=False)
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> Quiet:
@@ -63,10 +72,17 @@ class Quiet:
         """Whether the machine is quiet now (the probe runs only if the load is)."""
         if self.load > 0 and os.getloadavg()[0] >= self.load:
             return False
-        return self.probe_ms <= 0 or probe_ms() <= self.probe_ms
+        if self.probe_ms == 0:
+            return True
+        reading = self.note(probe_ms())
+        bound = self.fastest * AUTO_MARGIN if self.probe_ms == AUTO else self.probe_ms
+        return reading <= bound
 
-
-ANY_TIME = Quiet()  # waits for nothing
+    def note(self, reading: float) -> float:
+        """Count a probe reading taken elsewhere (the runner's, around each measurement)
+        among those `auto` compares with; the reading."""
+        self.fastest = min(self.fastest, reading)
+        return reading
 
 
 def wait_quiet(quiet: Quiet) -> float:
@@ -86,9 +102,25 @@ def add_quiet_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet-load", type=float, default=0.0, metavar="LOAD",
                         help="before each measurement, wait (up to --quiet-wait seconds) until "
                              "the 1-minute load average is below LOAD (default: no wait)")
-    parser.add_argument("--quiet-probe", type=float, default=0.0, metavar="MS",
+    parser.add_argument("--quiet-probe", type=_probe_bound, default=0.0, metavar="MS|auto",
                         help="before each measurement, wait (up to --quiet-wait seconds) until "
-                             "the CPU probe (bench/speed.py) reads at most MS: the host's "
-                             "load, which the load average does not see (default: no wait)")
+                             "the CPU probe (bench/speed.py) reads at most MS, or with 'auto' "
+                             f"within {AUTO_MARGIN}x of the fastest reading of the run: the "
+                             "host's load, which the load average does not see "
+                             "(default: no wait)")
     parser.add_argument("--quiet-wait", type=float, default=180.0, metavar="SECONDS",
                         help="longest wait for the machine to be quiet (default 180)")
+
+
+def _probe_bound(value: str) -> float:
+    """`--quiet-probe`'s value: milliseconds, or 'auto'."""
+    if value.strip().lower() == "auto":
+        return AUTO
+    try:
+        bound = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected milliseconds or 'auto', got {value!r}") from None
+    if bound < 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {value!r}")
+    return bound
