@@ -85,6 +85,8 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet | None = None,
     skipped: list[dict[str, str]] = []
     pending: list[dict[str, str]] = []
     failed: list[dict[str, str]] = []
+    outcome: Outcome = {"metrics": metrics, "skipped": skipped, "pending": pending,
+                        "failed": failed}  # filled in as the measurements go
     for m in MEASUREMENTS:
         if not _selected(only, m):
             continue
@@ -120,9 +122,8 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet | None = None,
                 metric.extra.setdefault("waited_for_quiet_s", waited)
         metrics.extend(found)
         if taken is not None:
-            taken({"metrics": metrics, "skipped": skipped, "pending": pending,
-                   "failed": failed})
-    return {"metrics": metrics, "skipped": skipped, "pending": pending, "failed": failed}
+            taken(outcome)
+    return outcome
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                extra={"events_per_s": info["events_per_s"], "cached": cached}),
     ]
 
-    postgres = pg.server_info(dsn)
+    host, postgres = machine(), pg.server_info(dsn)
 
     def document(outcome: Outcome, probe_end: float | None = None) -> dict[str, Any]:
         return {
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                                                              else argv)]),
             "started": started.isoformat(timespec="seconds"),
             "duration_s": round((datetime.now(UTC) - started).total_seconds(), 1),
-            "machine": machine(), "postgres": postgres, "dsn": redact_dsn(dsn),
+            "machine": host, "postgres": postgres, "dsn": redact_dsn(dsn),
             "source": source,
             "load_avg_1m": {"start": round(load_start, 2),
                             "end": round(os.getloadavg()[0], 2)},

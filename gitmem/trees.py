@@ -69,7 +69,7 @@ class GitTree:
         `needles` (more, never fewer: the caller reads them); a commit's only."""
         held = set(self.paths())
         return [rel for rel in files_holding(self.repo, self.prefix, self.rev,
-                                                    sorted(needles), under) if rel in held]
+                                             sorted(needles), under) if rel in held]
 
 
 def list_paths(repo: git.Repo, prefix: str, rev: str) -> list[str]:
