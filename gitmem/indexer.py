@@ -157,7 +157,8 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
     state["errors"] = json.dumps(list(state.get("errors", [])) + _errors_json(rows.errors))
     with conn.pipeline():  # one round trip for both
         if rows.tables["chunks"]:
-            db.execute("lexemes_add_path", {"path": a.path, "from_line": a.start_line}, conn)
+            db.execute("lexemes_count_path",
+                       {"path": a.path, "from_line": a.start_line, "sign": 1}, conn)
         db.execute("upsert_file_state", state, conn)
     return rows
 
@@ -169,7 +170,7 @@ def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_li
     `from_line` on only."""
     where = {"path": path, "from_line": from_line}
     with conn.pipeline():
-        db.execute("lexemes_remove_path", where, conn)
+        db.execute("lexemes_count_path", {**where, "sign": -1}, conn)
         db.execute("lexemes_prune_path", where, conn)
         if kept is None:
             db.execute("delete_file_rows", {"path": path}, conn)

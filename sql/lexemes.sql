@@ -5,34 +5,11 @@
 -- average length); the parser emits neither. Rows are upserted in (tenant, lexeme)
 -- order so concurrent syncs lock them in the same order and cannot deadlock.
 
--- name: lexemes_add_path
--- Count the lexemes of the chunks file %(path)s contributed from line %(from_line)s on.
+-- name: lexemes_count_path
+-- Count the lexemes of the chunks file %(path)s contributed from line %(from_line)s on
+-- (sign 1), or uncount them before their rows are deleted (sign -1; from line 1: all).
 INSERT INTO lexeme_df (tenant_id, lexeme, df, short_df)
-SELECT tenant_id, lexeme, sum(n), sum(s) FROM (
-  SELECT c.tenant_id, u.lexeme, count(*) AS n, count(*) FILTER (WHERE c.token_est <= 48) AS s
-  FROM chunks c, unnest(c.tsv) AS u
-  WHERE c.path = %(path)s AND c.line >= %(from_line)s
-  GROUP BY c.tenant_id, u.lexeme
-  UNION ALL
-  SELECT c.tenant_id, '', count(*), count(*) FILTER (WHERE c.token_est <= 48) FROM chunks c
-  WHERE c.path = %(path)s AND c.line >= %(from_line)s
-  GROUP BY c.tenant_id
-  UNION ALL
-  SELECT c.tenant_id, '#', sum(c.token_est), coalesce(sum(c.token_est)
-         FILTER (WHERE c.token_est <= 48), 0) FROM chunks c
-  WHERE c.path = %(path)s AND c.line >= %(from_line)s
-  GROUP BY c.tenant_id
-) counted
-GROUP BY tenant_id, lexeme
-ORDER BY tenant_id COLLATE "C", lexeme COLLATE "C"
-ON CONFLICT (tenant_id, lexeme) DO UPDATE
-SET df = lexeme_df.df + EXCLUDED.df, short_df = lexeme_df.short_df + EXCLUDED.short_df
-
--- name: lexemes_remove_path
--- Uncount the chunks of file %(path)s from line %(from_line)s on (1: all of them), before
--- their rows are deleted.
-INSERT INTO lexeme_df (tenant_id, lexeme, df, short_df)
-SELECT tenant_id, lexeme, -sum(n), -sum(s) FROM (
+SELECT tenant_id, lexeme, %(sign)s * sum(n), %(sign)s * sum(s) FROM (
   SELECT c.tenant_id, u.lexeme, count(*) AS n, count(*) FILTER (WHERE c.token_est <= 48) AS s
   FROM chunks c, unnest(c.tsv) AS u
   WHERE c.path = %(path)s AND c.line >= %(from_line)s
@@ -53,7 +30,7 @@ ON CONFLICT (tenant_id, lexeme) DO UPDATE
 SET df = lexeme_df.df + EXCLUDED.df, short_df = lexeme_df.short_df + EXCLUDED.short_df
 
 -- name: lexemes_prune_path
--- Drop the counts lexemes_remove_path took to zero: those of file %(path)s's chunks from
+-- Drop the counts lexemes_count_path (-1) took to zero: those of file %(path)s's chunks from
 -- line %(from_line)s on and their tenants' totals, looked up one by one (before the rows
 -- are deleted). Only that statement lowers counts, so no other can have reached zero; a
 -- scan of the whole table (340,247 rows at 1M events) cost 21-32 ms on every decision or

@@ -35,7 +35,7 @@ def test_embedded_settings_scale_with_memory_and_read_as_postgresql_shows_them()
 
 def test_every_named_query_is_unique_and_non_empty() -> None:
     queries = named_queries()
-    assert {"retrieval_lane", "tenant_days", "lexemes_add_path", "upsert_file_state"} <= set(
+    assert {"retrieval_lane", "tenant_days", "lexemes_count_path", "upsert_file_state"} <= set(
         queries)
     assert all(body.strip() for body in queries.values())
 
