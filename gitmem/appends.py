@@ -45,7 +45,7 @@ def append_lines(path: Path, lines: list[bytes],
     under the lock, and StoreError names the file and the system's reason.
     """
     with append_lock(path) as fd:
-        _, offset, data, stat = append_locked(fd, path, lines, announce)
+        _, offset, data, _, stat = append_locked(fd, path, lines, announce)
     return offset, data, stat
 
 
@@ -68,9 +68,10 @@ def append_lock(path: Path) -> Iterator[int]:
 
 def append_locked(fd: int, path: Path, lines: list[bytes],
                    announce: Callable[[Announced], None] | None,
-                   ) -> tuple[int, int, bytes, StatKey]:
+                   ) -> tuple[int, int, bytes, StatKey, StatKey]:
     """`append_lines` on a locked descriptor: (where its bytes begin, where the lines
-    begin, their bytes, the stat after). A failure leaves the file as it was."""
+    begin, their bytes, the stat before, the stat after). A failure leaves the file as
+    it was."""
     before = os.fstat(fd)
     size = before.st_size
     data = b"".join(lines)
@@ -79,7 +80,7 @@ def append_locked(fd: int, path: Path, lines: list[bytes],
     if announce is not None:
         announce((stat_key(before), size + len(payload)))
     if not payload:  # nothing to write (and a write of nothing would not move the offset)
-        return size, size, data, stat_key(before)
+        return size, size, data, stat_key(before), stat_key(before)
     start: int | None = None  # where O_APPEND put the first bytes, once some are written
     try:
         written = os.write(fd, payload)
@@ -95,7 +96,7 @@ def append_locked(fd: int, path: Path, lines: list[bytes],
             raise StoreError(f"appending to {path} failed: {exc.strerror or exc}; the file "
                              "is as it was, nothing was written") from exc
         raise
-    return start, start + len(payload) - len(data), data, stat_key(st)
+    return start, start + len(payload) - len(data), data, stat_key(before), stat_key(st)
 
 
 def cut_back(fd: int, path: Path, size: int) -> None:

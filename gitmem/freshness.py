@@ -1,26 +1,34 @@
 """Is a file what the index reflects? Its stat key first (size, ctime, inode: an
 unchanged stat means an unchanged file, unless taken within the racy window);
 otherwise its content: a Markdown/YAML file's hash; a JSONL file's prefix anchors
-(the first and last 4 KiB of the indexed bytes) and, when it has not grown, the
-CRC-32 of the whole prefix. `assess` says what a sync would do with the file."""
+(the first and last 4 KiB of the indexed bytes) and the CRC-32 of the whole prefix,
+which a same-length edit in its middle changes, however many lines were appended
+since. Only where this process knows every byte added since it last read the file
+(its own appends, each made from the stat the one before left) is the prefix not
+read again: the daemon's writes to a growing day file cost what they add, not the
+file's size. `assess` says what a sync would do with the file."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gitmem.db import Row
 from gitmem.policies import Policies
-from gitmem.store import stat_key, stat_store_files
+from gitmem.rows import Appended
+from gitmem.store import StatKey, stat_key, stat_store_files
 
 ANCHOR_BYTES = 4096
 RACY_NS = 2_000_000_000
+READ_FILES_KEPT = 4096  # events files whose last reading this process remembers
 
 
 @dataclass(frozen=True)
@@ -71,13 +79,54 @@ def _crc(handle: Any, size: int) -> int:
     return crc
 
 
+class ReadFiles:
+    """What this process last read of each events file: the file's exact stat then,
+    and the length and CRC-32 of its complete lines. Where the index's state is that
+    prefix and the file has since grown by this process's own appends alone (each
+    made from the stat the one before left, under the writers' lock), the prefix is
+    as read: checking it again would read the whole file for every batch."""
+
+    def __init__(self, kept: int = READ_FILES_KEPT) -> None:
+        self._lock = threading.Lock()
+        self._kept = kept
+        self._read: OrderedDict[str, tuple[StatKey, int, int]] = OrderedDict()
+
+    def note(self, path: Path, st: os.stat_result, offset: int, crc: int) -> None:
+        """`path` was read at `st`: its first `offset` bytes have CRC-32 `crc`."""
+        with self._lock:
+            self._read[str(path)] = (stat_key(st), offset, crc)
+            self._read.move_to_end(str(path))
+            while len(self._read) > self._kept:
+                self._read.popitem(last=False)
+
+    def grown_by(self, path: Path, state: Row, st: os.stat_result,
+                 appended: Sequence[Appended]) -> bool:
+        """True when the file is what was last read of it, the index's prefix, plus
+        `appended` (this process's appends) and nothing else."""
+        with self._lock:
+            read = self._read.get(str(path))
+        if read is None or (read[1], read[2]) != (state["byte_offset"], state["prefix_crc"]):
+            return False
+        links = {a.before: a.stat for a in appended
+                 if a.before is not None and a.stat is not None}
+        at, steps = read[0], 0
+        while at in links and steps <= len(links):  # each append from the stat before it
+            at, steps = links[at], steps + 1
+        return steps > 0 and at == stat_key(st)
+
+
+READ_FILES = ReadFiles()
+
+
 def _same_stat(state: Row, st: os.stat_result) -> bool:
     return (state["size"], state["ctime_ns"], state["inode"]) == stat_key(st)
 
 
 def assess(store: Path, rel: str, kind: str, state: Row | None,
-           policies: Policies | None = None) -> Assessment:
-    """Compare one file with its indexed state (reads only what it must)."""
+           policies: Policies | None = None,
+           appended: Sequence[Appended] = ()) -> Assessment:
+    """Compare one file with its indexed state (reads only what it must). `appended`:
+    lines this process appended to it (an events file), with the stats around each."""
     path = store / rel
     try:
         handle = path.open("rb")
@@ -91,7 +140,7 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
             pending = st.st_size - state["byte_offset"] if kind == "events" else 0
             return Assessment(rel, kind, "unchanged", "stat unchanged", pending_bytes=pending)
         if kind == "events":
-            return _assess_jsonl(rel, handle, st, state)
+            return _assess_jsonl(path, rel, handle, st, state, appended)
         data = handle.read()
     digest = _sha(data)
     new_state = {"path": rel, "kind": kind, "content_hash": digest, "byte_offset": len(data),
@@ -106,7 +155,8 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
                       state=new_state)
 
 
-def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) -> Assessment:
+def _assess_jsonl(path: Path, rel: str, handle: Any, st: os.stat_result, state: Row | None,
+                  appended: Sequence[Appended]) -> Assessment:
     offset = state["byte_offset"] if state else 0
     changed_in_place = False
     appendable = state is not None and st.st_size >= offset
@@ -115,10 +165,10 @@ def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) 
         handle.seek(max(0, offset - ANCHOR_BYTES))
         tail = handle.read(offset - max(0, offset - ANCHOR_BYTES))
         appendable = (_sha(head) == state["head_hash"] and _sha(tail) == state["content_hash"])
-        if appendable and st.st_size <= state["size"]:
-            # nothing added (a torn tail may even have gone), yet the stat moved: bytes
-            # may have changed in place (a redaction of the same length) where the
-            # anchors do not reach
+        if appendable and not (st.st_size > state["size"]
+                               and READ_FILES.grown_by(path, state, st, appended)):
+            # the stat moved: bytes may have changed in place (a redaction of the same
+            # length) where the anchors do not reach, lines appended since or not
             handle.seek(0)
             appendable = _crc(handle, offset) == state["prefix_crc"]
             if not appendable:
@@ -156,6 +206,7 @@ def _assess_jsonl(rel: str, handle: Any, st: os.stat_result, state: Row | None) 
                  "line_count": start_line - 1 + complete.count(b"\n"),
                  "head_hash": _sha(head), "prefix_crc": zlib.crc32(complete, crc),
                  "errors": prefix_errors, **_stat_fields(st)}
+    READ_FILES.note(path, st, new_offset, new_state["prefix_crc"])
     return Assessment(rel, "events", action, reason, complete, start_line, new_state,
                       pending_bytes=len(rest) - cut)
 

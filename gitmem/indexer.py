@@ -190,7 +190,7 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
             db.execute("lock_sync_shared", {"path": rel}, conn)
             cursor = conn.execute(named_queries()["file_state"], {"path": rel})
         state = cursor.fetchone()
-        found = assess(store, rel, kind, None if force else state, policies)
+        found = assess(store, rel, kind, None if force else state, policies, appended)
         if found.action == "rewrite" and state is not None:
             found = kept_prefix(db, conn, found, state)
         if not force and (found.action == "unchanged" or (

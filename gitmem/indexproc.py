@@ -25,13 +25,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from multiprocessing.connection import Connection, Pipe
 from typing import Any
 
 from gitmem import indexer
 from gitmem.config import Config
 from gitmem.errors import DatabaseError, FormatError, GitmemError
+from gitmem.rows import Appended
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +79,19 @@ class IndexerProcess:
         logger.info("indexing in process %d", pid)
         return cls(pid, ours)
 
-    def sync(self, paths: Iterable[str] | None) -> indexer.SyncReport:
-        """`indexer.sync` of `paths` (None: every file) in the child; its report."""
+    def sync(self, paths: Iterable[str] | None,
+             appended: Mapping[str, Sequence[Appended]] | None = None) -> indexer.SyncReport:
+        """`indexer.sync` of `paths` (None: every file) in the child; its report.
+        `appended`: the daemon's appends, of which the child gets the stats around each
+        (it reads their lines from the files, and needs not read again what it read
+        before them: gitmem/freshness.py)."""
+        stats = {rel: [(a.before, a.stat) for a in runs if a.before and a.stat]
+                 for rel, runs in (appended or {}).items()}
         with self._lock:
             if not self.alive:
                 raise IndexerGone("the indexer process has ended")
             try:
-                self._conn.send(None if paths is None else list(paths))
+                self._conn.send((None if paths is None else list(paths), stats))
                 kind, value = self._conn.recv()
             except (EOFError, OSError) as exc:
                 self.alive = False
@@ -128,16 +135,20 @@ def _serve(config: Config, conn: Connection) -> None:
     with Memory(config, db_pool_size=2, db_timeout=5.0) as memory:
         while True:
             try:
-                paths = conn.recv()
+                paths, stats = conn.recv()
             except (EOFError, OSError):
                 return
+            # the daemon's appends by their stats alone (`freshness.ReadFiles.grown_by`)
+            appended = {rel: [Appended(0, b"", (), after, before) for before, after in runs]
+                        for rel, runs in stats.items()}
             answer: tuple[str, Any]
             try:
                 try:
                     policies = memory.policies
                 except FormatError:  # an edit that does not load: the daemon reports it
                     policies = memory.applied_policies  # and goes on with these, as here
-                answer = ("report", indexer.sync(memory.db, memory.store, policies, paths))
+                answer = ("report", indexer.sync(memory.db, memory.store, policies, paths,
+                                                 appended))
             except DatabaseError as exc:
                 answer = ("database", str(exc))
                 memory.close()  # its connections may be to a server that is gone: new ones

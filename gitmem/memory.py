@@ -275,7 +275,7 @@ class Memory:
              appended: Mapping[str, Sequence[Appended]] | None = None) -> indexer.SyncReport:
         """Catch the index up with the files (and drop cached copies of what changed);
         `appended`: lines this process just wrote, by file (`indexer.sync`). Under the
-        daemon the indexer process does it, from the files alone."""
+        daemon the indexer process does it, from the files and those appends' stats."""
         from gitmem import indexer
         from gitmem.db import retry_deadlocks
         from gitmem.indexproc import IndexerGone
@@ -284,7 +284,7 @@ class Memory:
         paths = None if paths is None else list(paths)
         if self.indexing is not None and self.indexing.alive:
             try:
-                report = self.indexing.sync(paths)
+                report = self.indexing.sync(paths, appended)
             except IndexerGone as exc:
                 logger.warning("%s; indexing in the daemon from now on", exc)
         if report is None:

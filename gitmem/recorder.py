@@ -494,10 +494,11 @@ class Recorder:
                         announce = (None if self.on_appending is None
                                     else functools.partial(self.on_appending, rel))
                         announced.append(rel)
-                        start, offset, data, stat = append_locked(
+                        start, offset, data, before, stat = append_locked(
                             fd, self.store / rel, encoded[rel], announce)
                         done.append((fd, self.store / rel, start))
-                        appends.append((rel, Appended(offset, data, tuple(by_file[rel]), stat)))
+                        appends.append((rel, Appended(offset, data, tuple(by_file[rel]), stat,
+                                                      before)))
                 except BaseException:
                     for fd, path, start in done:
                         cut_back(fd, path, start)

@@ -293,6 +293,9 @@ class Appended:
     # the file's (size, ctime_ns, inode) right after the write, under the writer's
     # lock: a later stat that differs means someone else changed the file since
     stat: StatKey | None = None
+    # ... and right before it: when it is the stat after the write before (or the one a
+    # sync read the file at), nobody else changed the file in between
+    before: StatKey | None = None
 
     @property
     def end(self) -> int:

@@ -816,3 +816,36 @@ def test_a_cli_asking_for_another_index_is_not_answered_by_the_daemon(
         assert f"the daemon serves schema {store_config.schema}" in asked.stderr
     with psycopg.connect(store_config.dsn or "", autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
+
+
+def test_a_word_scrubbed_in_place_between_the_daemons_writes_is_not_served(
+        store_config: Config) -> None:
+    """A same-length edit in a day file's middle and a line appended right after it,
+    both by hand (one batch of file events): the file grew and its anchors are as
+    indexed, yet the edit is seen (the prefix is read again) and the old word goes.
+    The daemon's own appends after it chain from a stat its indexer never read."""
+    day = store_config.store / "events" / "2026-03" / "2026-03-01.jsonl"
+    lines = "".join(json.dumps({"session_id": "s1", "ts": f"2026-03-01T10:{n // 60:02d}:"
+                                f"{n % 60:02d}+00:00", "content": {"text": f"note {n:03d}" + (
+                                    " the vault code is swordfish" if n == 60 else "")}}) + "\n"
+                    for n in range(120))
+    with running(store_config) as daemon:
+        daemon.cli("record", "--json", "-", input=lines)
+        daemon.cli("record", "one", "--session", "s1", "--ts", "2026-03-01T11:00:00+00:00")
+        assert "swordfish" in daemon.cli("acb", "vault code", "--format", "text").stdout
+        data = day.read_bytes()
+        where = data.index(b"swordfish")
+        assert 4096 < where < len(data) - 4096  # past the anchors
+        with day.open("r+b") as handle:  # same inode, same size
+            handle.seek(where)
+            handle.write(b"XXXXXXXXX")
+        append(day, event_line("s1", "two", ts="2026-03-01T11:01:00+00:00", number=2)[1])
+        served = daemon.cli("acb", "vault code", "--format", "text").stdout
+        assert "swordfish" not in served and "the vault code is XXXXXXXXX" in served
+        with day.open("r+b") as handle:
+            handle.seek(where)
+            handle.write(b"ZZZZZZZZZ")
+        daemon.cli("record", "three", "--session", "s1", "--ts", "2026-03-01T11:02:00+00:00")
+        served = daemon.cli("acb", "vault code", "--format", "text").stdout
+        assert "XXXXXXXXX" not in served and "the vault code is ZZZZZZZZZ" in served
+        assert "clean" in daemon.cli("status").stdout

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import zlib
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -15,9 +16,11 @@ import psycopg
 import pytest
 
 from gitmem import lexicon
+from gitmem.appends import append_lock, append_locked
 from gitmem.config import Config
 from gitmem.db import Database
 from gitmem.errors import DatabaseError, RpcError
+from gitmem.freshness import ANCHOR_BYTES, ReadFiles
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.records import content_hash
@@ -420,6 +423,105 @@ def test_same_size_edit_in_the_middle_of_a_day_file_is_seen(memory: Memory, stor
     assert changed(memory.sync()) == {DAY: "rewrite"}
     found = rows(dsn, schema, "SELECT content ->> 'text' FROM events WHERE line = 61")
     assert found == [("note 61: the cluster lives in Amsterdam",)]
+
+
+def _scrub_line(path: Path, text: bytes, scrubbed: bytes) -> None:
+    """`text` turned into `scrubbed` (as long) in place, past the anchors' reach."""
+    data = path.read_bytes()
+    where = data.index(text)
+    assert len(text) == len(scrubbed) and ANCHOR_BYTES < where < len(data) - ANCHOR_BYTES
+    with path.open("r+b") as handle:  # same inode, same size
+        handle.seek(where)
+        handle.write(scrubbed)
+
+
+def _notes(n: int) -> str:
+    return "".join(line(k, content={"text": f"note {k}: the cluster lives in Frankfurt"})
+                   for k in range(1, n + 1))
+
+
+def test_same_size_edit_in_the_middle_then_lines_appended_is_seen(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """A word scrubbed by hand, then a line appended: the file grew, its anchors are
+    as indexed, and only the whole prefix's CRC tells (the index would go on serving
+    the scrubbed word, and status say clean)."""
+    path = write(store, DAY, _notes(120))
+    memory.sync()
+    _scrub_line(path, b"note 60: the cluster lives in Frankfurt",
+                b"note 60: the cluster lives in XXXXXXXXX")
+    write(store, DAY, line(121), mode="a")
+    assert [(s["path"], s["reason"]) for s in memory.status()["stale"]] == [
+        (DAY, "indexed prefix changed in place")]
+    assert changed(memory.sync()) == {DAY: "rewrite"}
+    found = rows(dsn, schema, "SELECT content ->> 'text' FROM events WHERE line IN (60, 121) "
+                              "ORDER BY line")
+    assert found == [("note 60: the cluster lives in XXXXXXXXX",),
+                     ("message number 121 about deployments",)]
+    assert not rows(dsn, schema, "SELECT 1 FROM chunks WHERE text LIKE %s",
+                    ("note 60:%Frankfurt",))
+    assert memory.status()["clean"]
+    assert_reindex_equal(memory, dsn, schema)
+
+
+def _unnamed(n: int) -> dict[str, Any]:
+    """An event to record with no id (no catch-up first: nothing to look up)."""
+    return {"session_id": "s1", "ts": "2026-02-09T06:00:00+00:00",
+            "content": {"text": f"appended note {n}"}}
+
+
+def test_own_appends_after_a_hand_edit_do_not_hide_it(memory: Memory, store: Path, dsn: str,
+                                                      schema: str) -> None:
+    """The daemon's case: this process appends right after someone scrubbed a word in
+    place. Its appends are known, but they began from a stat the sync never read: the
+    prefix is checked, and the file read again whole."""
+    path = write(store, DAY, _notes(120))
+    memory.sync()
+    got: list[Appended] = []
+    memory.on_append = lambda rel, appended: got.append(appended)
+    memory.record(_unnamed(200))  # read after the sync: the chain starts here ...
+    assert changed(memory.sync([DAY], {DAY: got})) == {DAY: "append"}
+    _scrub_line(path, b"note 60: the cluster lives in Frankfurt",
+                b"note 60: the cluster lives in XXXXXXXXX")
+    got.clear()
+    memory.record(_unnamed(201))  # ... and breaks here: another stat than read
+    assert len(got) == 1 and got[0].before is not None
+    assert changed(memory.sync([DAY], {DAY: got})) == {DAY: "rewrite"}
+    found = rows(dsn, schema, "SELECT content ->> 'text' FROM events WHERE line = 60")
+    assert found == [("note 60: the cluster lives in XXXXXXXXX",)]
+    assert_reindex_equal(memory, dsn, schema)
+
+
+def test_own_appends_chain_from_the_stat_last_read(tmp_path: Path) -> None:
+    """`ReadFiles.grown_by`: a file grown by this process's appends alone, each from the
+    stat the one before left, is what was read plus them; a change by anyone else in
+    between, before, after or instead, is not."""
+    path = tmp_path / "day.jsonl"
+    path.write_bytes(b'{"n": 1}\n' * 2000)
+    read = ReadFiles()
+    crc = zlib.crc32(path.read_bytes())
+    state = {"byte_offset": path.stat().st_size, "prefix_crc": crc}
+    read.note(path, path.stat(), state["byte_offset"], crc)
+
+    def own(lines: int) -> Appended:
+        with append_lock(path) as fd:
+            _, offset, data, before, after = append_locked(fd, path, [b'{"n": 2}\n'] * lines,
+                                                           None)
+        return Appended(offset, data, (), after, before)
+
+    mine = [own(1), own(3)]
+    assert read.grown_by(path, state, path.stat(), mine)
+    assert not read.grown_by(path, state, path.stat(), mine[1:])  # one of them unknown
+    assert not read.grown_by(path, state, path.stat(), [])
+    assert not read.grown_by(path, {**state, "prefix_crc": crc + 1}, path.stat(), mine)
+    with path.open("r+b") as handle:  # a same-length edit after them
+        handle.write(b'{"n": 9}')
+    assert not read.grown_by(path, state, path.stat(), mine)
+    read.note(path, path.stat(), path.stat().st_size, zlib.crc32(path.read_bytes()))
+    state = {"byte_offset": path.stat().st_size, "prefix_crc": zlib.crc32(path.read_bytes())}
+    with path.open("r+b") as handle:  # ... and before one
+        handle.write(b'{"n": 8}')
+    assert not read.grown_by(path, state, path.stat(), [own(1)])
+    assert not ReadFiles().grown_by(path, state, path.stat(), [own(1)])  # never read
 
 
 def test_a_rewrite_that_sets_the_mtime_back_is_seen(memory: Memory, store: Path, dsn: str,
