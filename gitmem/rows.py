@@ -28,7 +28,14 @@ from gitmem.documents import (
 from gitmem.errors import FormatError
 from gitmem.folding import fold, search_text
 from gitmem.policies import Policies
-from gitmem.records import Event, check_storable, compact_json, event_text, iter_events
+from gitmem.records import (
+    Event,
+    check_storable,
+    compact_json,
+    content_hash,
+    event_text,
+    iter_events,
+)
 from gitmem.store import StatKey, at_home
 
 EVENT_COLUMNS = ("event_id", "tenant_id", "ts", "session_id", "agent_id", "channel",
@@ -244,17 +251,22 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
     privacy = policies.privacy
     if written:  # the write path redacted its content and tags, and refuses secret names
         text, extra = event_chunk_text(event), search_extra(event.actor.id, event.tags)
+        same = event.hash
     else:  # a line from a file, written under other patterns, by hand, by a merge
         shown = event if event.kind == "message" else replace(  # keys naming a secret
             event, content=privacy.redact_value(event.content))
         text = privacy.redact(event_chunk_text(shown))
         extra = search_extra(event.actor.id, event.tags, privacy.redact)
+        # what makes two chunks duplicates is their content, not the hash a line states:
+        # a line whose hash is another event's (by hand, by a merge without the hooks)
+        # would hide that event as its duplicate (`gitmem verify` names the line)
+        same = content_hash(event.kind, event.content)
     parts = split_counted(text, policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
     keys = search_keys(event.tenant_id, event.ts)
     for number, (text, size) in enumerate(parts, start=1):
         chunk_id = event.id if len(parts) == 1 else f"{event.id}#{number}"
-        digest = event.hash if len(parts) == 1 else f"{event.hash}#{number}"
+        digest = same if len(parts) == 1 else f"{same}#{number}"
         out.tables["chunks"].append((
             chunk_id, event.tenant_id, "event", event.id, path, line, event.ts, event.kind,
             event.channel, event.session_id, event.agent_id, event.sensitivity, tags, refs,

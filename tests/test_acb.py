@@ -453,6 +453,30 @@ def test_five_identical_events_appear_once(memory: Memory) -> None:
     assert set(ids) - {shown[0]["id"]} == set(omitted(acb, "duplicate"))
 
 
+def test_a_line_stating_another_events_hash_is_not_its_duplicate(memory: Memory) -> None:
+    """Duplicates are the same content: a line appended by hand (or by a merge without
+    the hooks) whose `hash` is another event's is not hidden as that event's copy, with
+    or without a reindex; two lines of the same content still appear once."""
+    first = say(memory, "the llama eats hay", session_id="s1")
+    day = memory.store / "events" / "2026-03" / "2026-03-01.jsonl"
+    stated = json.loads(day.read_text().splitlines()[0])["hash"]
+    forged = {**json.loads(day.read_text().splitlines()[0]),
+              "id": "evt_01JNAZQ0000000000000000001", "ts": "2026-03-01T11:00:00+00:00",
+              "content": {"text": "the llama is allergic to penicillin"}}
+    assert forged["hash"] == stated != content_hash("message", forged["content"])
+    copy = {**forged, "id": "evt_01JNAZQ0000000000000000002", "ts": "2026-03-01T12:00:00+00:00",
+            "content": {"text": "the llama eats hay"}, "hash": stated}
+    with day.open("a") as handle:
+        handle.write(json.dumps(forged) + "\n" + json.dumps(copy) + "\n")
+    for _ in range(2):
+        acb = memory.build_acb({"session_id": "s3", "now": NOW, "query_text": "llama"})
+        shown = [i["id"] for i in section(acb, "retrieved_evidence")]
+        assert forged["id"] in shown and "allergic to penicillin" in texts(acb)
+        assert len({first, copy["id"]} & set(shown)) == 1
+        assert omitted(acb, "duplicate") == sorted({first, copy["id"]} - set(shown))
+        memory.reindex()
+
+
 def alice_answers(memory: Memory) -> list[str]:
     """A session where alice answers "no", "yes", "no" to three questions: its ids."""
     alice = {"type": "human", "id": "alice"}
