@@ -192,10 +192,13 @@ class Privacy:
         return value
 
     def _redact_all(self, value: Any) -> Any:
-        """What a key naming a secret holds: every string of it replaced (an empty one
-        hides nothing and stays)."""
+        """What a key naming a secret holds: every string and number of it replaced (a
+        numeric PIN or key is as secret as a written one; an empty string, true, false
+        and null hide nothing and stay)."""
         if isinstance(value, str):
             return self.redaction if value else value
+        if _secret_number(value):
+            return self.redaction
         if isinstance(value, list):
             return [self._redact_all(item) for item in value]
         if isinstance(value, dict):
@@ -263,11 +266,18 @@ def _unique(key: str, taken: set[str]) -> str:
     return unique
 
 
+def _secret_number(value: Any) -> bool:
+    """A number (not a boolean) a key naming a secret holds: replaced as a string is."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _unredacted(value: Any, redaction: str) -> bool:
-    """Whether a value under a key naming a secret holds a string the write path would
-    have replaced."""
+    """Whether a value under a key naming a secret holds a string or a number the write
+    path would have replaced."""
     if isinstance(value, str):
         return value not in ("", redaction)
+    if _secret_number(value):
+        return True
     if isinstance(value, list):
         return any(_unredacted(item, redaction) for item in value)
     if isinstance(value, dict):

@@ -445,17 +445,23 @@ def test_a_key_naming_a_secret_has_everything_it_holds_redacted() -> None:
             "aws_secret_access_key": "wJalrXUtnFEMI", "db-password": "pw1",
             "clientSecret": "cs1", "Authorization": "Bearer abc123", "private_key": "",
             "credentials": ["u1", {"pass": "p1", "n": 3}], "max_tokens": 4096,
-            "tokenizer": "cl100k_base", "secretary": "Ann"}
+            "tokenizer": "cl100k_base", "secretary": "Ann", "api_key": 9876543210123,
+            "pin_password": 4815.1623, "token": True, "secret": None}
     out = p.redact_value({"tool": "login", "args": args})
     assert out == {"tool": "login", "args": {
         "user": "bob", "password": "[REDACTED]", "OPENAI_API_KEY": "[REDACTED]",
         "aws_secret_access_key": "[REDACTED]", "db-password": "[REDACTED]",
         "clientSecret": "[REDACTED]", "Authorization": "[REDACTED]", "private_key": "",
-        "credentials": ["[REDACTED]", {"pass": "[REDACTED]", "n": 3}], "max_tokens": 4096,
-        "tokenizer": "cl100k_base", "secretary": "Ann"}}
+        "credentials": ["[REDACTED]", {"pass": "[REDACTED]", "n": "[REDACTED]"}],
+        "max_tokens": 4096, "tokenizer": "cl100k_base", "secretary": "Ann",
+        "api_key": "[REDACTED]", "pin_password": "[REDACTED]", "token": True, "secret": None}}
     assert p.find_secret_in(args) == ("key 'password' names a secret (store.redact_keys) and "
                                       "holds a value that is not redacted")
     assert p.find_secret_in(out) is None
+    assert p.find_secret_in({"args": {"password": 48151623}}) == (
+        "key 'password' names a secret (store.redact_keys) and holds a value that is not "
+        "redacted")
+    assert p.find_secret_in({"args": {"token": False, "secret": None, "n": 3}}) is None
 
 
 def test_secrets_used_as_keys_are_redacted_without_dropping_a_key() -> None:

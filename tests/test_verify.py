@@ -130,14 +130,16 @@ def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flag
     contents = [("tool_call", {"tool": "login", "args": {"user": "bob",
                                                          "db_password": "hunter2-Pr0d!"}}),
                 ("tool_call", {"tool": "http", "args": {"env": {key: "enabled"}}}),
-                ("message", {"text": "export OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5q"})]
-    secrets = ["hunter2-Pr0d!", key, "Ab3dEf6hIj9kLm2nOp5q"]
+                ("message", {"text": "export OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5q"}),
+                ("tool_call", {"tool": "vault", "args": {"user": "ann", "pin_code_password":
+                                                         48151623, "remember": True}})]
+    secrets = ["hunter2-Pr0d!", key, "Ab3dEf6hIj9kLm2nOp5q", "48151623"]
     for kind, content in contents:
         memory.record({"kind": kind, "session_id": "s1", "content": content})
     stored = b"".join(p.read_bytes() for p in config.store.rglob("*") if p.is_file())
     acb = json.dumps(memory.build_acb({"session_id": "s1"}))
     assert [s for s in secrets if s.encode() in stored or s in acb] == []
-    assert "enabled" in acb and "bob" in acb  # only the secrets went
+    assert "enabled" in acb and "bob" in acb and "ann" in acb  # only the secrets went
     assert "no problems" in cli("verify").output
     for number, (kind, content) in enumerate(contents, start=1):
         append(config.store / DAY, event_line("s2", "", number=number, kind=kind,
@@ -149,11 +151,12 @@ def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flag
     assert f"memory/{DAY}:1: key 'db_password' names a secret (store.redact_keys)" in out
     assert f"memory/{DAY}:2: matches the redaction pattern '\\\\bsk-" in out
     assert f"memory/{DAY}:3: matches the redaction pattern" in out
+    assert f"memory/{DAY}:4: key 'pin_code_password' names a secret" in out
     line = view.read_text().splitlines().index(
         "Run with OPENAI_API_KEY=sk-proj-Ab3dEf6hIj9kLm2nOp5q") + 1
     assert f"memory/views/glossary.md:{line}: matches the redaction pattern" in out
     assert [s for s in secrets if s in out] == []
-    assert "4 problem(s)" in out
+    assert "5 problem(s)" in out
 
 
 def test_verify_json_lists_each_problem_once_on_stdout(cli: Cli, config: Config) -> None:
