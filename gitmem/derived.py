@@ -92,8 +92,10 @@ class RecordFiles:
                      f"{first_tail - 1} of {total}); the whole output is artifact {art} …]\n"
                      + tail.decode("utf-8"))
             content["tail_range"] = [first_tail, total]
-        content.update(excerpt_text=text, truncated=True, artifact_id=art, bytes=len(data),
-                       total_lines=total)
+        # the output was redacted whole; a cut can leave the start of a longer word that
+        # a pattern matches on its own (`AKIA` + 16 capitals of a longer run)
+        content.update(excerpt_text=self.policies.privacy.redact(text), truncated=True,
+                       artifact_id=art, bytes=len(data), total_lines=total)
         return [Staged(artifact_path(self.store, art), data)]
 
     def artifact(self, content: dict[str, Any]) -> list[Staged]:

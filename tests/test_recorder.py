@@ -236,6 +236,27 @@ def test_one_huge_line_keeps_its_head_only(recorder: Recorder) -> None:
     assert content["truncated"] is True and content["line_range"] == [1, 1]
 
 
+def test_a_cut_that_leaves_what_a_pattern_matches_is_redacted(recorder: Recorder,
+                                                               store: Path) -> None:
+    """The whole output holds `AKIA` and 26 capitals, which no pattern matches (20 would);
+    the head cut at a line end keeps 20 of them: redacted there, so the line written is
+    one `gitmem verify` and the pre-commit hook accept."""
+    limit = recorder.policies.budgets.max_excerpt_bytes
+    run = "AKIAABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    pad = limit * 2 // 3 - 21
+    output = "x" * pad + " " + run + " " + "y" * limit  # one long line: the head is cut in it
+    privacy = recorder.policies.privacy
+    assert privacy.find_secret(output) is None
+    assert privacy.find_secret(output[:pad + 21]) is not None  # the cut alone makes one
+    content = recorder.record({"kind": "tool_result",
+                               "content": {"tool": "sh", "output": output}}).content
+    assert content["truncated"] is True and privacy.find_secret(content["excerpt_text"]) is None
+    assert "[REDACTED]" in content["excerpt_text"]
+    assert artifact_path(store, content["artifact_id"]).read_bytes() == output.encode()
+    day = next(store.glob("events/*/*.jsonl"))
+    assert privacy.find_secret(day.read_text()) is None
+
+
 def test_cut_excerpt_never_splits_a_utf8_character() -> None:
     data = ("é" * 1000).encode()
     cut = cut_excerpt(data, 301)
