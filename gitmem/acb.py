@@ -84,7 +84,8 @@ class AcbRequest:
                                        or not isinstance(max_tokens, int) or max_tokens < 1):
             raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
                                   field="max_tokens")
-        channel = check_choice(data.get("channel", "private"), CHANNELS, "channel")
+        channel = data.get("channel")  # left out or null: the default, as for every field
+        channel = "private" if channel is None else check_choice(channel, CHANNELS, "channel")
         now = data.get("now")
         if now is not None:
             parse_ts(now, "now")

@@ -83,6 +83,19 @@ def test_request_fields_are_validated(memory: Memory) -> None:
         memory.build_acb({"now": "yesterday"})
 
 
+def test_a_field_given_as_null_takes_its_default(memory: Memory) -> None:
+    """FORMATS, "Defaults": a field left out or null takes its default (channel
+    `private`, which loads private events: the public one would not)."""
+    say(memory, "The wire transfer limit is 250000 EUR", channel="private")
+    asked = {"query_text": "wire transfer limit", "now": NOW}
+    left_out = memory.build_acb(asked)
+    null = memory.build_acb({**asked, **dict.fromkeys(
+        ("tenant_id", "session_id", "agent_id", "channel", "intent", "max_tokens",
+         "handoff_id"))})
+    assert null["acb_id"] == left_out["acb_id"] and "250000 EUR" in texts(null)
+    assert null["provenance"]["filters"]["channel"] == "private"
+
+
 @pytest.mark.parametrize("field", ["tenant_id", "session_id", "agent_id", "channel",
                                    "handoff_id"])
 @pytest.mark.parametrize("value", ["", "bad tenant!"])
