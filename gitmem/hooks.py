@@ -27,6 +27,7 @@ and the hooks run for each of them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -39,9 +40,9 @@ import git
 from gitmem import client, gitops
 from gitmem.config import STORE_KEY, Config, recorded_stores
 from gitmem.db import Database
-from gitmem.errors import ConfigError, GitError, GitmemError, VerifyError
+from gitmem.errors import ConfigError, FormatError, GitError, GitmemError, VerifyError
 from gitmem.memory import Memory
-from gitmem.policies import load_policies
+from gitmem.policies import read_policies
 from gitmem.verify import verify_commit, verify_staged
 
 HOOK_NAMES = ("pre-commit", "pre-merge-commit", "post-commit", "post-merge", "post-checkout",
@@ -191,19 +192,38 @@ def hook_stores(cwd: Path | None = None) -> list[Path]:
     return recorded_stores(cwd or Path.cwd())
 
 
+def _staged_problems(store: Path) -> list[FormatError]:
+    """What pre-commit refuses: the staged change's problems, checked with the work
+    tree's policies as far as they go, and those policies' own problems (a file deleted
+    or broken, staged or not: the store cannot be read with them), each listed once,
+    as `gitmem verify` lists them."""
+    policies, broken = read_policies(store)
+    problems = verify_staged(store, policies)
+    if broken:
+        with contextlib.closing(gitops.open_repo(store)) as repo:
+            prefix = gitops.store_prefix(repo, store)
+        listed = {(p.path, p.line, p.field, p.detail) for p in problems}
+        for problem in (p for error in broken for p in error.problems):
+            path = prefix + problem.path
+            if (path, problem.line, problem.field, problem.detail) not in listed:
+                problems.append(FormatError(problem.detail, path=path, line=problem.line,
+                                            field=problem.field))
+    return problems
+
+
 def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:
     """Run hook `name`; the warnings to show. Raises VerifyError when pre-commit rejects."""
     _absolute_git_env()
     if name == "pre-commit":
         _commit_starts(config.store)
-        problems = verify_staged(config.store, load_policies(config.store))
+        problems = _staged_problems(config.store)
         if problems:
             _commit_done(config.store)
             raise VerifyError(problems)
         _commit_checked(config.store)
         return []
     if name == "pre-merge-commit":
-        problems = verify_staged(config.store, load_policies(config.store))
+        problems = _staged_problems(config.store)
         if problems:
             raise VerifyError(problems)
         return []
@@ -278,7 +298,7 @@ def unchecked_commit(store: Path) -> list[str]:
     cherry-pick`, `git am`, a rebase, `git commit --no-verify`): what that hook would
     have refused. The commit is made; the warning says how to take it back."""
     try:
-        problems = verify_commit(store, load_policies(store))
+        problems = verify_commit(store, read_policies(store)[0])
     except GitmemError as exc:
         return [f"gitmem: this commit was not checked ({exc}); run `gitmem verify`"]
     errors = [p for p in problems if p.severity == "error"]

@@ -289,6 +289,28 @@ def test_pre_commit_refuses_a_policy_file_removed_and_names_each_problem_of_one(
     assert "field 'retrieval.weights.beta'" in result.stderr
 
 
+def test_pre_commit_lists_a_policy_files_problems_beside_every_other(root: Path) -> None:
+    """A policy file deleted with the commit, or broken in the work tree (the hook reads
+    the store with it), is one problem among the others, each named once, as `gitmem
+    verify` lists them (it used to stop at the policy file)."""
+    append(root / DAY, event_line("s1", "a good line")[1] + '{"torn": ')
+    assert run_git(root, "rm", "-q", "memory/policies/channels.yaml").returncode == 0
+    result = commit(root)
+    assert result.returncode == 1
+    problems = [line.strip() for line in result.stderr.splitlines() if line.startswith("  ")]
+    assert problems == [
+        f"{DAY}:2: the last line has no newline (a torn write?); finish or remove it",
+        "memory/policies/channels.yaml: missing; run `gitmem init` to create the default"]
+    assert run_git(root, "checkout", "HEAD", "--", "memory/policies").returncode == 0
+    budgets = root / "memory" / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text() + "broken: [\n")
+    run_git(root, "add", DAY)
+    result = run_git(root, "commit", "-q", "-m", "torn")  # budgets.yaml is not staged
+    assert result.returncode == 1
+    assert f"{DAY}:2: the last line has no newline" in result.stderr
+    assert "memory/policies/budgets.yaml:" in result.stderr and "broken YAML" in result.stderr
+
+
 def test_pre_commit_refuses_a_staged_file_of_an_interrupted_write(root: Path) -> None:
     staged = "memory/decisions/.tmp-evt_01KHBYB0000000000000000009.2026-03-01.dec_x.md.q1"
     (root / staged).write_text("---\nid: dec_x\n---\nhalf a write\n")
