@@ -347,13 +347,22 @@ def _recent(build: Build, section: Section) -> None:
 
 
 def _tools(build: Build, section: Section) -> None:
-    cut = None  # the result whose next chunk did not fit: the rest of it would leave a gap
-    for row in _session_rows(build, "tools", build.policies.budgets.tool_state_events):
-        if row["source_id"] == cut:
-            build.packer.omit("budget", row["chunk_id"])
-        elif not build.packer.add(section, items.chunk_item(row), row["hash"]) \
-                and row["hash"] not in build.packer.seen:
-            cut = row["source_id"]
+    """The session's latest tool results, newest first. Of an output in several chunks,
+    the first (the tool, the path, the head) and the last (the end of its excerpt's
+    tail, where a build's or a test run's error is) go before the rest, which follows
+    in order until a chunk does not fit (the rest would leave a second gap)."""
+    rows = _session_rows(build, "tools", build.policies.budgets.tool_state_events)
+    for _, result in itertools.groupby(rows, key=lambda row: row["source_id"]):
+        chunks = list(result)
+        for row in [*chunks[:1], *chunks[1:][-1:]]:
+            build.packer.add(section, items.chunk_item(row), row["hash"])
+        cut = False
+        for row in chunks[1:-1]:
+            if cut:
+                build.packer.omit("budget", row["chunk_id"])
+            elif not build.packer.add(section, items.chunk_item(row), row["hash"]) \
+                    and row["hash"] not in build.packer.seen:
+                cut = True
     section.items.sort(key=_reading_order)
 
 

@@ -17,7 +17,7 @@ from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
 from gitmem.packing import within_caps
-from gitmem.prompt import render_text
+from gitmem.prompt import ARTIFACT_NOTE, render_text
 from gitmem.records import content_hash
 from tests.conftest import Cli, git
 
@@ -1027,17 +1027,31 @@ def test_tool_state_keeps_whole_results_head_first(memory: Memory) -> None:
     assert sum(i["text"].startswith("[fs.read_file result file") for i in tools) == 3
 
 
-def test_tool_state_shows_a_result_without_gaps(memory: Memory) -> None:
+def test_tool_state_shows_a_cut_results_head_and_its_end(memory: Memory) -> None:
+    """A test run's output, longer than the section: its first chunk (the tool and the
+    head) and its last (where the failure is) are shown, the chunks after the head in
+    order as far as they fit, and only those between are left out."""
     lines = "".join(f"line {n:04d}: value={n * 7}\n" for n in range(1, 2000))
+    lines += "FAILED tests/test_totals.py::test_sum - AssertionError: 13993 != 13994\n"
     big = memory.record({"kind": "tool_result", "session_id": "s1",
-                         "content": {"tool": "cat", "path": "data.txt", "output": lines}})
+                         "content": {"tool": "pytest", "path": "tests", "output": lines}})
     acb = memory.build_acb({"session_id": "s1", "now": NOW})
-    parts = [int(i["id"].partition("#")[2]) for i in section(acb, "tool_state")]
-    assert parts and parts == list(range(1, len(parts) + 1))  # the head, in order, no hole
+    tools = section(acb, "tool_state")
+    parts = [int(i["id"].partition("#")[2]) for i in tools]  # in reading order
     left_out = omitted(acb, "budget")
     assert left_out and all(i.startswith(big.id) for i in left_out)
-    assert {int(i.partition("#")[2]) for i in left_out} == set(
-        range(len(parts) + 1, len(parts) + 1 + len(left_out)))
+    left = sorted(int(i.partition("#")[2]) for i in left_out)
+    last = max(parts + left)
+    assert parts[0] == 1 and parts[-1] == last and parts == sorted(parts)
+    head = parts[:-1]
+    assert head == list(range(1, len(head) + 1))  # one hole at most: before the end
+    assert left == list(range(len(head) + 1, last))
+    assert tools[0]["text"].startswith("[pytest result tests]")
+    assert tools[-1]["text"].endswith("AssertionError: 13993 != 13994")
+    assert "13993 != 13994\n" + ARTIFACT_NOTE.format(big.content["artifact_id"]) in \
+        render_text(acb)
+    assert within_caps(acb["sections"][-1], memory.policies.budgets.sections[
+        "tool_state"].max_tokens)
 
 
 def test_pinned_evidence_comes_after_the_ranked_and_always_fits(memory: Memory) -> None:
