@@ -14,7 +14,11 @@ never the caller's `__main__`; they are handed the store and the policies once.
 At most READ_AHEAD tasks per worker wait to be taken back, so the rows in
 flight stay a few files' worth. Should a worker die (the kernel's OOM killer,
 a kill), the files not yet taken back are read in the calling process: a
-reindex is never lost to its workers. Should the reindex die, its workers end
+reindex is never lost to its workers. A worker hands its rows back in a file of
+a private temporary directory and sends only the file's name, a message one write
+puts in the pipe whole: a worker killed while it sent a task's rows through the
+pipe left half a message there, which the executor waited on for good. Should the
+reindex die, its workers end
 within WATCH_S (each watches it): nothing is left running. A small store (under MIN_BYTES) is read
 in the calling process: a worker's start would cost more than it saves.
 """
@@ -26,6 +30,8 @@ import gc
 import logging
 import multiprocessing
 import os
+import pickle
+import tempfile
 import threading
 import time
 from collections import deque
@@ -90,13 +96,14 @@ def _in_workers(store: Path, policies: Policies, count: int,
     `left` once its reads are back."""
     server = multiprocessing.get_context("forkserver")
     server.set_forkserver_preload([__name__])
-    with ProcessPoolExecutor(count, mp_context=server, initializer=_start,
-                             initargs=(store, policies, os.getpid())) as pool:
-        pending: deque[Future[list[Read]]] = deque()
+    with tempfile.TemporaryDirectory(prefix="gitmem-reads-") as spool, \
+            ProcessPoolExecutor(count, mp_context=server, initializer=_start,
+                                initargs=(store, policies, os.getpid(), spool)) as pool:
+        pending: deque[Future[str]] = deque()
         for task in list(left)[:count * READ_AHEAD]:
             pending.append(pool.submit(_work, task))
         while pending:
-            reads = pending.popleft().result()
+            reads = _taken(pending.popleft().result())
             if len(left) > len(pending) + 1:
                 pending.append(pool.submit(_work, left[len(pending) + 1]))
             left.popleft()
@@ -141,11 +148,12 @@ def _read(store: Path, policies: Policies, files: list[tuple[str, str]]) -> list
 _worker: dict[str, Any] = {}
 
 
-def _start(store: Path, policies: Policies, caller: int) -> None:
-    """A worker's set-up: what every task reads, no cyclic garbage collection (the rows
-    are acyclic tuples, freed as each task's are sent), and a watch on the caller."""
+def _start(store: Path, policies: Policies, caller: int, spool: str) -> None:
+    """A worker's set-up: what every task reads, where it leaves their rows, no cyclic
+    garbage collection (the rows are acyclic tuples, freed as each task's are handed
+    back), and a watch on the caller."""
     gc.disable()
-    _worker.update(store=store, policies=policies)
+    _worker.update(store=store, policies=policies, spool=spool)
     threading.Thread(target=_watch, args=(caller,), name="gitmem-reader-watch",
                      daemon=True).start()
 
@@ -162,5 +170,21 @@ def _watch(caller: int) -> None:
             os._exit(1)
 
 
-def _work(files: list[tuple[str, str]]) -> list[Read]:
-    return _read(_worker["store"], _worker["policies"], files)
+def _work(files: list[tuple[str, str]]) -> str:
+    """Read a task's files; the name of the file holding their reads."""
+    reads = _read(_worker["store"], _worker["policies"], files)
+    spool: str = _worker["spool"]
+    fd, name = tempfile.mkstemp(dir=spool)
+    with os.fdopen(fd, "wb") as handle:
+        pickle.dump(reads, handle, protocol=pickle.HIGHEST_PROTOCOL)
+    return name
+
+
+def _taken(name: str) -> list[Read]:
+    """The reads a worker left in file `name`, which goes."""
+    try:
+        with open(name, "rb") as handle:
+            reads: list[Read] = pickle.load(handle)
+    finally:
+        os.unlink(name)
+    return reads

@@ -8,6 +8,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -70,12 +71,14 @@ def test_files_left_by_a_killed_worker_are_read_in_this_process(
     expected = [(r.rel, r.rows.count(), len(r.rows.errors))
                 for r in readers.read_all(memory.store, files, memory.policies, workers=1)]
     monkeypatch.setattr(readers, "TASK_FILES", 1)  # a task a file: many tasks
+    spools = set(Path(tempfile.gettempdir()).glob("gitmem-reads-*"))
     reads = readers.read_all(memory.store, files, memory.policies, workers=2)
     got = [next(reads)]
-    for pid in _workers_of_the_fork_server():
+    for pid in _workers_of_the_fork_server():  # mid-task, even mid-hand-back: never a hang
         os.kill(pid, signal.SIGKILL)
     got += list(reads)
     assert [(r.rel, r.rows.count(), len(r.rows.errors)) for r in got] == expected
+    assert set(Path(tempfile.gettempdir()).glob("gitmem-reads-*")) == spools  # rows gone
     assert len(expected) > 2 * readers.READ_AHEAD + 1  # tasks were left to hand out
     assert "a reindex's worker process failed" in caplog.text
 
