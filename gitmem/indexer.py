@@ -366,13 +366,19 @@ def reindex(db: Database, store: Path, policies: Policies,
     return report
 
 
+# How gitmem applies the redaction policy to what the index serves, beyond the policy's
+# values; a change remakes existing rows once. 2: a number under a key naming a secret is
+# redacted too (and an event line's dedupe key is its content's hash as computed).
+REDACTION_RULES = 2
+
+
 def row_policies(policies: Policies) -> str:
     """The policy values an index's rows are made with (how events are cut into chunks,
     whose records name no tenant, what the texts it serves are redacted by): rows made
     with others are made again."""
     privacy = policies.privacy
     redaction = hashlib.sha256(json.dumps(
-        [privacy.redaction, *(p.pattern for p in privacy.patterns),
+        [REDACTION_RULES, privacy.redaction, *(p.pattern for p in privacy.patterns),
          *(f"key:{p.pattern}" for p in privacy.key_patterns)]).encode()).hexdigest()
     return json.dumps({"chunk_max_tokens": policies.budgets.chunk_max_tokens,
                        "default_tenant": policies.manifest.default_tenant,
