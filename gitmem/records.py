@@ -121,6 +121,18 @@ def content_hash(kind: str, content: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def content_key(kind: str, content: Mapping[str, Any]) -> str:
+    """What makes two events' chunks duplicates: the same kind and content, keys in any
+    order. Computed from the content, never taken from a line's `hash` (one stating
+    another event's would hide that event as its copy), and fast: orjson's sorted
+    text, hashed (the stdlib's text where orjson cannot write the value)."""
+    try:
+        data = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        data = compact_json(content, sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(kind.encode() + b"\0" + data).hexdigest()
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 

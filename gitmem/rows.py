@@ -32,7 +32,7 @@ from gitmem.records import (
     Event,
     check_storable,
     compact_json,
-    content_hash,
+    content_key,
     event_text,
     iter_events,
 )
@@ -251,16 +251,12 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
     privacy = policies.privacy
     if written:  # the write path redacted its content and tags, and refuses secret names
         text, extra = event_chunk_text(event), search_extra(event.actor.id, event.tags)
-        same = event.hash
     else:  # a line from a file, written under other patterns, by hand, by a merge
         shown = event if event.kind == "message" else replace(  # keys naming a secret
             event, content=privacy.redact_value(event.content))
         text = privacy.redact(event_chunk_text(shown))
         extra = search_extra(event.actor.id, event.tags, privacy.redact)
-        # what makes two chunks duplicates is their content, not the hash a line states:
-        # a line whose hash is another event's (by hand, by a merge without the hooks)
-        # would hide that event as its duplicate (`gitmem verify` names the line)
-        same = content_hash(event.kind, event.content)
+    same = content_key(event.kind, event.content)  # the dedupe key: never the line's `hash`
     parts = split_counted(text, policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)
     keys = search_keys(event.tenant_id, event.ts)
