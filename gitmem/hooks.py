@@ -203,11 +203,10 @@ def _staged_problems(store: Path) -> list[FormatError]:
         with contextlib.closing(gitops.open_repo(store)) as repo:
             prefix = gitops.store_prefix(repo, store)
         listed = {(p.path, p.line, p.field, p.detail) for p in problems}
-        for problem in (p for error in broken for p in error.problems):
-            path = prefix + problem.path
-            if (path, problem.line, problem.field, problem.detail) not in listed:
-                problems.append(FormatError(problem.detail, path=path, line=problem.line,
-                                            field=problem.field))
+        for error in broken:  # named as git names them, a value they quote redacted
+            for problem in error.redacted(policies.privacy.redact, prefix + error.path).problems:
+                if (problem.path, problem.line, problem.field, problem.detail) not in listed:
+                    problems.append(problem)
     return problems
 
 

@@ -368,7 +368,7 @@ def reindex(db: Database, store: Path, policies: Policies,
 
 # How gitmem applies the redaction policy to what the index serves, beyond the policy's
 # values; a change remakes existing rows once. 2: a number under a key naming a secret is
-# redacted too (and an event line's dedupe key is its content's hash as computed).
+# redacted too (and an event's chunks are told duplicates by `records.content_key`).
 REDACTION_RULES = 2
 
 
