@@ -350,20 +350,26 @@ def _tools(build: Build, section: Section) -> None:
     """The session's latest tool results, newest first. Of an output in several chunks,
     the first (the tool, the path, the head) and the last (the end of its excerpt's
     tail, where a build's or a test run's error is) go before the rest, which follows
-    in order until a chunk does not fit (the rest would leave a second gap)."""
+    in order until a chunk does not fit (the rest would leave a second gap); where the
+    first does not fit, none of the middle goes in (it would not say what it is)."""
     rows = _session_rows(build, "tools", build.policies.budgets.tool_state_events)
     for _, result in itertools.groupby(rows, key=lambda row: row["source_id"]):
         chunks = list(result)
-        for row in [*chunks[:1], *chunks[1:][-1:]]:
+        cut = not _placed(build, section, chunks[0])
+        for row in chunks[1:][-1:]:
             build.packer.add(section, items.chunk_item(row), row["hash"])
-        cut = False
         for row in chunks[1:-1]:
             if cut:
                 build.packer.omit("budget", row["chunk_id"])
-            elif not build.packer.add(section, items.chunk_item(row), row["hash"]) \
-                    and row["hash"] not in build.packer.seen:
-                cut = True
+            else:
+                cut = not _placed(build, section, row)
     section.items.sort(key=_reading_order)
+
+
+def _placed(build: Build, section: Section, row: Row) -> bool:
+    """Add a chunk; False if it did not fit (one packed already as a copy did)."""
+    return build.packer.add(section, items.chunk_item(row), row["hash"]) \
+        or row["hash"] in build.packer.seen
 
 
 def _reading_order(item: dict[str, Any]) -> tuple[str, str, int]:

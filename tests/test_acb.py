@@ -1054,6 +1054,29 @@ def test_tool_state_shows_a_cut_results_head_and_its_end(memory: Memory) -> None
         "tool_state"].max_tokens)
 
 
+def test_tool_state_shows_no_middle_of_an_output_whose_head_does_not_fit(
+        memory: Memory) -> None:
+    """Newer results leave less room than an older output's first chunk: none of its
+    chunks is shown, not a shorter one from its middle without the head that says
+    which tool and path it came from."""
+    paragraphs = ["alpha " * 480, "beta " * 150, "gamma " * 480, "delta " * 150, "omega " * 480]
+    big = memory.record({"kind": "tool_result", "session_id": "s1",
+                         "ts": "2026-03-01T01:00:00+00:00",
+                         "content": {"tool": "fs.read_file", "path": "OLD.md",
+                                     "output": "\n\n".join(paragraphs)}})
+    for n, words in enumerate([540, 540, 340]):  # room for its second chunk, not its first
+        memory.record({"kind": "tool_result", "session_id": "s1",
+                       "ts": f"2026-03-01T02:0{n}:00+00:00",
+                       "content": {"tool": "fs.read_file", "path": f"new{n}.md",
+                                   "output": f"newer {n} " + "filler " * words}})
+    acb = memory.build_acb({"session_id": "s1", "now": NOW})
+    tools = section(acb, "tool_state")
+    assert [i["id"] for i in tools if i["id"].startswith("evt")] and \
+        not [i["id"] for i in tools if i["id"].startswith(big.id)]
+    budget = omitted(acb, "budget")
+    assert f"{big.id}#1" in budget and f"{big.id}#2" in budget
+
+
 def test_pinned_evidence_comes_after_the_ranked_and_always_fits(memory: Memory) -> None:
     pinned = say(memory, "Never deploy during the quarterly audit", tags=["pinned"],
                  ts="2026-01-02T00:00:00+00:00")
