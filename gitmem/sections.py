@@ -373,7 +373,11 @@ def _placed(build: Build, section: Section, row: Row) -> bool:
 
 
 def _reading_order(item: dict[str, Any]) -> tuple[str, str, int]:
-    """Oldest event first; a long event's chunks (`evt_x#2`, ...) in order."""
+    """Oldest event first; a long event's chunks (`evt_x#2`, ...) in order. A view the
+    section loads (`section: recent_window` in its front matter) has no time: views lead,
+    in the order they were packed (the sort is stable)."""
+    if "ts" not in item:
+        return ("", "", 0)
     base, _, part = item["id"].partition("#")
     return (item["ts"], base, int(part or 0))
 

@@ -1007,6 +1007,21 @@ def test_a_view_loads_into_any_section_it_names(memory: Memory) -> None:
     assert [i["id"] for i in section(acb, "retrieved_evidence")] == ["views/runbook.md#runbook"]
 
 
+@pytest.mark.parametrize("name", ["recent_window", "tool_state"])
+def test_a_view_in_a_section_of_events_leads_it(memory: Memory, name: str) -> None:
+    """The transcript's sections sort their items by time; a view loaded there has
+    none, and comes first, its chunks in their order."""
+    (memory.store / "views" / "notes.md").write_text(
+        f"---\nsection: {name}\npinned: true\n---\n# Zeta\n\nAlways remember the walrus."
+        "\n\n# Alpha\n\nAnd the carpenter.\n")
+    say(memory, "hello there", session_id="s1")
+    memory.record({"kind": "tool_result", "session_id": "s1",
+                   "content": {"tool": "fs.read_file", "path": "a.md", "output": "ok"}})
+    acb = memory.build_acb({"session_id": "s1", "now": NOW})
+    ids = [i["id"] for i in section(acb, name)]
+    assert ids[:2] == ["views/notes.md#zeta", "views/notes.md#alpha"] and len(ids) > 2
+
+
 def test_tool_state_keeps_whole_results_head_first(memory: Memory) -> None:
     long_output = "\n\n".join(f"paragraph {n}: " + "word " * 300 for n in range(12))
     for n in range(3):
