@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from gitmem.errors import FormatError, ValidationError, malformed_json
 from gitmem.policy_reader import PolicyReader
-from gitmem.records import CHANNELS, SENSITIVITIES, valid_name
+from gitmem.records import CHANNELS, SENSITIVITIES, decode_json, valid_name
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
             "recent_window", "tool_state", "handoff")
@@ -500,9 +500,11 @@ def parse_manifest(text: str, path: str = "manifest.json",
     found: list[FormatError] = []
     data: Any = {}
     try:
-        data = json.loads(text)
+        data = decode_json(text)
     except json.JSONDecodeError as exc:
         found.append(malformed_json(exc, path=path, line=exc.lineno))
+    except ValueError as exc:
+        found.append(FormatError(f"malformed JSON: {exc}", path=path))
     if not isinstance(data, dict):
         found.append(FormatError("expected a JSON object", path=path, line=1))
         data = {}

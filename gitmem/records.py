@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -137,7 +138,41 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)  # one, not one per line
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: jsonb keeps it, Python reads infinity
+        raise ValueError(f"{text} is beyond a float's range; write it as a string")
+    return value
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose every key is given once: of `"channel": "private", "channel":
+    "public"`, a reader of the file sees the first and a JSON parser keeps the last."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        twice = next(key for n, (key, _) in enumerate(pairs)
+                     if any(key == other for other, _ in pairs[:n]))
+        raise ValueError(f"key {twice!r} is given twice in one object; keep one")
+    return obj
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite,
+                            object_pairs_hook=_object)  # one, not one per line
+
+
+def decode_json(text: str) -> Any:
+    """JSON as a record's file must hold it: numbers finite, each key once in its object.
+    Raises `json.JSONDecodeError` where the text is not JSON, `ValueError` with a
+    message for the user where its values are not storable."""
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's 4,300-digit limit
+            raise ValueError("an integer of more than 4,300 digits; write it as a "
+                             "string") from None
+        raise
 
 
 def check_storable(value: Any, field_name: str = "") -> None:
@@ -393,10 +428,10 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
         raise FormatError(f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
                           f"{exc.start + 1})", path=path, line=line) from None
     try:
-        obj = _DECODER.decode(text)
+        obj = decode_json(text)
     except json.JSONDecodeError as exc:
         raise malformed_json(exc, path=path, line=line) from None
-    except ValueError as exc:  # NaN / Infinity: PostgreSQL's jsonb refuses them too
+    except ValueError as exc:  # NaN / Infinity, a key given twice, a number too long
         raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None
     except RecursionError:
         raise FormatError(f"nests objects and arrays more than {MAX_DEPTH} deep",

@@ -60,7 +60,7 @@ from gitmem.policy_warnings import defaults_missing, pinned_view_too_big, views_
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
-from gitmem.store import classify, day_file_rel, record_paths
+from gitmem.store import EXPECTED_NAMES, classify, day_file_rel, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
 from gitmem.trees import GitTree, Tree, WorkTree, changed_paths
 
@@ -126,10 +126,16 @@ class Checker:
         """Every check that concerns one file alone."""
         kind = classify(rel)
         if kind is None:
-            if rel.rsplit("/", 1)[-1].startswith(PREFIX):
+            name = rel.rsplit("/", 1)[-1]
+            top = rel.partition("/")[0]
+            if name.startswith(PREFIX):
                 self.fail(rel, None, "a staging file of a write that did not finish (a "
                           "crash): `gitmem sync` puts it in place or removes it; never "
                           "commit it")
+            elif top in EXPECTED_NAMES and "/" in rel and not name.startswith(".") \
+                    and self.tree.read(rel) is not None:  # .gitkeep, an editor's swap file
+                self.fail(rel, None, f"gitmem never reads this file: it is not named "
+                          f"{EXPECTED_NAMES[top]}; rename it, or move it out of {top}/")
             return
         data = self.tree.read(rel)
         if data is None:
@@ -154,6 +160,9 @@ class Checker:
     def _check_events(self, rel: str, data: bytes) -> None:
         start = 1
         before = self.base.read(rel) if self.base is not None else None
+        if before is not None and isinstance(self.tree, WorkTree) and b"\r\n" in data \
+                and b"\r" not in before:  # checked out with CRLF (core.autocrlf): git
+            data = data.replace(b"\r\n", b"\n")  # commits it as it was, with LF
         if before is not None and not data.startswith(before):
             if self.merging and _keeps_lines(before, data):
                 before = None  # a union merge: every committed line is still there

@@ -153,6 +153,13 @@ def test_record_json_with_a_bad_line_writes_nothing(cli: Cli, tmp_path: Path) ->
                  ok=False)
     assert result.exit_code == 1 and "<stdin>:2: nests objects and arrays too deep" in (
         result.stderr)
+    twice = '{"channel": "private", "content": {"text": "x"}, "channel": "public"}\n'
+    result = cli("record", "--json", "-", input='{"content": {"text": "ok"}}\n' + twice,
+                 ok=False)
+    assert result.exit_code == 1 and "<stdin>:2: malformed JSON: key 'channel' is given twice" \
+        in result.stderr
+    result = cli("record", "--content", '{"text": "x", "score": 1e999}', ok=False)
+    assert result.exit_code == 2 and "--content: 1e999 is beyond a float's range" in result.stderr
     assert snapshot(cli.config.store.parent) == before
 
 

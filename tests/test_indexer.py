@@ -619,6 +619,10 @@ BAD_LINES = [
     (line(95, content={"text": "x", "artifact_id": "art_" + "0" * 64, "bytes": "many"})
      .encode()[:-1], "byte count"),
     (b'{"text": NaN}', "NaN"),
+    (b'{"text": 1e999}', "beyond a float's range"),
+    (line(96).encode()[:-1].replace(b'"channel": "private"',
+                                    b'"channel": "private", "channel": "public"'),
+     "'channel' is given twice"),
 ]
 
 

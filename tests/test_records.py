@@ -234,6 +234,27 @@ def test_nan_is_not_json() -> None:
     assert caught.value.field == "content"
 
 
+def test_a_number_beyond_a_floats_range_is_refused_not_read_as_infinity() -> None:
+    raw = obj_line().replace(b'on Fridays"}', b'on Fridays", "score": 1e999}')
+    err = line_error(raw, line=3)
+    assert err.line == 3 and "1e999 is beyond a float's range" in str(err)
+    digits = obj_line().replace(b'on Fridays"}', b'on Fridays", "n": ' + b"7" * 5000 + b"}")
+    err = line_error(digits, line=4)
+    assert err.line == 4 and "more than 4,300 digits" in str(err)
+    assert "set_int_max_str_digits" not in str(err)
+
+
+@pytest.mark.parametrize(("twice", "key"), [
+    (b'"channel": "private", "channel": "public"', "channel"),
+    (b'"content": {"text": "a", "text": "b"}', "text")])
+def test_a_key_given_twice_is_refused(twice: bytes, key: str) -> None:
+    """A reader of the line sees the first value, a JSON parser keeps the last: an event
+    that reads as private would be served as public."""
+    raw = b'{"id": "evt_x", ' + twice + b"}"
+    err = line_error(raw, line=5)
+    assert err.line == 5 and f"key {key!r} is given twice" in str(err)
+
+
 def test_nul_character_is_refused() -> None:
     err = line_error(obj_line(content={"text": "a\u0000b"}), line=4)
     assert (err.line, err.field) == (4, "content.text")

@@ -69,6 +69,57 @@ def test_every_problem_is_listed_as_path_line(cli: Cli, config: Config,
     assert "problem(s)" in out
 
 
+def test_a_checkout_with_crlf_line_endings_is_not_a_rewrite(cli: Cli, config: Config,
+                                                              repo: Path) -> None:
+    """core.autocrlf=true checks LF files out with CRLF, and git commits them back as
+    they were: only the line endings differ from HEAD's, and no line is rewritten."""
+    _, first = event_line("s", "committed words", number=1)
+    append(config.store / DAY, first)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    path = config.store / DAY
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    _, second = event_line("s", "appended with LF", number=2)
+    append(path, second)
+    assert cli("verify").output.rstrip().endswith(": no problems")
+    _, changed = event_line("s", "rewritten words", number=1)
+    path.write_bytes(changed.replace("\n", "\r\n").encode() + second.encode())
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:1: events files are append-only, but this line differs" in out
+
+
+def test_a_line_verify_cannot_hash_is_named_beside_the_other_problems(
+        cli: Cli, config: Config) -> None:
+    """A number beyond a float's range, or a key given twice: named at its line, and
+    the other lines' problems are still reported."""
+    _, first = event_line("s", "first", number=1)
+    _, second = event_line("s", "second", number=2, sensitivity="bogus")
+    _, third = event_line("s", "third", number=3)
+    _, fourth = event_line("s", "fourth", number=4)
+    append(config.store / DAY, first.replace('"first"}', '"first", "score": 1e999}') + second
+           + third.replace('"channel": "private"', '"channel": "private", "channel": "public"')
+           + fourth)
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:1: malformed JSON: 1e999 is beyond a float's range" in out
+    assert f"memory/{DAY}:2: field 'sensitivity'" in out
+    assert f"memory/{DAY}:3: malformed JSON: key 'channel' is given twice" in out
+    assert f"memory/{DAY}:4" not in out
+
+
+def test_a_record_file_gitmem_would_never_read_is_a_problem(cli: Cli, config: Config) -> None:
+    """A decision saved as decisions/use-fts.md is never indexed: verify says so (and so
+    the pre-commit hook refuses it); dot files (.gitkeep, an editor's swap file) are not."""
+    store = config.store
+    (store / "decisions" / "use-fts.md").write_text("---\nid: x\n---\nUse full-text search.\n")
+    (store / "events" / "notes.txt").write_text("scratch\n")
+    (store / "decisions" / ".use-fts.md.swp").write_text("swap\n")
+    out = cli("verify", ok=False).output
+    assert ("memory/decisions/use-fts.md: gitmem never reads this file: it is not named "
+            "decisions/dec_<ULID>.md; rename it, or move it out of decisions/") in out
+    assert "memory/events/notes.txt: gitmem never reads this file" in out
+    assert ".swp" not in out
+
+
 def test_a_broken_policy_file_is_a_problem_too(config: Config) -> None:
     policies = load_policies(config.store)
     assert verify_tree(config.store, policies, display="memory/") == []

@@ -11,6 +11,7 @@ import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
 from gitmem.errors import FormatError, malformed_json
+from gitmem.records import decode_json
 
 
 @main.command()
@@ -92,12 +93,14 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
             continue
         numbers.append(number)
         try:
-            objs.append(json.loads(line.decode("utf-8")))
+            objs.append(decode_json(line.decode("utf-8")))
         except UnicodeDecodeError as exc:
             raise fail(FormatError(f"not valid UTF-8 at column {exc.start + 1}",
                                     path=name, line=number)) from None
         except json.JSONDecodeError as exc:
             raise fail(malformed_json(exc, path=name, line=number)) from None
+        except ValueError as exc:
+            raise fail(FormatError(f"malformed JSON: {exc}", path=name, line=number)) from None
         except RecursionError:
             raise fail(FormatError("nests objects and arrays too deep to read; flatten it",
                                    path=name, line=number)) from None
@@ -154,9 +157,11 @@ def _content(kind: str, text: str | None, content_json: str | None,
         if text is not None:  # one would be dropped without a word
             raise click.UsageError("--content replaces TEXT; give one of them")
         try:
-            content = json.loads(content_json)
+            content = decode_json(content_json)
         except json.JSONDecodeError as exc:
             raise click.UsageError(f"--content is not JSON: {exc.msg}") from exc
+        except ValueError as exc:
+            raise click.UsageError(f"--content: {exc}") from exc
         if not isinstance(content, dict):
             raise click.UsageError("--content must be a JSON object")
         return content
