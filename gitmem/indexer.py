@@ -366,10 +366,12 @@ def reindex(db: Database, store: Path, policies: Policies,
     return report
 
 
-# How gitmem applies the redaction policy to what the index serves, beyond the policy's
-# values; a change remakes existing rows once. 2: a number under a key naming a secret is
-# redacted too (and an event's chunks are told duplicates by `records.content_key`).
-REDACTION_RULES = 2
+# How gitmem reads lines and applies the redaction policy to what the index serves,
+# beyond the policy's values; a change remakes existing rows once. 2: a number under a
+# key naming a secret is redacted too (and an event's chunks are told duplicates by
+# `records.content_key`); 3: a line giving a key twice, or a number beyond a float's
+# range, is refused (it was served with the key's last value, or null).
+ROW_RULES = 3
 
 
 def row_policies(policies: Policies) -> str:
@@ -378,7 +380,7 @@ def row_policies(policies: Policies) -> str:
     with others are made again."""
     privacy = policies.privacy
     redaction = hashlib.sha256(json.dumps(
-        [REDACTION_RULES, privacy.redaction, *(p.pattern for p in privacy.patterns),
+        [ROW_RULES, privacy.redaction, *(p.pattern for p in privacy.patterns),
          *(f"key:{p.pattern}" for p in privacy.key_patterns)]).encode()).hexdigest()
     return json.dumps({"chunk_max_tokens": policies.budgets.chunk_max_tokens,
                        "default_tenant": policies.manifest.default_tenant,
