@@ -119,9 +119,11 @@ class Privacy:
     key_patterns: tuple[re.Pattern[str], ...] = ()  # store.redact_keys
 
     def rule(self, channel: str) -> ChannelRule:
-        """The rule of a channel; an unlisted channel loads nothing sensitive."""
-        return self.channel_rules.get(
-            channel, ChannelRule(frozenset({"high", "secret"}), frozenset()))
+        """The rule of a channel. An unlisted channel fails closed: it loads events of
+        its own channel and public ones only, and nothing of sensitivity high or secret
+        (`gitmem verify` warns about it)."""
+        return self.channel_rules.get(channel, ChannelRule(
+            frozenset({"high", "secret"}), frozenset(), frozenset({channel, "public"})))
 
     def redact(self, text: str) -> str:
         """`text` with every redaction pattern's matches replaced."""

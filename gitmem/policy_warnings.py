@@ -7,7 +7,8 @@ likely do not do what the person who wrote them meant.
   (channels.yaml) that matches no file in views/: the view meant is shown on that
   channel, or not loaded, with no word;
 - a pinned view larger than its section's cap (budgets.yaml): every bundle shows it
-  cut to fit.
+  cut to fit;
+- a channel privacy.yaml gives no rule: it loads what an unlisted channel may.
 
 Warnings (severity "warning"): reported, exit 0.
 """
@@ -25,6 +26,7 @@ from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import Budgets, Policies, parse_privacy
 from gitmem.policy_reader import yaml_line
 from gitmem.prompt import header_tokens
+from gitmem.records import CHANNELS
 from gitmem.rows import FileRows
 from gitmem.store import classify, template
 
@@ -35,11 +37,9 @@ def defaults_missing(store: Path, policies: Policies, display: str) -> list[Form
     """A warning when the store's redaction patterns lack some of this gitmem's defaults:
     a store keeps the list it was made with, and a shape of secret gitmem learnt since
     (a bearer token, a password in a URL) would be stored as written."""
-    try:
-        text = (store / PRIVACY).read_text(encoding="utf-8")
-        load_yaml(text, PRIVACY)
-    except (FileNotFoundError, UnicodeDecodeError, FormatError):
-        return []  # no file: the defaults apply; unreadable: its own check says so
+    text = _privacy_text(store)
+    if text is None:
+        return []
     have = {p.pattern for p in policies.privacy.patterns}
     defaults = parse_privacy(template(PRIVACY).decode("utf-8"), PRIVACY).patterns
     missing = [" ".join(p.pattern.split()) for p in defaults if p.pattern not in have]
@@ -54,6 +54,32 @@ def defaults_missing(store: Path, policies: Policies, display: str) -> list[Form
         "stored as written; copy them from the privacy.yaml that `gitmem init` writes now",
         path=display + PRIVACY, line=line, field="store.redact_patterns",
         severity="warning")]
+
+
+def channels_unruled(store: Path, policies: Policies, display: str) -> list[FormatError]:
+    """A warning for each channel that privacy.yaml gives no rule: an ACB for it loads
+    what an unlisted channel may (`Privacy.rule`), likely not what was meant."""
+    text = _privacy_text(store)
+    if text is None:
+        return []
+    line = yaml_line(text, ["load", "channel_rules"])
+    return [FormatError(
+        f"channel {name!r} has no rule in load.channel_rules: an ACB for it loads only "
+        f"events of {name!r} and 'public' channels, and nothing of sensitivity high or "
+        "secret; give it a rule", path=display + PRIVACY, line=line,
+        field="load.channel_rules", severity="warning")
+        for name in CHANNELS if name not in policies.privacy.channel_rules]
+
+
+def _privacy_text(store: Path) -> str | None:
+    """privacy.yaml's text, or None where it is missing (the defaults apply) or does not
+    read as YAML (its own check says so)."""
+    try:
+        text = (store / PRIVACY).read_text(encoding="utf-8")
+        load_yaml(text, PRIVACY)
+    except (FileNotFoundError, UnicodeDecodeError, FormatError):
+        return None
+    return text
 
 
 CHANNELS_FILE = "policies/channels.yaml"

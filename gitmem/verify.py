@@ -56,7 +56,12 @@ from gitmem.policies import (
     parse_privacy,
     read_policies,
 )
-from gitmem.policy_warnings import defaults_missing, pinned_view_too_big, views_missing
+from gitmem.policy_warnings import (
+    channels_unruled,
+    defaults_missing,
+    pinned_view_too_big,
+    views_missing,
+)
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
@@ -531,6 +536,7 @@ def verify_tree(store: Path, policies: Policies | None = None, *, display: str |
         checker.check_refs(complete=True)
         problems = _with_summary_conflicts(checker.problems, store, policies, display)
         return (problems + defaults_missing(store, policies, display)
+                + channels_unruled(store, policies, display)
                 + views_missing(store, paths, display))
     finally:
         if repo is not None:

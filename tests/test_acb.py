@@ -138,6 +138,29 @@ def test_public_channel_does_not_load_private_channel_events(memory: Memory) -> 
     assert private_evt in omitted(acb, "privacy")
 
 
+def test_a_channel_privacy_yaml_gives_no_rule_fails_closed(memory: Memory,
+                                                             cli: Cli) -> None:
+    """Its block deleted, `public` loads public events only, nothing high: not every
+    channel's, as a missing `load_event_channels` means in a rule that is there; and
+    verify warns about it."""
+    private_evt = say(memory, "Private note: the merger closes on Friday")
+    team_evt = say(memory, "Team note: the merger paperwork is ready", channel="team")
+    public_evt = say(memory, "Public note: the merger was announced", channel="public")
+    privacy = memory.store / "policies" / "privacy.yaml"
+    text = privacy.read_text()
+    start = text.index("    public:\n")
+    end = text.index("    private:\n")
+    privacy.write_text(text[:start] + text[end:])
+    memory.sync()
+    acb = memory.build_acb({"channel": "public", "now": NOW, "query_text": "merger"})
+    shown = json.dumps(acb["sections"])
+    assert public_evt in shown and private_evt not in shown and team_evt not in shown
+    assert "views/preferences.md" in omitted(acb, "privacy")  # sensitivity: high
+    [warning] = [line for line in cli("verify").output.splitlines()
+                 if line.startswith("warning:")]
+    assert "field 'load.channel_rules': channel 'public' has no rule" in warning
+
+
 def test_superseded_decision_never_appears_and_chain_resolves(memory: Memory) -> None:
     evt = say(memory, "Which database backs the session cache?")
     first = memory.decide("Use Redis for the session cache", [evt])

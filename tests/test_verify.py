@@ -471,7 +471,7 @@ def test_verify_reports_every_policy_problem_and_still_checks_the_records(
     policies = config.store / "policies"
     edits = {"budgets.yaml": [("acb_total_max_tokens: 65000", "acb_total_max_tokens: -1"),
                               ("alpha: 0.7", "alpha: x")],
-             "privacy.yaml": [("'\\bAKIA[0-9A-Z]{16}\\b'", "'(unclosed'"),
+             "privacy.yaml": [("'\\bAIza[0-9A-Za-z_-]{35}'", "'(unclosed'"),
                               ("    team:\n", "    radio:\n")],
              "channels.yaml": [("  agent:", "  robot:")]}
     for name, pairs in edits.items():
