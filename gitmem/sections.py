@@ -229,12 +229,16 @@ class _Evidence:
         return {c.source_id: c.score for c in result.candidates if c.source_type == "decision"}
 
     def fill(self, section: Section) -> None:
-        """Ranked evidence, then the pinned items (room for them is kept first)."""
+        """Ranked evidence, then the pinned items (room for them is kept first). A
+        pinned decision that another supersedes is not current: it never shows."""
         build = self.build
         pinned = []
+        chain = build.cache.decisions(build.request.tenant_id)
         for row in sorted(build.cache.pinned(build.request.tenant_id),
                           key=lambda r: r["chunk_id"]):
-            if build.allows(row["sensitivity"], row["channel"]):
+            if row["source_type"] == "decision" and row["source_id"] in chain.superseded_by:
+                build.packer.omit("superseded", row["source_id"])
+            elif build.allows(row["sensitivity"], row["channel"]):
                 pinned.append(row)
             else:
                 build.packer.omit("privacy", row["chunk_id"])

@@ -161,6 +161,27 @@ def test_a_channel_privacy_yaml_gives_no_rule_fails_closed(memory: Memory,
     assert "field 'load.channel_rules': channel 'public' has no rule" in warning
 
 
+def test_a_pinned_decision_once_superseded_is_never_shown(memory: Memory) -> None:
+    """Pinned, it was in every bundle; superseded (by another decision, or retired by
+    hand), it is not current, and only its successor shows."""
+    evt = say(memory, "We talked about the database engine")
+    mongo = memory.decide("Use MongoDB as the primary database", [evt], tags=["pinned"])
+    mongo_id = mongo.content["decision_id"]
+    request = {"now": NOW, "query_text": "which database"}
+    assert mongo_id in json.dumps(memory.build_acb(request)["sections"])
+    postgres = memory.decide("Use PostgreSQL as the primary database", [evt],
+                             supersedes=[mongo_id]).content["decision_id"]
+    for acb in (memory.build_acb(request), memory.build_acb({"now": NOW})):
+        shown = [i["id"] for s in acb["sections"] for i in s["items"]]
+        assert mongo_id not in shown and postgres in shown
+        assert mongo_id in omitted(acb, "superseded")
+    redis = memory.decide("Use Redis for the cache", [evt], tags=["pinned"])
+    path = memory.store / "decisions" / f"{redis.content['decision_id']}.md"
+    path.write_text(path.read_text().replace("---\n", "---\nstatus: superseded\n", 1))
+    acb = memory.build_acb({"now": NOW})
+    assert redis.content["decision_id"] not in json.dumps(acb["sections"])
+
+
 def test_superseded_decision_never_appears_and_chain_resolves(memory: Memory) -> None:
     evt = say(memory, "Which database backs the session cache?")
     first = memory.decide("Use Redis for the session cache", [evt])
