@@ -293,12 +293,19 @@ class CommitResult:
 
 def uncommitted(repo: git.Repo, specs: list[str]) -> list[str]:
     """The paths under `specs` that `git status` shows changed (what autocommit commits)."""
-    status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all",
-                             "--no-renames", "--", *specs)
     # a write's staged files (`.tmp-`) are never store content: in place, they
     # show up under their own names; left by a crash, `recovery.finish` sees to them
-    return sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3
-                   and not entry[3:].rsplit("/", 1)[-1].startswith(PREFIX)})
+    return [path for path in _changed(repo, specs) if not _staging(path)]
+
+
+def _changed(repo: git.Repo, specs: list[str]) -> list[str]:
+    status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all",
+                             "--no-renames", "--", *specs)
+    return sorted({entry[3:] for entry in status.split("\0") if len(entry) > 3})
+
+
+def _staging(path: str) -> bool:
+    return path.rsplit("/", 1)[-1].startswith(PREFIX)
 
 
 def recover(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> list[str]:
@@ -335,6 +342,10 @@ def _identity(repo: git.Repo) -> dict[str, str]:
     return env
 
 
+STAGED_WAIT_S = 0.5  # the longest an autocommit waits for writes to put their files in place
+STAGED_FRESH_S = 5.0  # a staged file older than this is a crash's, not a write's in flight
+
+
 def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitResult | None:
     """Commit the store's changes under `dirs` in one commit; None when there are none.
 
@@ -365,9 +376,10 @@ def autocommit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitRe
         policies = _policies(store)
         with leftovers.temporary_index(repo) as (env, tmp):
             candidates = [p for p in paths if p not in held]
+            blobs, candidates = _snapshot(repo, specs, prefix, candidates, held)
             tree = None
             while candidates:  # drop the files with problems until what is left is clean
-                tree = _stage(repo, env, tmp, old, candidates)
+                tree = _stage(repo, env, tmp, old, candidates, blobs)
                 problems = _check(repo, prefix, policies, old, tree, candidates)
                 if not problems:
                     break
@@ -420,16 +432,56 @@ def _policies(store: Path) -> Policies:
             from None
 
 
+def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[str],
+              held: dict[str, list[str]]) -> tuple[dict[str, str], list[str]]:
+    """The events files among `candidates` as they are now, written as blobs ({path:
+    blob id}), and the candidates with the record files written since they were listed.
+
+    A decision's or a task's file is staged (`.tmp-`), its event line appended, then
+    the file put in place, while this runs: the day file read after the listing may
+    hold the line of a record file the listing missed, which the checks would call
+    lost. So once the day files are read, the writes whose files are staged then are
+    waited for (`STAGED_WAIT_S` at most; a crash's leftovers are not), and the store
+    listed again: every record file a line of theirs wrote is in place by then."""
+    events = [p for p in candidates if classify(p[len(prefix):]) == "events"]
+    if not events:
+        return {}, candidates
+    root = Path(str(repo.working_tree_dir))
+    blobs = dict(zip(events, repo.git.hash_object("-w", "--", *events).split(), strict=True))
+    staged = [root / p for p in _changed(repo, specs) if _staging(p) and _fresh(root / p)]
+    deadline = time.monotonic() + STAGED_WAIT_S
+    while any(os.path.lexists(p) for p in staged) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    later = [p for p in uncommitted(repo, specs) if p not in held and p not in blobs
+             and classify(p[len(prefix):]) != "events" and os.path.lexists(root / p)]
+    return blobs, sorted({*candidates, *later})
+
+
+def _fresh(path: Path) -> bool:
+    """Whether a staged file is a write's in flight (a crash's is older)."""
+    try:
+        return time.time() - path.stat().st_mtime < STAGED_FRESH_S
+    except FileNotFoundError:
+        return False
+
+
 def _stage(repo: git.Repo, env: dict[str, str], tmp: Path, old: str | None,
-           paths: list[str]) -> str:
-    """The tree of HEAD plus `paths` as they are on disk (built in the temporary index)."""
-    pathspec = tmp / "paths"
-    pathspec.write_bytes(b"\0".join(p.encode() for p in paths))
+           paths: list[str], blobs: dict[str, str]) -> str:
+    """The tree of HEAD plus `paths`: those of `blobs` as they were read into them, the
+    others as they are on disk (built in the temporary index)."""
     if old:
         repo.git.read_tree(old, env=env)
     else:
         repo.git.read_tree("--empty", env=env)
-    repo.git.add("-A", f"--pathspec-from-file={pathspec}", "--pathspec-file-nul", env=env)
+    files = [p for p in paths if p not in blobs]
+    if files:
+        pathspec = tmp / "paths"
+        pathspec.write_bytes(b"\0".join(p.encode() for p in files))
+        repo.git.add("-A", f"--pathspec-from-file={pathspec}", "--pathspec-file-nul", env=env)
+    cached = [arg for p in paths if p in blobs
+              for arg in ("--cacheinfo", f"100644,{blobs[p]},{p}")]
+    if cached:
+        repo.git.update_index("--add", *cached, env=env)
     return str(repo.git.write_tree(env=env))
 
 

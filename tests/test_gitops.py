@@ -65,6 +65,33 @@ def test_autocommit_commits_only_the_store_and_keeps_the_persons_index(root: Pat
     assert log(root) == [subject, "init"]
 
 
+def test_autocommit_takes_a_record_file_a_write_puts_in_place_while_it_runs(
+        root: Path) -> None:
+    """A decision's file is staged (`.tmp-`), its event line appended, then the file put
+    in place: an autocommit reading the day file in between waits for the write, and
+    commits the line with its file, holding nothing back (it held the day file back,
+    calling the decision lost)."""
+    import threading
+
+    store = root / "memory"
+    first = record(store, "one")
+    with Memory(Config(store=store)) as memory:
+        decided = memory.decide("Deploy on Fridays", [first]).content["decision_id"]
+    target = store / "decisions" / f"{decided}.md"
+    staged = target.with_name(f".tmp-{target.name}.x1y2z3")
+    target.rename(staged)
+    timer = threading.Timer(0.2, staged.rename, [target])
+    timer.start()
+    try:
+        result = gitops.autocommit(store)
+    finally:
+        timer.join()
+    assert result is not None and result.held_back == {}
+    assert f"memory/decisions/{decided}.md" in git(root, "show", "--name-only", "--format=",
+                                                   "HEAD").split()
+    assert git(root, "status", "--porcelain", "--", "memory") == ""
+
+
 def test_autocommit_starts_the_history_of_a_fresh_repository(tmp_path: Path) -> None:
     root = tmp_path / "fresh"
     store = init_store(root).store
