@@ -101,6 +101,16 @@ def running_pid(config: Config) -> int | None:
         os.close(fd)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process of that pid
+    return True
+
+
 def _unwritable(config: Config, exc: OSError) -> DaemonError:
     """The state directory (or a file in it) cannot be written: a read-only checkout or
     mount. The daemon cannot run there; every command works without it."""
@@ -446,15 +456,18 @@ def stop(config: Config, *, timeout: float = 30.0) -> int | None:
     if pid <= 0:
         raise DaemonError(f"{pid_path(config)} is locked but holds no pid; find the process "
                           f"with `fuser {pid_path(config)}`")
-    try:
+    # killed (-9), it is gone: its indexer process holds the pid file until its batch ends
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return pid
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if running_pid(config) is None:
             return pid
         time.sleep(0.02)
+    if not _alive(pid):
+        raise DaemonError(f"the daemon (pid {pid}) is gone, but a process it started still "
+                          f"holds {pid_path(config)} after {timeout:.0f}s; `fuser "
+                          f"{pid_path(config)}` names it")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGUSR1)  # its threads' stacks, into the log
     raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:.0f}s (the stacks "
@@ -468,7 +481,10 @@ def status(config: Config) -> dict[str, Any]:
     report: dict[str, Any] = {"running": pid is not None, "pid": pid,
                               "socket": str(config.socket_path),
                               "log": str(log_path(config))}
-    if pid is not None:
+    if pid is not None and pid > 0 and not _alive(pid):
+        # killed (-9): its indexer process keeps the store served until its batch ends
+        report.update(running=False, finishing=True)
+    elif pid is not None:
         try:
             report["daemon"] = client.call(config.socket_path, "daemon_status", timeout=5.0)
         except GitmemError as exc:

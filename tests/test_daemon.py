@@ -27,7 +27,7 @@ from gitmem.config import Config, redact_dsn
 from gitmem.daemon import log_path, running_pid
 from gitmem.errors import DaemonError, RpcError
 from gitmem.store import init_store
-from tests.conftest import snapshot
+from tests.conftest import Cli, snapshot
 from tests.daemons import (
     FAST_FLAGS,
     Daemon,
@@ -735,6 +735,42 @@ def test_the_index_process_ends_when_the_daemon_is_killed(store_config: Config) 
     child = daemon.call("daemon_status")["indexer"]["pid"]
     daemon.kill9()  # waits for the pid file's lock, which the child shares
     assert _gone(child)
+
+
+def test_status_and_stop_tell_a_killed_daemon_whose_process_still_holds_the_store(
+        cli: Cli) -> None:
+    """After `kill -9` the daemon's pid is gone while its indexer process finishes its
+    batch, holding the pid file's lock: status says so (exit 3), and stop waits for the
+    lock, not claiming at once to have stopped what it never reached."""
+    from gitmem.daemon import pid_path
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    path = pid_path(cli.config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        f"os.ftruncate(fd, 0); os.pwrite(fd, b'{dead.pid}\\n', 0)\n"
+        "print('held', flush=True); time.sleep(float(sys.argv[1]))"), "1.5"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        status = cli("daemon", "status", ok=False)
+        assert status.exit_code == 3
+        assert f"not running: pid {dead.pid} is gone, and a process it started" in status.stdout
+        assert json.loads(cli("daemon", "status", "--json", ok=False).stdout)["finishing"]
+        refused = cli("daemon", "stop", "--timeout", "0.2", ok=False)
+        assert refused.exit_code != 0
+        assert f"the daemon (pid {dead.pid}) is gone, but a process it started" in (
+            refused.stderr)
+        started = time.monotonic()
+        assert f"stopped gitmem daemon {dead.pid}" in cli("daemon", "stop").stderr
+        assert time.monotonic() - started > 0.3 and holder.poll() is not None
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_a_killed_index_process_leaves_the_daemon_indexing_itself(
