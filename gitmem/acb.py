@@ -25,7 +25,7 @@ from typing import Any
 from gitmem import sections
 from gitmem.context import ContextCache, ReadScope
 from gitmem.db import Database
-from gitmem.errors import ValidationError
+from gitmem.errors import ValidationError, json_kind, shown
 from gitmem.packing import Packed, Packer, Section
 from gitmem.policies import Policies
 from gitmem.records import (
@@ -76,13 +76,13 @@ class AcbRequest:
                      "handoff_id", "channel"):
             value = data.get(name)
             if value is not None and not isinstance(value, str):
-                raise ValidationError(f"expected a string, got {type(value).__name__}", field=name)
+                raise ValidationError(f"expected a string, got {json_kind(value)}", field=name)
             if value:
                 check_storable(value, name)
         max_tokens = data.get("max_tokens")
         if max_tokens is not None and (isinstance(max_tokens, bool)
                                        or not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValidationError(f"expected a positive integer, got {max_tokens!r}",
+            raise ValidationError(f"expected a positive integer, got {shown(max_tokens)}",
                                   field="max_tokens")
         channel = data.get("channel")  # left out or null: the default, as for every field
         channel = "private" if channel is None else check_choice(channel, CHANNELS, "channel")

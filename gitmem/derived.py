@@ -22,7 +22,7 @@ from gitmem.documents import (
     summary_to_text,
     task_to_text,
 )
-from gitmem.errors import FormatError, ValidationError
+from gitmem.errors import FormatError, ValidationError, shown
 from gitmem.policies import Policies
 from gitmem.records import find_event
 from gitmem.store import artifact_path, day_file_rel, record_paths
@@ -272,7 +272,7 @@ def _strings(content: dict[str, Any], key: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = content[key] = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValidationError(f"expected a list of strings, got {value!r}",
+        raise ValidationError(f"expected a list of strings, got {shown(value)}",
                               field=f"content.{key}")
     return tuple(value)
 

@@ -22,6 +22,29 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 
+def json_kind(value: Any) -> str:
+    """A value's JSON type, as the caller wrote it (`null`, not `NoneType`)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    names: dict[type, str] = {str: "string", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: a string as Python quotes it (`'gossip'`), any
+    other as JSON writes it (`true`, `null`, `[1, 2]`), as the caller wrote it."""
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 class GitmemError(Exception):
     """Root of every error gitmem raises on purpose."""
 

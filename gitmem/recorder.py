@@ -39,6 +39,8 @@ from gitmem.errors import (
     PrivacyError,
     StoreError,
     ValidationError,
+    json_kind,
+    shown,
 )
 from gitmem.policies import Policies
 from gitmem.records import (
@@ -346,7 +348,7 @@ class Recorder:
         any other value is the caller's, checked here or by `parse_event` (so an
         empty string or a 0 is refused, never taken for "the default")."""
         if not isinstance(obj, Mapping):
-            raise ValidationError(f"expected a JSON object, got {type(obj).__name__}")
+            raise ValidationError(f"expected a JSON object, got {json_kind(obj)}")
         unknown = sorted(set(obj) - set(EVENT_FIELDS))
         if unknown:
             raise ValidationError(f"unknown field; expected only {', '.join(EVENT_FIELDS)}",
@@ -357,13 +359,14 @@ class Recorder:
         for name in ("id", "ts", "tenant_id", "session_id", "agent_id", "channel", "kind",
                      "sensitivity", "hash"):  # some are used before parse_event checks them
             if name in given and not isinstance(given[name], str):
-                raise ValidationError(f"expected a string, got {type(given[name]).__name__}",
+                raise ValidationError(f"expected a string, got {json_kind(given[name])}",
                                       field=name)
         content = given.get("content", {})
         for name in ("decision_id", "task_id", "summary_id"):  # an id given is never minted
             value = content.get(name) if isinstance(content, dict) else None
             if value is not None and not (isinstance(value, str) and value):
-                raise ValidationError(f"expected an id, got {value!r}", field=f"content.{name}")
+                raise ValidationError(f"expected an id, got {shown(value)}",
+                                      field=f"content.{name}")
         when = parse_ts(given["ts"]) if "ts" in given else self._now()
         full = {
             "id": given["id"] if "id" in given else ids.new_id("evt", when),
@@ -402,7 +405,7 @@ class Recorder:
                 "(policies/privacy.yaml store.never_store_sensitivity); nothing was written. "
                 "Record a redacted version with a lower sensitivity instead.")
         if not isinstance(full["content"], dict):
-            raise ValidationError(f"expected an object, got {type(full['content']).__name__}",
+            raise ValidationError(f"expected an object, got {json_kind(full['content'])}",
                                   field="content")
         actor = full["actor"]
         self._no_secret_names([

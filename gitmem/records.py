@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from gitmem.errors import FormatError, ValidationError, malformed_json
+from gitmem.errors import FormatError, ValidationError, json_kind, malformed_json, shown
 from gitmem.ids import ARTIFACT_ID, ULID_ID
 
 KINDS = ("message", "tool_call", "tool_result", "decision", "summary", "task_update",
@@ -55,7 +55,7 @@ def parse_ts(value: Any, field_name: str = "ts") -> datetime:
     """An RFC 3339 date-time the index can hold (see `TS_FORM` and `TS_RANGE`)."""
     if not isinstance(value, str):
         raise ValidationError(f"expected an RFC 3339 timestamp string, got "
-                              f"{type(value).__name__}", field=field_name)
+                              f"{json_kind(value)}", field=field_name)
     if not _RFC3339.fullmatch(value):
         raise ValidationError(_ts_form_problem(value), field=field_name)
     try:
@@ -82,7 +82,7 @@ def _ts_form_problem(value: str) -> str:
     if naive and _RFC3339.fullmatch(value + "Z"):
         return f"timestamp {value!r} has no UTC offset (add +00:00 or Z)"
     return (f"expected an RFC 3339 timestamp like 2026-02-09T05:12:33+09:00 ({TS_FORM}), "
-            f"got {value!r}")
+            f"got {shown(value)}")
 
 
 def format_ts(value: datetime) -> str:
@@ -217,7 +217,7 @@ def _check_storable(value: Any, field_name: str, top: str, depth: int) -> None:
 
 def check_choice(value: Any, choices: tuple[str, ...], field_name: str) -> str:
     if value not in choices:
-        raise ValidationError(f"expected one of {'|'.join(choices)}, got {value!r}",
+        raise ValidationError(f"expected one of {'|'.join(choices)}, got {shown(value)}",
                               field=field_name)
     return str(value)
 
@@ -226,7 +226,7 @@ def check_text(value: Any, field_name: str, *, allow_empty: bool = False) -> str
     if value is None:
         raise ValidationError("missing; expected a string", field=field_name)
     if not isinstance(value, str):
-        raise ValidationError(f"expected a string, got {type(value).__name__}",
+        raise ValidationError(f"expected a string, got {json_kind(value)}",
                               field=field_name)
     if not allow_empty and not value.strip():
         raise ValidationError("expected a non-empty string", field=field_name)
@@ -248,7 +248,7 @@ def check_name(value: Any, field_name: str) -> str:
     text = check_text(value, field_name)
     if not _NAME.match(text):
         raise ValidationError(
-            f"expected a name of letters, digits and ._:@/+- (max 200), got {text!r}",
+            f"expected a name of letters, digits and ._:@/+- (max 200), got {shown(text)}",
             field=field_name)
     return text
 
@@ -259,7 +259,7 @@ def check_str_list(value: Any, field_name: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValidationError(f"expected a list of strings, got {value!r}", field=field_name)
+        raise ValidationError(f"expected a list of strings, got {shown(value)}", field=field_name)
     return tuple(value)
 
 
@@ -269,27 +269,27 @@ def check_refs(value: Any, field_name: str = "refs") -> tuple[str, ...]:
         if not (ULID_ID.match(ref) or ARTIFACT_ID.match(ref)):
             raise ValidationError(
                 f"expected ids like evt_/dec_/tsk_/sum_/hof_ + ULID or art_ + sha256, "
-                f"got {ref!r}", field=field_name)
+                f"got {shown(ref)}", field=field_name)
     return refs
 
 
 def check_id(value: Any, prefix: str, field_name: str = "id") -> str:
     text = check_text(value, field_name)
     if not ULID_ID.match(text) or not text.startswith(prefix + "_"):
-        raise ValidationError(f"expected {prefix}_ + a 26-character ULID, got {text!r}",
+        raise ValidationError(f"expected {prefix}_ + a 26-character ULID, got {shown(text)}",
                               field=field_name)
     return text
 
 
 def check_bool(value: Any, field_name: str) -> bool:
     if not isinstance(value, bool):
-        raise ValidationError(f"expected true or false, got {value!r}", field=field_name)
+        raise ValidationError(f"expected true or false, got {shown(value)}", field=field_name)
     return value
 
 
 def check_number(value: Any, field_name: str, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
-        raise ValidationError(f"expected a number in [{lo}, {hi}], got {value!r}",
+        raise ValidationError(f"expected a number in [{lo}, {hi}], got {shown(value)}",
                               field=field_name)
     return float(value)
 
@@ -345,7 +345,7 @@ class Event:
 def validate_content(kind: str, content: Any) -> dict[str, Any]:
     """Check the content object of an event of `kind`."""
     if not isinstance(content, dict):
-        raise ValidationError(f"expected an object, got {type(content).__name__}",
+        raise ValidationError(f"expected an object, got {json_kind(content)}",
                               field="content")
     text_required = {"message": "text", "decision": "text", "summary": "text"}
     if kind in text_required:
@@ -369,15 +369,15 @@ def validate_content(kind: str, content: Any) -> dict[str, Any]:
         raise ValidationError("expected art_ + sha256 hex", field="content.artifact_id")
     # artifact references are indexed into typed columns: check them for every kind
     if "artifact_id" in content and not ARTIFACT_ID.match(str(content["artifact_id"])):
-        raise ValidationError(f"expected art_ + sha256 hex, got {content['artifact_id']!r}",
+        raise ValidationError(f"expected art_ + sha256 hex, got {shown(content['artifact_id'])}",
                               field="content.artifact_id")
     size = content.get("bytes", 0)
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size < 2**63:
-        raise ValidationError(f"expected a byte count (an integer >= 0), got {size!r}",
+        raise ValidationError(f"expected a byte count (an integer >= 0), got {shown(size)}",
                               field="content.bytes")
     for key in ("text", "title"):
         if key in content and not isinstance(content[key], str):
-            raise ValidationError(f"expected a string, got {type(content[key]).__name__}",
+            raise ValidationError(f"expected a string, got {json_kind(content[key])}",
                                   field=f"content.{key}")
     return content
 
@@ -385,7 +385,7 @@ def validate_content(kind: str, content: Any) -> dict[str, Any]:
 def parse_event(obj: Any) -> Event:
     """Validate one complete event object (every field present) into an Event."""
     if not isinstance(obj, dict):
-        raise ValidationError(f"expected a JSON object, got {type(obj).__name__}")
+        raise ValidationError(f"expected a JSON object, got {json_kind(obj)}")
     unknown = sorted(set(obj) - set(EVENT_FIELDS))
     if unknown:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)}; expected only "
@@ -401,7 +401,7 @@ def parse_event(obj: Any) -> Event:
     parse_ts(ts)
     digest = check_text(obj["hash"], "hash")
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise ValidationError(f"expected sha256:<64 hex>, got {digest!r}", field="hash")
+        raise ValidationError(f"expected sha256:<64 hex>, got {shown(digest)}", field="hash")
     return Event(
         id=check_id(obj["id"], "evt"),
         ts=ts,

@@ -23,6 +23,7 @@ from gitmem.errors import (
     PrivacyError,
     StoreError,
     ValidationError,
+    json_kind,
 )
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ def checked(method: str, params: Any, spec: dict[str, tuple[str, bool]]) -> dict
         params = {}
     if not isinstance(params, dict):
         raise Fault(INVALID_PARAMS, f"{method} takes its params as an object "
-                    f"({', '.join(spec) or 'no fields'}), got {type(params).__name__}")
+                    f"({', '.join(spec) or 'no fields'}), got {json_kind(params)}")
     for key in params:
         if key not in spec:
             raise Fault(INVALID_PARAMS, f"field '{key}': unknown for {method}; expected "
@@ -122,25 +123,13 @@ def checked(method: str, params: Any, spec: dict[str, tuple[str, bool]]) -> dict
     return out
 
 
-def _json_kind(value: Any) -> str:
-    """A value's JSON type, as the caller wrote it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    names: dict[type, str] = {str: "string", list: "list", dict: "object"}
-    return names.get(type(value), type(value).__name__)
-
-
 def _described(value: Any, kind: str) -> str:
     """What a value that is not of `kind` is: for a list, its first wrong item."""
     if isinstance(value, list) and kind.startswith("list of "):
         for n, item in enumerate(value):
             if not _KINDS[kind.removeprefix("list of ").removesuffix("s")](item):
-                return f"a list whose item {n + 1} is {_a(_json_kind(item))}"
-    return _a(_json_kind(value))
+                return f"a list whose item {n + 1} is {_a(json_kind(item))}"
+    return _a(json_kind(value))
 
 
 def _a(noun: str) -> str:
@@ -153,7 +142,7 @@ def as_object(method: str, params: Any) -> dict[str, Any]:
         return {}
     if not isinstance(params, dict):
         raise Fault(INVALID_PARAMS, f"{method} takes its params as an object, got "
-                    f"{type(params).__name__}")
+                    f"{json_kind(params)}")
     return params
 
 
@@ -294,7 +283,7 @@ def parse_request(message: Any) -> tuple[Any, str, Any]:
     """(id, method, params) of a request object, or Fault -32600."""
     if not isinstance(message, dict):
         raise Fault(INVALID_REQUEST, "invalid request: expected a JSON object "
-                    f"{{jsonrpc, method, params, id}}, got {type(message).__name__}")
+                    f"{{jsonrpc, method, params, id}}, got {json_kind(message)}")
     request_id = message.get("id")
     if request_id is not None and (isinstance(request_id, bool)
                                    or not isinstance(request_id, str | int)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gitmem.client import socket_address
-from gitmem.errors import DaemonError, FormatError, GitmemError, PrivacyError
+from gitmem.errors import DaemonError, FormatError, GitmemError, PrivacyError, json_kind
 from gitmem.rpc import (
     BUSY,
     INTERNAL_ERROR,
@@ -400,7 +400,7 @@ class _Connection:
                 reply: Callable[[Any], None]) -> None:
         if not isinstance(params, dict):
             raise Fault(INVALID_PARAMS, "record_event takes the event's fields as an object "
-                        f"(kind, content, session_id, ...), got {type(params).__name__}")
+                        f"(kind, content, session_id, ...), got {json_kind(params)}")
         with self._pending_cond:
             self._pending += 1
 

@@ -183,7 +183,7 @@ def test_wrong_values_name_their_field(field: str, value: Any, expected: str) ->
 
 def test_content_text_of_wrong_type() -> None:
     err = line_error(obj_line(content={"text": 5}))
-    assert err.field == "content.text" and "got int" in str(err)
+    assert err.field == "content.text" and "expected a string, got number" in str(err)
 
 
 def test_unknown_field_is_refused_and_named() -> None:

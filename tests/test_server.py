@@ -140,6 +140,23 @@ def test_params_that_are_not_an_object_get_32602(served: Daemon) -> None:
     with pytest.raises(RpcError) as caught:
         served.call("record_event", [1, 2])
     assert caught.value.code == -32602
+    with pytest.raises(RpcError) as caught:
+        served.call("record_event")
+    assert caught.value.code == -32602 and str(caught.value).endswith("got null")
+
+
+@pytest.mark.parametrize(("method", "params", "said"), [
+    ("build_acb", {"max_tokens": True}, "expected a positive integer, got true"),
+    ("build_acb", {"session_id": 5}, "expected a string, got number"),
+    ("record_event", {"content": {"text": "x"}, "tags": [None]},
+     "expected a list of strings, got [null]"),
+])
+def test_a_wrong_value_is_quoted_as_json_writes_it(served: Daemon, method: str,
+                                                   params: dict[str, Any], said: str) -> None:
+    """Python's names (True, None, NoneType, str) mean nothing to a JSON client."""
+    with pytest.raises(RpcError) as caught:
+        served.call(method, params)
+    assert caught.value.code == -32602 and said in str(caught.value)
 
 
 def test_application_errors_carry_their_own_codes(served: Daemon) -> None:

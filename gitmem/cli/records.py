@@ -11,7 +11,6 @@ import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
 from gitmem.errors import FormatError, malformed_json
-from gitmem.records import decode_json
 
 
 @main.command()
@@ -81,6 +80,8 @@ def _event_fields(**values: Any) -> dict[str, Any]:
 
 
 def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
+    from gitmem import records  # the read and write paths load on first use
+
     name = "<stdin>" if source == "-" else source
     try:
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
@@ -93,7 +94,7 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
             continue
         numbers.append(number)
         try:
-            objs.append(decode_json(line.decode("utf-8")))
+            objs.append(records.decode_json(line.decode("utf-8")))
         except UnicodeDecodeError as exc:
             raise fail(FormatError(f"not valid UTF-8 at column {exc.start + 1}",
                                     path=name, line=number)) from None
@@ -154,10 +155,12 @@ def record(obj: Context, /, text: str | None, content_json: str | None, tool: st
 def _content(kind: str, text: str | None, content_json: str | None,
              tool: str | None) -> dict[str, Any]:
     if content_json is not None:
+        from gitmem import records
+
         if text is not None:  # one would be dropped without a word
             raise click.UsageError("--content replaces TEXT; give one of them")
         try:
-            content = decode_json(content_json)
+            content = records.decode_json(content_json)
         except json.JSONDecodeError as exc:
             raise click.UsageError(f"--content is not JSON: {exc.msg}") from exc
         except ValueError as exc:
