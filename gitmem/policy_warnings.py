@@ -8,7 +8,8 @@ likely do not do what the person who wrote them meant.
   channel, or not loaded, with no word;
 - a pinned view larger than its section's cap (budgets.yaml): every bundle shows it
   cut to fit;
-- a channel privacy.yaml gives no rule: it loads what an unlisted channel may.
+- a channel privacy.yaml gives no rule: it loads what an unlisted channel may;
+- a section budgets.yaml gives no cap: nothing is ever packed into it.
 
 Warnings (severity "warning"): reported, exit 0.
 """
@@ -23,7 +24,7 @@ from typing import Any
 from gitmem.documents import field_line, load_yaml
 from gitmem.errors import FormatError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS
-from gitmem.policies import Budgets, Policies, parse_privacy
+from gitmem.policies import SECTIONS, Budgets, Policies, parse_privacy
 from gitmem.policy_reader import yaml_line
 from gitmem.prompt import header_tokens
 from gitmem.records import CHANNELS
@@ -31,13 +32,14 @@ from gitmem.rows import FileRows
 from gitmem.store import classify, template
 
 PRIVACY = "policies/privacy.yaml"
+BUDGETS = "policies/budgets.yaml"
 
 
 def defaults_missing(store: Path, policies: Policies, display: str) -> list[FormatError]:
     """A warning when the store's redaction patterns lack some of this gitmem's defaults:
     a store keeps the list it was made with, and a shape of secret gitmem learnt since
     (a bearer token, a password in a URL) would be stored as written."""
-    text = _privacy_text(store)
+    text = _policy_text(store, PRIVACY)
     if text is None:
         return []
     have = {p.pattern for p in policies.privacy.patterns}
@@ -59,7 +61,7 @@ def defaults_missing(store: Path, policies: Policies, display: str) -> list[Form
 def channels_unruled(store: Path, policies: Policies, display: str) -> list[FormatError]:
     """A warning for each channel that privacy.yaml gives no rule: an ACB for it loads
     what an unlisted channel may (`Privacy.rule`), likely not what was meant."""
-    text = _privacy_text(store)
+    text = _policy_text(store, PRIVACY)
     if text is None:
         return []
     line = yaml_line(text, ["load", "channel_rules"])
@@ -71,12 +73,26 @@ def channels_unruled(store: Path, policies: Policies, display: str) -> list[Form
         for name in CHANNELS if name not in policies.privacy.channel_rules]
 
 
-def _privacy_text(store: Path) -> str | None:
-    """privacy.yaml's text, or None where it is missing (the defaults apply) or does not
+def sections_unbudgeted(store: Path, policies: Policies, display: str) -> list[FormatError]:
+    """A warning for each section of the ACB that budgets.yaml gives no cap: nothing is
+    ever packed into it (a handoff's packet, where `handoff` is missing)."""
+    text = _policy_text(store, BUDGETS)
+    if text is None:
+        return []
+    line = yaml_line(text, ["sections"])
+    return [FormatError(
+        f"section {name!r} has no entry under sections: no ACB ever holds anything in it; "
+        "give it {max_tokens: N, priority: N}", path=display + BUDGETS, line=line,
+        field="sections", severity="warning")
+        for name in SECTIONS if name not in policies.budgets.sections]
+
+
+def _policy_text(store: Path, rel: str) -> str | None:
+    """A policy file's text, or None where it is missing (the defaults apply) or does not
     read as YAML (its own check says so)."""
     try:
-        text = (store / PRIVACY).read_text(encoding="utf-8")
-        load_yaml(text, PRIVACY)
+        text = (store / rel).read_text(encoding="utf-8")
+        load_yaml(text, rel)
     except (FileNotFoundError, UnicodeDecodeError, FormatError):
         return None
     return text

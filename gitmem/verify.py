@@ -60,6 +60,7 @@ from gitmem.policy_warnings import (
     channels_unruled,
     defaults_missing,
     pinned_view_too_big,
+    sections_unbudgeted,
     views_missing,
 )
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
@@ -537,6 +538,7 @@ def verify_tree(store: Path, policies: Policies | None = None, *, display: str |
         problems = _with_summary_conflicts(checker.problems, store, policies, display)
         return (problems + defaults_missing(store, policies, display)
                 + channels_unruled(store, policies, display)
+                + sections_unbudgeted(store, policies, display)
                 + views_missing(store, paths, display))
     finally:
         if repo is not None:

@@ -319,6 +319,23 @@ def test_a_store_missing_default_redaction_patterns_gets_a_warning(cli: Cli,
     assert "warning" not in cli("verify").output
 
 
+def test_a_section_budgets_yaml_gives_no_cap_gets_a_warning(cli: Cli, config: Config) -> None:
+    """Without its entry, a section never holds anything: a handoff's packet, with
+    `handoff` deleted, would be left out of every handoff's bundle with no word."""
+    budgets = config.store / "policies" / "budgets.yaml"
+    text = budgets.read_text()
+    budgets.write_text("".join(line for line in text.splitlines(keepends=True)
+                               if not line.lstrip().startswith("handoff:")))
+    result = cli("verify")
+    [warning] = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    line = text.splitlines().index("sections:                   # filled in priority order "
+                                   "(higher first)") + 1
+    assert warning.startswith(f"warning: memory/policies/budgets.yaml:{line}: field 'sections': "
+                              "section 'handoff' has no entry under sections")
+    budgets.write_text(text)
+    assert "warning" not in cli("verify").output
+
+
 def test_two_decisions_superseding_one_are_a_fork_verify_warns_about(cli: Cli,
                                                                      memory: Memory) -> None:
     """Two branches that each replaced a decision leave, once merged, two active ones:
