@@ -430,6 +430,10 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
     try:
         obj = decode_json(text)
     except json.JSONDecodeError as exc:
+        if text.startswith("\ufeff"):
+            raise FormatError("begins with a byte order mark (U+FEFF, written by some "
+                              "editors); save the file as UTF-8 without one", path=path,
+                              line=line) from None
         raise malformed_json(exc, path=path, line=line) from None
     except ValueError as exc:  # NaN / Infinity, a key given twice, a number too long
         raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None

@@ -255,6 +255,11 @@ def test_a_key_given_twice_is_refused(twice: bytes, key: str) -> None:
     assert err.line == 5 and f"key {key!r} is given twice" in str(err)
 
 
+def test_a_byte_order_mark_is_named_as_such() -> None:
+    err = line_error("\ufeff".encode() + obj_line(), line=1)
+    assert err.line == 1 and "begins with a byte order mark" in str(err)
+
+
 def test_nul_character_is_refused() -> None:
     err = line_error(obj_line(content={"text": "a\u0000b"}), line=4)
     assert (err.line, err.field) == (4, "content.text")
