@@ -59,6 +59,8 @@ SPLIT_SHARES = (0.125, 0.5)  # a split stretch's periods: its newest eighth, hal
 # rows each lane returns of the matches the channel may not load: one, so that a lane
 # whose matches are all hidden still tells the planner how many it matched
 SUPPRESSED_SAMPLE = 1
+DENSE_SHARE = 0.5       # a lane expected to match this share of its statement's cap alone
+                        # would crowd the others sharing it out: they get their own
 STATEMENT_ROWS = 300    # what a statement costs beyond its rows, in rows: at 1M chunks one
                         # costs about 0.9 ms plus 3.6 us per row it keeps (planning, GIN
                         # lookups of its words, sorts), so its lookups weigh more than its rows
@@ -258,9 +260,7 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
             grouped.setdefault((scope, done, reach), []).append(number)
     twins = {(lane.terms, lane.short): lane for lane in lanes}
     short_sizes = [d.short for d in stats.days]
-    planned: list[tuple[str, str, float, tuple[int, ...],
-                        Callable[[int], tuple[Period, ...]]]] = []
-    for (scope, done, reach), members in sorted(grouped.items()):
+    def planned_for(scope: str, done: int, reach: int, members: list[int]) -> _Planned:
         query = any_of([_conjunction(terms, lanes[n].terms) for n in members])
         short = scope == "short"
         sizes = [d.short if short else d.chunks for d in stats.days]
@@ -284,12 +284,25 @@ def statements(tenant: str, terms: Sequence[Term], lanes: Sequence[Lane], stats:
         make = functools.partial(span_periods, query, stats, tag, done, reach,
                                  rate * (rows - sum(sizes[done:reach])) <= KEYLESS_EXTRA,
                                  stamp, most)
-        planned.append((label, scope, max(expected, 0.0), tuple(members), make))
-    total = sum(p[2] for p in planned) or 1.0
-    caps = [max(scoring.limits.retrieved_max, math.ceil(pool * p[2] / total)) for p in planned]
-    asked = sum(caps)
-    if asked > pool:  # never more rows than the pool holds, whatever was expected
-        caps = [max(1, cap * pool // asked) for cap in caps]
+        return (label, scope, max(expected, 0.0), tuple(members), make)
+
+    groups = sorted(grouped.items())
+    planned = [planned_for(*key, members) for key, members in groups]
+    caps = _caps(planned, scoring.limits.retrieved_max, pool)
+    # Lanes sharing a statement share its cap, newest rows first: where a lane is expected
+    # to fill most of it alone, a sparse lane's older rows (a rare word's, beside a common
+    # one reaching as far) would be cut for the dense lane's newer ones. The sparse lanes
+    # of such a statement get one of their own, with its own share of the pool.
+    parted: list[tuple[tuple[str, int, int], list[int]]] = []
+    for (key, members), shared, cap in zip(groups, planned, caps, strict=True):
+        dense = [n for n in members if shared[2] > cap
+                 and planned_for(*key, [n])[2] > DENSE_SHARE * cap]
+        sparse = [n for n in members if n not in dense]
+        parted += [(key, part) for part in (dense, sparse) if part]
+    if len(parted) > len(groups):
+        groups = parted
+        planned = [planned_for(*key, members) for key, members in groups]
+        caps = _caps(planned, scoring.limits.retrieved_max, pool)
     out: list[Statement] = []
     for (label, scope, expected, fetched, make_periods), cap in zip(planned, caps, strict=True):
         periods = make_periods(cap)
@@ -356,6 +369,20 @@ def newest_first(units: Sequence[str], since: float, until: float,
             share = next(shares, 1.0)
     return tuple(Period(any_of([stamp(u) for u, _, _ in group]), group[-1][1], group[0][2],
                         stamped=True) for group in groups)
+
+
+_Planned = tuple[str, str, float, tuple[int, ...], Callable[[int], tuple["Period", ...]]]
+
+
+def _caps(planned: Sequence[_Planned], least: int, pool: int) -> list[int]:
+    """Each statement's cap: its share of `pool` by expected rows, at least `least`
+    (retrieved_chunks_max), all of them together never more than the pool."""
+    total = sum(p[2] for p in planned) or 1.0
+    caps = [max(least, math.ceil(pool * p[2] / total)) for p in planned]
+    asked = sum(caps)
+    if asked > pool:  # never more rows than the pool holds, whatever was expected
+        caps = [max(1, cap * pool // asked) for cap in caps]
+    return caps
 
 
 def _stamped_query(terms: Sequence[Term], groups: Sequence[Sequence[int]], unit: str) -> str:

@@ -528,6 +528,32 @@ def test_a_statement_cut_off_at_its_share_is_continued_while_the_pool_has_room(
     assert cut < 0.9 and not any(lane.endswith("+") for lane in lanes)
 
 
+def test_a_rare_words_old_matches_are_not_cut_for_a_common_words_newer_ones(
+        memory: Memory) -> None:
+    """Both words' lanes reach the whole history, where one statement would fetch them
+    together, newest first, up to one cap: the common word's burst of months ago fills
+    it and the rare word's older matches, the best of all, are never scored. Expected to
+    match more than that cap holds, the statement is one per lane instead."""
+    rng = random.Random(7)
+    now = datetime(2026, 6, 1, 12, tzinfo=UTC)
+
+    def at(days: float, text: str) -> dict[str, Any]:
+        return {"content": {"text": text}, "ts": (now - timedelta(days=days)).isoformat()}
+
+    events = [at(rng.uniform(0, 125), f"weekly status update number {n}") for n in range(1500)]
+    events += [at(rng.uniform(0, 125), f"server status update number {n}") for n in range(150)]
+    events += [at(rng.uniform(140, 160), f"server migration batch {n} done") for n in range(2500)]
+    events += [at(170 + n, f"server kestrel incident {n} postmortem") for n in range(30)]
+    recorded = memory.record_many(events)
+    memory.sync()
+    kestrel = {e.id for e in recorded[-30:]}
+    small = limits(memory)
+    terms = lexicon.analyze(memory.db, "kestrel server")
+    found = retrieval.retrieve(memory.db, "default", terms, small, now, EVERYONE)
+    assert {c.chunk_id for c in found.candidates[:30]} == kestrel
+    assert len([lane for lane in found.lanes if lane["lane"] == "all:0d-whole"]) == 2
+
+
 def test_records_are_read_newest_period_first_and_older_periods_only_when_needed(
         memory: Memory) -> None:
     start = datetime(2026, 1, 1, 9, tzinfo=UTC)
