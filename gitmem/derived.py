@@ -24,7 +24,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError, ValidationError, shown
 from gitmem.policies import Policies
-from gitmem.records import find_event
+from gitmem.records import SENSITIVITIES, find_event
 from gitmem.store import artifact_path, day_file_rel, record_paths
 from gitmem.task_edits import edited_task
 
@@ -201,12 +201,18 @@ class RecordFiles:
                         refs=tuple(full["refs"]), session_id=full["session_id"],
                         sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
         else:
+            # an update may make a task more sensitive, never less (one that says
+            # nothing of it is `none`): lowering it is a person's edit of the file
+            sensitivity = max(existing.sensitivity, full["sensitivity"],
+                              key=SENSITIVITIES.index)
             task = replace(
                 existing, status=content.get("status", existing.status),
                 title=content.get("title", existing.title),
                 details=content.get("text", existing.details),
                 owner=content.get("owner", existing.owner),
-                refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))))
+                refs=tuple(dict.fromkeys((*existing.refs, *full["refs"], full["id"]))),
+                sensitivity=sensitivity,
+                tags=tuple(dict.fromkeys((*existing.tags, *full["tags"]))))
         text = task_to_text(task)
         if existing is not None and current is not None:  # a person's lines stay theirs
             text = edited_task(current, existing, task,

@@ -21,7 +21,7 @@ import yaml
 from gitmem.documents import Task
 from gitmem.errors import FormatError
 
-_SCALARS = ("title", "status", "owner")
+_SCALARS = ("title", "status", "owner", "sensitivity")
 
 
 def edited_task(current: str, old: Task, new: Task,
@@ -34,7 +34,7 @@ def edited_task(current: str, old: Task, new: Task,
     body = current[end + 5:]
     for key in _SCALARS:
         before, after = getattr(old, key), getattr(new, key)
-        if before != after and not _set(head, key, after):
+        if before != after and not _set(head, key, after, before):
             return None
     added = [ref for ref in new.refs if ref not in old.refs]
     if added and not _append(head, "refs", added):
@@ -55,9 +55,10 @@ def _scalar(value: str) -> str:
     return dumped.removesuffix("\n...\n").removesuffix("\n")
 
 
-def _set(head: list[str], key: str, value: str) -> bool:
-    """Set top-level `key` in the front matter's lines, keeping a comment after it; a
-    field cleared ("") loses its line, a new one is added last. False: not plain."""
+def _set(head: list[str], key: str, value: str, before: str) -> bool:
+    """Set top-level `key` (now `before`) in the front matter's lines, keeping a comment
+    after it; a field cleared ("") loses its line, a new one is added last. False: not
+    plain."""
     line = re.compile(rf"^{key}:[ \t]*(?P<value>[^#\n]*?)(?P<rest>[ \t]+#.*)?\n?$")
     for n, text in enumerate(head):
         found = line.match(text)
@@ -65,6 +66,8 @@ def _set(head: list[str], key: str, value: str) -> bool:
             continue
         if found["value"].startswith(("|", ">", "[", "{", "&", "*", "!")):
             return False  # a block, a flow collection, an anchor or a tag: not plain
+        if _loaded(found["value"]) != before:
+            return False  # what looked like a comment is inside the value: 'a #1'
         if n + 1 < len(head) and head[n + 1].startswith((" ", "\t")):
             return False  # the value goes on over the next lines
         if not value:
@@ -75,6 +78,16 @@ def _set(head: list[str], key: str, value: str) -> bool:
     if value:
         head.append(f"{key}: {_scalar(value)}\n")
     return True
+
+
+def _loaded(value: str) -> str:
+    """A scalar's text as YAML reads it ("" for none)."""
+    try:
+        loaded = yaml.safe_load(f"v: {value}")
+    except yaml.YAMLError:
+        return "\0"  # never a field's value
+    read = loaded.get("v") if isinstance(loaded, dict) else None
+    return "" if read is None else str(read)
 
 
 def _append(head: list[str], key: str, items: list[str]) -> bool:

@@ -460,6 +460,31 @@ def test_a_task_update_changes_only_the_lines_of_what_changed(recorder: Recorder
     assert "owner: bob  # lead until May" in path.read_text()
 
 
+def test_a_task_update_makes_it_more_sensitive_never_less_and_adds_its_tags(
+        recorder: Recorder, store: Path) -> None:
+    """`gitmem task --id T --sensitivity high` was written to the update's event only:
+    the task file, which task_state shows, stayed `none`, and public bundles showed it."""
+    task_id = recorder.task("Rotate the payroll database password").content["task_id"]
+    rel = f"tasks/{task_id}.md"
+    recorder.task(task_id=task_id, sensitivity="high", tags=["topic:payroll"])
+    task = parse_task((store / rel).read_text(), rel, "default")
+    assert (task.sensitivity, task.tags) == ("high", ("topic:payroll",))
+    recorder.task(task_id=task_id, status="doing")  # says nothing of it: `none`
+    task = parse_task((store / rel).read_text(), rel, "default")
+    assert (task.status, task.sensitivity, task.tags) == ("doing", "high", ("topic:payroll",))
+
+
+def test_retitling_a_task_whose_title_holds_a_hash_leaves_nothing_of_it(
+        recorder: Recorder, store: Path) -> None:
+    """` #` inside the quoted title is not a comment: the edit must not keep it."""
+    task_id = recorder.task("Fix issue #123 in deploy").content["task_id"]
+    rel = f"tasks/{task_id}.md"
+    recorder.task("Fix the login bug", task_id=task_id)
+    text = (store / rel).read_text()
+    assert parse_task(text, rel, "default").title == "Fix the login bug"
+    assert "#123" not in text
+
+
 def test_task_update_with_bad_status_changes_nothing(recorder: Recorder, repo: Path) -> None:
     task_id = recorder.task("A task").content["task_id"]
     before = snapshot(repo)
