@@ -235,7 +235,8 @@ class RecordFiles:
             sensitivity=full["sensitivity"], tags=tuple(full["tags"]),
             channel=full["channel"])
         rel = f"summaries/{scope}/{summary.id}.md"
-        if (self.store / rel).exists() or self.store / rel in staging:
+        if any((self.store / p).exists() or self.store / p in staging  # either scope's
+               for p in record_paths(summary.id)):
             raise ValidationError(f"summary {summary.id} already exists and is never "
                                   "rewritten", field="content.summary_id")
         text = _valid(summary_to_text(summary), rel, full["tenant_id"], parse_summary,

@@ -55,6 +55,7 @@ from gitmem.store import (
     TENANT_FILE_KINDS,
     classify,
     iter_store_files,
+    record_paths,
     unrecognized_files,
 )
 
@@ -121,6 +122,8 @@ def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRo
     for table, values in rows.tables.items():
         if values:
             added = db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
+            if table == "summaries" and added < len(values):  # the other scope's file
+                rows.errors.append(_summary_twin(values[0][0], path))
             if table == "events" and added < len(values):  # some are indexed already
                 taken = outranked(db, conn, path, values)
                 if taken:
@@ -131,6 +134,14 @@ def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRo
     if rows.repeats:
         rows.errors += repeated_otherwise(db, conn, path, rows.repeats)
     return rows.count()
+
+
+def _summary_twin(summary_id: str, path: str, twin: str | None = None) -> FormatError:
+    """The problem of a summary file whose id the other scope's file (`twin`, indexed)
+    holds too: one of them is indexed, not both."""
+    twin = twin or next(p for p in record_paths(summary_id) if p != path)
+    return FormatError(f"summary {summary_id} is also {twin}, which is indexed: ids never "
+                       "repeat; remove one of them", path=path, line=1)
 
 
 def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
@@ -314,6 +325,7 @@ def reindex(db: Database, store: Path, policies: Policies,
     files = list(iter_store_files(store))
     report = SyncReport(files=len(files))
     seen_events: set[str] = set()
+    seen_summaries: dict[str, str] = {}  # id -> the file indexed (one of two scopes')
     homes = HomeLines(store, (rel for rel, kind in files if kind == "events"))
     totals: dict[str, list[int]] = {}  # tenant -> chunks, short chunks, tokens, short tokens
     with db.rebuild() as conn:
@@ -326,6 +338,10 @@ def reindex(db: Database, store: Path, policies: Policies,
         with _gc_paused(), _CopyBehind(db, conn) as loader:
             for read in read_all(store, files, policies, workers):
                 rel, rows = read.rel, read.rows
+                for summary in rows.tables["summaries"]:
+                    if seen_summaries.setdefault(summary[0], rel) != rel:  # ids clash
+                        rows = FileRows(errors=[*rows.errors, _summary_twin(
+                            summary[0], rel, seen_summaries[summary[0]])])
                 dropped = drop_seen(rows, seen_events, rel, homes)
                 copies += sorted({(rel, row[0]) for row in dropped})
                 if dropped or rows.repeats:  # named once every file is in, if they differ

@@ -330,6 +330,11 @@ class Checker:
                 summary = parse_summary(text, rel, tenant)
                 self._cite(rel, text, "refs", summary.refs)
                 self._cite(rel, text, "decisions", summary.decisions)
+                twin = next((p for p in record_paths(rel.rsplit("/", 1)[-1][:-3])
+                             if p != rel and self.tree.read(p) is not None), None)
+                if twin is not None and twin < rel:
+                    self.fail(rel, None, f"{self.display}{twin} has this summary's id too; ids "
+                              "never repeat, and the index takes one of them: remove one")
             elif kind == "handoff":
                 handoff = parse_handoff(text, rel, tenant)
                 self._cite(rel, text, "refs", handoff.refs)

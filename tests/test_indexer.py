@@ -19,7 +19,7 @@ from gitmem import lexicon
 from gitmem.appends import append_lock, append_locked
 from gitmem.config import Config
 from gitmem.db import Database
-from gitmem.errors import DatabaseError, RpcError
+from gitmem.errors import DatabaseError, RpcError, ValidationError
 from gitmem.freshness import ANCHOR_BYTES, ReadFiles
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
@@ -1289,3 +1289,36 @@ def test_random_edits_of_a_day_file_index_like_a_reindex(memory: Memory, store: 
     # the edits went every way: cut, appended, read again from a line on, and whole
     assert {"truncate", "append", "indexed prefix changed"} <= seen
     assert any(reason.startswith("lines from") for reason in seen)
+
+
+def test_a_summary_id_in_both_scopes_is_refused_on_write_and_named_not_crashing_a_rebuild(
+        memory: Memory, cli: Cli) -> None:
+    """Files are named by id, but a summary has two directories: the same id under both
+    made the bulk load fail on the chunks' key (every rebuild, until a file was removed)
+    and a sync drop the second file with the status clean."""
+    evt = memory.record({"content": {"text": "We ship on Thursdays"}}).id
+    first = memory.record({"kind": "summary", "refs": [evt],
+                           "content": {"text": "shipping day", "scope": "session"}})
+    summary_id = first.content["summary_id"]
+    with pytest.raises(ValidationError) as caught:
+        memory.record({"kind": "summary", "refs": [evt], "content": {
+            "text": "zebras", "scope": "episode", "summary_id": summary_id}})
+    assert caught.value.field == "content.summary_id"
+    source = memory.store / "summaries" / "session" / f"{summary_id}.md"
+    twin = memory.store / "summaries" / "episode" / f"{summary_id}.md"
+    twin.parent.mkdir(parents=True, exist_ok=True)
+    twin.write_text(source.read_text().replace("shipping day", "zebras in the episode")
+                    .replace("scope: session", "scope: episode"))
+    where = f"summaries/session/{summary_id}.md"  # the episode's is read first
+    message = (f"summary {summary_id} is also summaries/episode/{summary_id}.md, which is "
+               "indexed: ids never repeat; remove one of them")
+    memory.sync()
+    [error] = [e for e in memory.status()["errors"] if "summaries/" in e["path"]]
+    assert error["path"] == where and message in error["message"]
+    report = memory.reindex()
+    assert any(e["path"] == where and message in e["message"] for e in report.errors)
+    acb = memory.build_acb({"query_text": "zebras episode shipping"})
+    assert summary_id in json.dumps(acb["sections"])
+    out = cli("verify", ok=False).output
+    assert (f"memory/{where}: memory/summaries/episode/{summary_id}.md has this summary's id "
+            "too") in out
