@@ -14,7 +14,7 @@ from gitmem.errors import ConfigError
 STORE_DIRNAME = "memory"
 STATE_DIRNAME = ".gitmem"
 DEFAULT_SCHEMA = "gitmem"
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_SCHEMA_NAME = re.compile(r"^(?!pg_)[a-z_][a-z0-9_]{0,62}$")  # pg_: PostgreSQL's own
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,11 @@ class Config:
 
     store: Path
     dsn: str | None = None
-    schema: str = DEFAULT_SCHEMA
+    schema: str = ""   # "": `default_schema` of the store
+
+    def __post_init__(self) -> None:
+        if not self.schema:
+            object.__setattr__(self, "schema", default_schema(self.store))
 
     @property
     def root(self) -> Path:
@@ -58,9 +62,23 @@ class Config:
         return replace(self, store=store.resolve())
 
 
+def default_schema(store: Path) -> str:
+    """The schema of a store's index when none is given: `gitmem` for a store named
+    memory/, `gitmem_NAME` for another, so that stores side by side (one state
+    directory, one embedded server) never share an index."""
+    if store.name == STORE_DIRNAME:
+        return DEFAULT_SCHEMA
+    name = re.sub(r"[^a-z0-9_]+", "_", store.name.lower()).strip("_") or "store"
+    return f"{DEFAULT_SCHEMA}_{name}"[:63]
+
+
 def redact_dsn(dsn: str) -> str:
     """A DSN fit for messages: the password removed."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", _PASSWORD.sub(r"\1***", dsn))
+
+
+# libpq's key=value form: spaces around =, a value quoted (with \' inside) or bare
+_PASSWORD = re.compile(r"(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s&]+)", re.IGNORECASE)
 
 
 # The repository's git config lists its stores (`gitmem hooks install` records each, as a
@@ -181,8 +199,9 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
         if found is None:
             found = cwd.resolve() / STORE_DIRNAME
         store_path = found
-    schema_value = schema or env.get("GITMEM_SCHEMA") or DEFAULT_SCHEMA
+    schema_value = schema or env.get("GITMEM_SCHEMA") or default_schema(store_path)
     if not _SCHEMA_NAME.match(schema_value):
-        raise ConfigError(f"schema name {schema_value!r} must match [a-z_][a-z0-9_]*")
+        raise ConfigError(f"schema name {schema_value!r} must match [a-z_][a-z0-9_]* (at "
+                          "most 63 characters), not beginning with pg_ (PostgreSQL's own)")
     return Config(store=store_path, dsn=dsn or env.get("GITMEM_DSN") or None,
                   schema=schema_value)

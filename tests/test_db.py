@@ -43,6 +43,10 @@ def test_every_named_query_is_unique_and_non_empty() -> None:
 def test_dsn_passwords_never_reach_messages() -> None:
     assert redact_dsn("postgresql://bob:hunter2@db/x") == "postgresql://bob:***@db/x"
     assert "hunter2" not in redact_dsn("host=db password=hunter2 user=bob")
+    for dsn in ("host=db password = hunter2 dbname=x", "host=db password='hunter2 top' user=b",
+                "host=db password='hun\\'ter2' user=b", "postgresql://db/x?password=hunter2&a=b"):
+        shown = redact_dsn(dsn)
+        assert "hunter2" not in shown and "top" not in shown and "***" in shown, shown
 
 
 def test_statements_planned_once_return_the_same_rows_and_leave_the_setting(

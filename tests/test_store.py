@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from gitmem.config import find_store, load_config
+from gitmem.config import Config, find_store, load_config
 from gitmem.errors import ConfigError, StoreError
 from gitmem.policies import load_policies
 from gitmem.store import (
@@ -254,6 +255,22 @@ def test_dsn_and_schema_resolution(tmp_path: Path) -> None:
     assert load_config(env={"GITMEM_SCHEMA": "s_1"}, cwd=cwd).schema == "s_1"
     with pytest.raises(ConfigError, match="schema name"):
         load_config(env={"GITMEM_SCHEMA": "Bad-Name"}, cwd=cwd)
+    with pytest.raises(ConfigError, match="not beginning with pg_"):
+        load_config(env={"GITMEM_SCHEMA": "pg_mine"}, cwd=cwd)  # PostgreSQL refuses it
+
+
+def test_stores_side_by_side_get_an_index_each(tmp_path: Path) -> None:
+    """memory/ and notes/ in one directory share its state directory, so its embedded
+    server: with one schema, each would take the other's index over."""
+    init_store(tmp_path)
+    shutil.copytree(tmp_path / "memory", tmp_path / "My Notes")
+    own = load_config(env={}, cwd=tmp_path)
+    other = load_config(store=tmp_path / "My Notes", env={}, cwd=tmp_path)
+    assert (own.schema, other.schema) == ("gitmem", "gitmem_my_notes")
+    assert own.state_dir == other.state_dir and own.socket_path != other.socket_path
+    assert Config(store=tmp_path / "My Notes").schema == "gitmem_my_notes"
+    assert load_config(store=tmp_path / "My Notes", env={"GITMEM_SCHEMA": "s_2"},
+                       cwd=tmp_path).schema == "s_2"
 
 
 def test_no_store_found_says_what_to_do(tmp_path: Path) -> None:
