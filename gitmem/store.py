@@ -140,7 +140,23 @@ def _ensure_line(path: Path, line: str) -> bool:
 
 def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
     """Create the memory tree in `directory/memory`; never touches existing files."""
-    root = directory.resolve()
+    from gitmem.errors import FormatError
+    from gitmem.policies import parse_privacy
+    from gitmem.records import check_name
+
+    try:
+        check_name(default_tenant, "default_tenant")  # before anything is made
+    except FormatError as exc:  # the value it quotes may be a secret
+        privacy = parse_privacy(template("policies/privacy.yaml").decode(), "privacy.yaml")
+        raise exc.redacted(privacy.redact) from None
+    try:
+        return _init_store(directory.resolve(), default_tenant)
+    except OSError as exc:
+        raise StoreError(f"cannot create a store in {directory}: "
+                         f"{exc.strerror or exc} ({exc.filename or directory})") from exc
+
+
+def _init_store(root: Path, default_tenant: str) -> InitReport:
     for path in (root, root / "memory"):
         if path.exists() and not path.is_dir():
             raise StoreError(f"{path} is a file, not a directory: nothing was created; "

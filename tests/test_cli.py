@@ -82,6 +82,35 @@ def test_init_where_memory_is_a_file_says_so_and_changes_nothing(tmp_path: Path)
     assert sorted(p.name for p in target.iterdir()) == ["memory"]  # not even git init
 
 
+@pytest.mark.parametrize("tenant", ["a b", "", "x" * 250, "api_key=sk-abcdefghijklmnopqrstuv"])
+def test_init_refuses_a_tenant_that_is_not_a_name_and_creates_nothing(
+        tmp_path: Path, tenant: str) -> None:
+    """Written to manifest.json, such a tenant broke every later command (and a secret
+    was stored as written)."""
+    target = tmp_path / "proj"
+    result = CliRunner().invoke(main, ["init", str(target), "--tenant", tenant],
+                                env={"GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "field 'default_tenant'" in result.stderr and "sk-abc" not in result.output
+    assert not target.exists()
+
+
+def test_init_says_an_existing_store_keeps_its_tenant_and_an_unwritable_place_is_an_error(
+        tmp_path: Path) -> None:
+    runner = CliRunner()
+    target = tmp_path / "proj"
+    assert runner.invoke(main, ["init", str(target), "--tenant", "acme"],
+                         env={"GITMEM_NO_DAEMON": "1"}).exit_code == 0
+    again = runner.invoke(main, ["init", str(target), "--tenant", "globex"],
+                          env={"GITMEM_NO_DAEMON": "1"})
+    assert again.exit_code == 0 and "keeps default_tenant 'acme'" in again.stderr
+    assert "keeps" not in runner.invoke(main, ["init", str(target)],
+                                        env={"GITMEM_NO_DAEMON": "1"}).stderr
+    blocked = runner.invoke(main, ["init", "/proc/gitmem-test"], env={"GITMEM_NO_DAEMON": "1"})
+    assert blocked.exit_code == 1 and "Traceback" not in blocked.output
+    assert "cannot create a store in /proc/gitmem-test" in blocked.stderr
+
+
 def test_a_store_option_naming_the_repository_points_at_its_store(tmp_path: Path) -> None:
     runner = CliRunner()
     target = tmp_path / "proj"

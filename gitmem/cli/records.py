@@ -15,8 +15,9 @@ from gitmem.errors import FormatError, malformed_json
 
 @main.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--tenant", default="default", show_default=True, help="Default tenant id.")
-def init(directory: Path, tenant: str) -> None:
+@click.option("--tenant", default=None, help="Default tenant id of a new store [default: "
+              "default].")
+def init(directory: Path, tenant: str | None) -> None:
     """Create DIRECTORY/memory with default policies and views; idempotent.
 
     \b
@@ -27,8 +28,12 @@ def init(directory: Path, tenant: str) -> None:
     from gitmem.store import init_store
 
     with reported():
-        report = init_store(directory, tenant)
+        report = init_store(directory, "default" if tenant is None else tenant)
         installed = install(report.store)
+        kept = json.loads((report.store / "manifest.json").read_text(encoding="utf-8"))
+    if tenant is not None and kept.get("default_tenant") != tenant:
+        say(f"{report.store / 'manifest.json'} keeps default_tenant "
+            f"{kept.get('default_tenant')!r}: --tenant applies to a new store only")
     if report.git_initialized:
         say(f"initialized a git repository in {directory.resolve()}")
     for rel in report.created:
