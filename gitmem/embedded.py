@@ -10,6 +10,7 @@ Processes join it one at a time under `.gitmem/pg.lock`.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import logging
 import os
 import threading
@@ -43,6 +44,8 @@ def embedded_dsn(state_dir: Path) -> str:
                 warnings.simplefilter("ignore")
                 import pgserver  # deferred: only the embedded path needs it
                 try:
+                    _clear_stale_pid(pgdata)
+                    _socket_dirs_without_spaces()
                     server = pgserver.get_server(  # type: ignore[attr-defined]
                         pgdata, cleanup_mode="stop")
                     # after pgserver's own exit hook, so run before it (last in, first out)
@@ -90,6 +93,7 @@ def revive_embedded(state_dir: Path) -> bool:
         from pgserver import utils  # deferred: only the embedded path needs it
 
         with _joining(state_dir):  # not while a command starts it
+            _clear_stale_pid(pgdata)
             info = utils.PostmasterInfo.read_from_pgdata(pgdata)
             if info is not None and info.is_running():
                 return False
@@ -103,6 +107,54 @@ def revive_embedded(state_dir: Path) -> bool:
             return True
 
 
+def _clear_stale_pid(pgdata: Path) -> None:
+    """Remove `postmaster.pid` when the process it names is not a server of this data
+    directory (its pid was given to another process since a crash or a reboot).
+    pgserver takes any running process of that pid for the server: it did not start
+    one, and stopped the other process at exit, killing it."""
+    import psutil  # type: ignore[import-untyped]  # pgserver depends on it
+
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        pid = abs(int(pid_file.read_text(encoding="utf-8").split("\n", 1)[0]))
+    except (OSError, ValueError):
+        return  # none, or not written yet: pgserver's own checks apply
+    try:
+        ours = Path(psutil.Process(pid).cwd()).resolve() == pgdata  # a server runs in it
+    except psutil.NoSuchProcess:
+        return  # gone: pgserver sees that itself
+    except psutil.Error:
+        ours = False  # another user's process
+    if not ours:
+        logger.warning("%s names pid %d, which is not a server of that directory (a stale "
+                       "file: the pid is another process's now); removing it", pid_file, pid)
+        pid_file.unlink(missing_ok=True)
+
+
+def _socket_dirs_without_spaces() -> None:
+    """pgserver hands its socket directory to pg_ctl unquoted (`-o '-k DIR'`): in a
+    store whose path holds a space, the server could never start. Such a directory is
+    swapped for one under pgserver's runtime directory, as pgserver does for a path
+    too long for a socket."""
+    from pgserver import postgres_server
+
+    found = postgres_server.find_suitable_socket_dir  # type: ignore[attr-defined]
+    if getattr(found, "gitmem", False):
+        return
+
+    def socket_dir(pgdata: Path, runtime_path: Path) -> Path:
+        chosen: Path = found(pgdata, runtime_path)
+        if not any(c.isspace() for c in str(chosen)):
+            return chosen
+        ident = f"{pgdata}-{pgdata.stat().st_ino}".encode()
+        other = Path(runtime_path) / ("gm-" + hashlib.sha256(ident).hexdigest()[:10])
+        other.mkdir(parents=True, exist_ok=True)
+        return other
+
+    socket_dir.gitmem = True  # type: ignore[attr-defined]
+    postgres_server.find_suitable_socket_dir = socket_dir  # type: ignore[attr-defined]
+
+
 def _forget_the_dead(server: Any) -> None:
     """Take the processes that died without leaving the server (kill -9, a crash) out of
     pgserver's count, before pgserver decides at this process's exit whether it is the
@@ -114,7 +166,7 @@ def _forget_the_dead(server: Any) -> None:
     one and the server ran for good. Done under pgserver's own lock, which guards that
     file. A pid the system gave to a new process since is counted as alive: the
     server then stops at the next exit after that process ends."""
-    import psutil  # type: ignore[import-untyped]  # pgserver depends on it
+    import psutil  # pgserver depends on it
 
     try:
         with type(server)._lock:
@@ -179,6 +231,7 @@ def _tune_embedded(server: Any) -> None:
     from pgserver import _commands, utils  # deferred, as above
 
     logger.info("restarting the embedded PostgreSQL for its settings: %s", changed)
-    _commands.pg_ctl(["-w", "-m", "fast", "restart"],  # type: ignore[attr-defined]
-                     pgdata=server.pgdata, user=server.system_user, timeout=60)
+    _commands.pg_ctl(  # type: ignore[attr-defined]
+        ["-w", "-m", "fast", "-l", str(server.log), "restart"],
+        pgdata=server.pgdata, user=server.system_user, timeout=60)
     server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(server.pgdata)

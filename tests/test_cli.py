@@ -488,6 +488,32 @@ def embedded_store(root: Path) -> tuple[list[str], dict[str, str]]:
 
 
 @pytest.mark.embedded
+def test_the_embedded_server_starts_under_a_path_with_a_space_and_past_a_stale_pid_file(
+        tmp_path: Path) -> None:
+    """pgserver handed the socket directory to pg_ctl unquoted (no server could start
+    under `My Projects/`), and took any process of the pid a stale postmaster.pid names
+    for the server: it started none, and killed that process at exit."""
+    root = tmp_path / "my project"
+    gitmem, env = embedded_store(root)
+    for args in (["record", "the walrus is in the aquarium"], ["status"]):
+        done = subprocess.run([*gitmem, *args], env=env, capture_output=True, text=True,
+                              timeout=180)
+        assert done.returncode == 0, done.stderr
+    pgdata = root / ".gitmem" / "pg"
+    with subprocess.Popen(["sleep", "120"]) as other:
+        try:
+            (pgdata / "postmaster.pid").write_text(f"{other.pid}\n{pgdata}\n")
+            found = subprocess.run([*gitmem, "acb", "walrus", "--format", "text"], env=env,
+                                   capture_output=True, text=True, timeout=180)
+            assert found.returncode == 0, found.stderr
+            assert "walrus is in the aquarium" in found.stdout
+            assert f"names pid {other.pid}, which is not a server" in found.stderr
+            assert other.poll() is None  # not killed
+        finally:
+            other.kill()
+
+
+@pytest.mark.embedded
 def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> None:
     """Commands started at once on a new store, with no DSN and no daemon: one starts
     the embedded PostgreSQL and gives it its settings (a restart), the others wait for
