@@ -9,6 +9,7 @@ Without a DSN, gitmem/embedded.py starts a server under `.gitmem/pg`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 import threading
@@ -253,8 +254,9 @@ class Database:
             self._recreate(conn)
         return True
 
-    def _recreate(self, conn: psycopg.Connection[Row], *, with_indexes: bool = True) -> None:
-        ident = sql.Identifier(self.schema)
+    def _recreate(self, conn: psycopg.Connection[Row], *, with_indexes: bool = True,
+                  schema: str | None = None) -> None:
+        ident = sql.Identifier(schema or self.schema)
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(ident))
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(ident))
@@ -295,22 +297,29 @@ class Database:
 
     @contextmanager
     def rebuild(self) -> Iterator[psycopg.Connection[Row]]:
-        """One transaction that recreates the schema bare; indexes come on exit.
-
-        Readers keep seeing the old index until the rebuild commits.
-        """
+        """One transaction that builds the index bare in a schema of its own (the
+        connection's search path); indexes come on exit, and then it takes the old
+        schema's place. Readers keep reading the old index meanwhile, never waiting for
+        the build: only for the swap at its end (dropping a schema locks its tables)."""
+        building = "gitmem_rebuild_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
         with self.transaction() as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.schema,))
-            self._recreate(conn, with_indexes=False)
+            self._recreate(conn, with_indexes=False, schema=building)
             yield conn
             conn.execute(sql_text("indexes.sql").encode())
             # only this schema's tables: a bare ANALYZE takes every table of the
             # database, other stores' and the catalogs, and deadlocks with their rebuilds
             tables = [row["tablename"] for row in conn.execute(
                 "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename",
-                (self.schema,)).fetchall()]
+                (building,)).fetchall()]
             conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(", ").join(
-                sql.Identifier(self.schema, table) for table in tables)))
+                sql.Identifier(building, table) for table in tables)))
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                sql.Identifier(self.schema)))
+            conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
+                sql.Identifier(building), sql.Identifier(self.schema)))
+            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(
+                sql.Identifier(self.schema)))
 
     # ------------------------------------------------------------------ statements
 

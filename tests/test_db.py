@@ -195,3 +195,23 @@ def test_a_reindex_chosen_as_a_deadlocks_victim_is_run_again(
     assert report.errors == [] and report.rows > 0
     assert "rolled back to end a deadlock" in caplog.text
     assert memory.build_acb({"query_text": "pangolin"})["provenance"]["retrieved"] >= 1
+
+
+def test_reads_go_on_from_the_old_index_while_a_rebuild_makes_the_new(
+        dsn: str, schema: str) -> None:
+    """The rebuild works in a schema of its own and takes the old one's place as it
+    commits: a read meanwhile is answered from the old index at once (it waited for the
+    whole rebuild when the rebuild began by dropping the old schema)."""
+    with Database(dsn, schema, max_size=2) as db:
+        db.ensure_schema()
+        db.execute("meta_set", {"key": "store", "value": "/old"})
+        with db.rebuild() as conn:
+            conn.execute("INSERT INTO meta (key, value) VALUES ('store', '/new')")
+            with psycopg.connect(dsn, autocommit=True, options=(
+                    f"-c search_path={schema} -c lock_timeout=2000")) as reader:
+                row = reader.execute("SELECT value FROM meta WHERE key = 'store'").fetchone()
+                assert row is not None and row[0] == "/old"
+        assert db.indexed_store() == "/new" and db.schema_exists()
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the building schema is renamed
+        assert conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE "
+                            "'gitmem\\_rebuild\\_%'").fetchall() == []
