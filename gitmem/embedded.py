@@ -13,6 +13,7 @@ import atexit
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import warnings
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ def embedded_dsn(state_dir: Path) -> str:
                 try:
                     _clear_stale_pid(pgdata)
                     _socket_dirs_without_spaces()
+                    _clear_unfinished(pgdata)
                     server = pgserver.get_server(  # type: ignore[attr-defined]
                         pgdata, cleanup_mode="stop")
                     # after pgserver's own exit hook, so run before it (last in, first out)
@@ -122,13 +124,35 @@ def _clear_stale_pid(pgdata: Path) -> None:
     try:
         ours = Path(psutil.Process(pid).cwd()).resolve() == pgdata  # a server runs in it
     except psutil.NoSuchProcess:
-        return  # gone: pgserver sees that itself
+        ours = False  # gone (a crash, or an initdb killed while it wrote the file)
     except psutil.Error:
         ours = False  # another user's process
     if not ours:
-        logger.warning("%s names pid %d, which is not a server of that directory (a stale "
-                       "file: the pid is another process's now); removing it", pid_file, pid)
+        logger.warning("%s names pid %d, which is no server of that directory now (a stale "
+                       "file); removing it", pid_file, pid)
         pid_file.unlink(missing_ok=True)
+
+
+# What initdb leaves in a data directory it finished: the cluster's control and map
+# files, template1, template0 and the postgres database (the one pgserver connects to)
+_FINISHED = ("PG_VERSION", "global/pg_control", "global/pg_filenode.map", "base/1/PG_VERSION",
+             "base/4/PG_VERSION", "base/5/PG_VERSION")
+
+
+def _clear_unfinished(pgdata: Path) -> None:
+    """Remove a data directory an initdb left unfinished (killed: Ctrl-C, kill -9 of
+    the first command): every later start failed on it until it was removed by hand.
+    It holds only the index, which the next command builds again from the files."""
+    if not pgdata.is_dir() or all((pgdata / rel).exists() for rel in _FINISHED):
+        return
+    import psutil  # pgserver depends on it
+
+    for proc in psutil.process_iter(["cmdline"]):  # an initdb still running: let it be
+        if str(pgdata) in " ".join(proc.info["cmdline"] or ()):
+            return
+    logger.warning("%s was left unfinished by an initdb that did not complete; removing it "
+                   "(it would hold only the index)", pgdata)
+    shutil.rmtree(pgdata, ignore_errors=True)
 
 
 def _socket_dirs_without_spaces() -> None:

@@ -514,6 +514,24 @@ def test_the_embedded_server_starts_under_a_path_with_a_space_and_past_a_stale_p
 
 
 @pytest.mark.embedded
+def test_a_data_directory_an_interrupted_initdb_left_is_made_again(tmp_path: Path) -> None:
+    """The first command killed while initdb ran (Ctrl-C, kill -9) left a directory every
+    later start failed on, until it was removed by hand."""
+    root = tmp_path / "proj"
+    gitmem, env = embedded_store(root)
+    pgdata = root / ".gitmem" / "pg"
+    (pgdata / "base" / "1").mkdir(parents=True)
+    (pgdata / "global").mkdir()
+    for rel in ("PG_VERSION", "base/1/PG_VERSION", "global/pg_control"):
+        (pgdata / rel).write_text("16\n")
+    done = subprocess.run([*gitmem, "status"], env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "was left unfinished by an initdb that did not complete" in done.stderr
+    assert (pgdata / "base" / "5" / "PG_VERSION").exists()
+
+
+@pytest.mark.embedded
 def test_commands_started_together_share_one_embedded_server(tmp_path: Path) -> None:
     """Commands started at once on a new store, with no DSN and no daemon: one starts
     the embedded PostgreSQL and gives it its settings (a restart), the others wait for
