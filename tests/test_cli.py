@@ -507,7 +507,7 @@ def test_the_embedded_server_starts_under_a_path_with_a_space_and_past_a_stale_p
                                    capture_output=True, text=True, timeout=180)
             assert found.returncode == 0, found.stderr
             assert "walrus is in the aquarium" in found.stdout
-            assert f"names pid {other.pid}, which is not a server" in found.stderr
+            assert f"names pid {other.pid}, which is no server" in found.stderr
             assert other.poll() is None  # not killed
         finally:
             other.kill()
