@@ -25,6 +25,7 @@ import yaml
 
 from gitmem.documents import SafeLoader, yaml_problem
 from gitmem.errors import GitmemError, ScenarioError
+from gitmem.policies import SECTIONS
 from gitmem.records import CHANNELS, KINDS, SENSITIVITIES, parse_ts
 
 PRINCIPLES = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "G1")
@@ -45,8 +46,8 @@ ACTIONS: dict[str, dict[str, str]] = {
                "consequences": "strs", "confidence": "num", **_EVENT, "refs": "strs!"},
     "task": {"title": "str", "status": "str", "task_id": "str", "details": "str",
              "owner": "str", **_EVENT},
-    "summary": {"text": "str!", "decisions": "strs", "scope": "str", **_EVENT,
-                "refs": "strs!"},
+    "summary": {"text": "str!", "decisions": "strs", "scope": "str", "channel": "str",
+                **_EVENT, "refs": "strs!"},
     "handoff": {"to_agent": "str!", "task": "str!", "from_agent": "str", "constraints": "strs",
                 "decisions": "strs", "required_files": "strs", "open_questions": "strs",
                 "refs": "strs", "tenant": "str"},
@@ -65,6 +66,15 @@ ACTIONS: dict[str, dict[str, str]] = {
 BARE = {"git": "commit", "reindex": None, "sync": None, "reopen": None, "daemon": "action",
         "acb": "query", "delete": "path"}
 DAEMON_ACTIONS = ("start", "stop", "kill", "restart")
+# The values an assertion's field may name: a misspelt reason, item type, section or
+# conflict kind is never found, so `present: false` or a not-contains would pass.
+ASSERTION_VALUES: dict[str, tuple[str, ...]] = {
+    "reason": ("budget", "privacy", "duplicate", "superseded", "conflict",
+               "truncated_tool_output", "truncated_pinned"),
+    "item_type": tuple(dict.fromkeys((*KINDS, "task", "view", "handoff"))),
+    "section": SECTIONS,
+    "kind": ("unknown_decision", "superseded_decision", "missing_ref", "foreign_session_ref"),
+}
 ERRORS = ("PrivacyError", "ValidationError", "FormatError", "StoreError", "GitError",
           "GitmemError")
 _ACB = {"acb": "str"}
@@ -412,6 +422,10 @@ def _assertion(check: _Checker, item: Any, where: list[str | int], label: str,
     params = {k: v for k, v in item.items() if k not in ("type", "name")}
     check.typed(item.get("name", ""), "str", [*where, "name"], "name", label)
     check.params(params, ASSERTIONS[kind], where, f"assertion {kind}", label)
+    for key, allowed in ASSERTION_VALUES.items():  # a misspelt one would pass for absent
+        if key in params and params[key] not in allowed:
+            raise check.fail([*where, key], f"assertion {kind}: field {key!r}: expected one "
+                             f"of {'|'.join(allowed)}, got {params[key]!r}", label)
     if kind in ("acb_section_contains", "acb_section_not_contains") and not (
             {"contains", "id", "item_type"} & set(params)):
         raise check.fail(where, f"assertion {kind}: give contains, id or item_type", label)

@@ -216,6 +216,12 @@ def _event_fields(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def _channel(run: Run, f: Mapping[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` with the step's channel, else the scenario's default (record, summary)."""
+    channel = f.get("channel", run.scenario.defaults.get("channel"))
+    return {**obj, "channel": channel} if channel else obj
+
+
 def _record_object(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
     kind = f.get("kind") or ("tool_result" if "output" in f else
                              "tool_call" if "tool" in f else "message")
@@ -229,11 +235,8 @@ def _record_object(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
             content[key] = f[key]
     if "output" in f:
         content["output"] = _output(f["output"])
-    obj = _event_fields(run, f)
+    obj = _channel(run, f, _event_fields(run, f))
     obj.update(kind=kind, content=content)
-    channel = f.get("channel", run.scenario.defaults.get("channel"))
-    if channel:
-        obj["channel"] = channel
     actor = _actor(f.get("actor") or (f"tool:{content['tool']}" if kind == "tool_result"
                                       else run.scenario.defaults.get("actor")))
     if actor:
@@ -259,7 +262,7 @@ def _write_one(run: Run, action: str, f: Mapping[str, Any]) -> str:
         event = memory.task(f.get("title"), **options, **_event_fields(run, f))
         return str(event.content["task_id"])
     if action == "summary":
-        obj = _event_fields(run, f)
+        obj = _channel(run, f, _event_fields(run, f))
         content: dict[str, Any] = {"text": f["text"], "scope": f.get("scope", "session")}
         if "decisions" in f:
             content["decisions"] = list(_listed(f["decisions"]))

@@ -85,6 +85,17 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
      "task: missing required field 'title' (a new task needs one; an update gives task_id"),
     ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_section_contains, section: "
      "rules}\n", 8, "step 1 (acb)", "give contains, id or item_type"),
+    # misspelt values: never found, so `present: false` and not-contains passed
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: omission, reason: privacyy, "
+     "present: false}\n", 8, "step 1 (acb)",
+     "assertion omission: field 'reason': expected one of budget|privacy|"),
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_section_not_contains, "
+     "item_type: mesage}\n", 8, "step 1 (acb)", "field 'item_type': expected one of message|"),
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_contains_ref, ref: x, "
+     "section: evidence}\n", 8, "step 1 (acb)", "field 'section': expected one of identity|"),
+    ("steps:\n  - acb: {}\n    assertions:\n      - {type: conflict_flagged, summary: s, "
+     "kind: superseded, present: false}\n", 8, "step 1 (acb)",
+     "field 'kind': expected one of unknown_decision|superseded_decision|"),
 ])
 def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: str, line: int,
                                                         step: str, what: str) -> None:
