@@ -228,8 +228,8 @@ class Recorder:
         except DatabaseError:
             return {}  # the index out of reach: the write goes ahead (`gitmem verify`)
 
-    def _require_events(self, event: Event, known: Mapping[str, Recorded],
-                        written: Mapping[str, str]) -> None:
+    def _require_events(self, refs: Iterable[str], tenant_id: str,
+                        known: Mapping[str, Recorded], written: Mapping[str, str]) -> None:
         """Every event an event cites is one of its tenant's that was recorded: indexed
         (`known`), earlier in this write, or in its day file (written elsewhere a moment
         ago). A line is never rewritten, so a mistyped ref would dangle for good; and its
@@ -238,7 +238,7 @@ class Recorder:
         checks them."""
         if self.recorded is None:
             return
-        for ref in event.refs:
+        for ref in refs:
             if not ref.startswith("evt_"):
                 continue
             tenant = (known[ref][0] if ref in known else written.get(ref)
@@ -252,8 +252,8 @@ class Recorder:
             if tenant is None:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an event that was recorded", field="refs")
-            if tenant != event.tenant_id:  # tenants never see each other's ids
-                raise ValidationError(f"{ref} is not an event of tenant {event.tenant_id!r}; "
+            if tenant != tenant_id:  # tenants never see each other's ids
+                raise ValidationError(f"{ref} is not an event of tenant {tenant_id!r}; "
                                       "cite your own tenant's events", field="refs")
 
     def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]],
@@ -338,6 +338,9 @@ class Recorder:
         parse_handoff(text, rel, packet.tenant_id)
         for dec in packet.decisions:
             self.files.require_decision(dec, "decisions", packet.tenant_id, {})
+        # what it cites is there, and its tenant's: as for an event's refs
+        self.files.require_records(packet.refs, {})
+        self._require_events(packet.refs, packet.tenant_id, {}, {})
         self._publish([Staged(self.store / rel, text.encode())])
         return packet
 
@@ -445,7 +448,7 @@ class Recorder:
             staging[item.target] = item
             item.fresh = minted
             staged.append(item)
-        self._require_events(event, known, written)
+        self._require_events(event.refs, event.tenant_id, known, written)
         full["hash"] = content_hash(kind, full["content"])
         if derive is None:  # the content is as validated: only the hash is new
             return _Prepared(replace(event, hash=full["hash"]), staged)

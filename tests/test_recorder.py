@@ -504,6 +504,25 @@ def test_handoff_with_unknown_decision_is_refused(recorder: Recorder, repo: Path
     assert (repo / "memory" / "handoffs" / f"{packet.id}.yaml").is_file()
 
 
+def test_a_handoff_citing_what_is_not_there_or_another_tenants_is_refused(
+        memory: Memory) -> None:
+    """Its refs were not checked on write: verify and the pre-commit hook refused the
+    file afterwards, and the daemon's commits left it out for good."""
+    own = memory.record({"content": {"text": "ours"}}).id
+    theirs = memory.record({"content": {"text": "theirs"}, "tenant_id": "globex"}).id
+    handoffs = memory.store / "handoffs"
+    before = sorted(p.name for p in handoffs.iterdir())
+    for refs, said in (([own, "evt_01M8G91Z3MS2KFWX37FW5QXZZ0"], "is not in the store"),
+                       (["dec_01AAAAAAAAAAAAAAAAAAAAAAAA"], "is not in the store"),
+                       ([theirs], "is not an event of tenant 'default'")):
+        with pytest.raises(ValidationError) as caught:
+            memory.create_handoff("coder", "Fix it", refs=refs)
+        assert caught.value.field == "refs" and said in str(caught.value)
+    assert sorted(p.name for p in handoffs.iterdir()) == before
+    packet = memory.create_handoff("coder", "Fix it", refs=[own])
+    assert packet.refs == (own,)
+
+
 def test_another_tenants_task_or_decision_is_never_written_through(
         recorder: Recorder, repo: Path) -> None:
     """A tenant cannot update another tenant's task, supersede its decision or hand it
