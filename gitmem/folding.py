@@ -77,6 +77,8 @@ _WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 _HUMP = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")
 _PIECE = re.compile(r"[A-Za-z0-9]+")
 _HUMPS = re.compile(r"[A-Z]+(?![a-z])[0-9]*|[A-Z]?[a-z]+[0-9]*|[0-9]+")
+# a literal first: found by a fast scan; not inside a host or a dotted name (db-7.internal)
+_JOINED_NUMBER = re.compile(r"-([0-9]+)(?![\w@/]|[.:][\w])")
 COMPOUND_MAX = 200      # longer tokens (keys, blobs) are not taken apart
 _UNSPACED = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
                        "\uac00-\ud7a3\uf900-\ufaff\U00020000-\U0003134f]+")
@@ -104,9 +106,23 @@ def search_text(text: str) -> str | None:
         if singles:
             folded += "\n" + " ".join(singles)
     groups = [" ".join(parts) for parts in compounds(plain).values()]
+    numbers = joined_numbers(plain)
+    if numbers:
+        groups.append(" ".join(numbers))
     if groups:
         folded += "\n" + "\n".join(groups)
     return None if folded == text else folded
+
+
+def joined_numbers(text: str) -> list[str]:
+    """The numbers joined to a word by a hyphen (`JIRA-4521`, `PR-12`), each once:
+    PostgreSQL's parser reads them signed (`-4521`), so the index holds them unsigned
+    as well, where `4521` and `ticket 4521` find them."""
+    found: dict[str, None] = {}
+    for match in _JOINED_NUMBER.finditer(text):
+        if match.start() and text[match.start() - 1].isalnum():
+            found[match[1]] = None
+    return list(found)
 
 
 def compounds(text: str) -> dict[str, tuple[str, ...]]:

@@ -74,7 +74,10 @@ def analyze(db: Database, text: str) -> list[Term]:
     for token, lexemes in worded:
         if not lexemes:
             continue  # a stopword
-        forms = tuple(dict.fromkeys([*lexemes, token.lower()]))
+        # a number joined to a word (`JIRA-4521`) is read signed: its digits are a form
+        # too, as the index holds them (folding.joined_numbers)
+        unsigned = [token[1:]] if token[:1] == "-" and token[1:].isdigit() else []
+        forms = tuple(dict.fromkeys([*lexemes, token.lower(), *unsigned]))
         if forms[0] in seen:
             continue
         seen.add(forms[0])

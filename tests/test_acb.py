@@ -773,6 +773,24 @@ def test_a_part_of_a_compound_word_is_found(memory: Memory, stored: str, asked: 
     assert section(acb, "retrieved_evidence")[0]["text"] == f"user: {stored}"  # as written
 
 
+@pytest.mark.parametrize(("stored", "asked"), [
+    ("Bug JIRA-4521: the invoice total is off by a cent", "what is ticket 4521 about"),
+    ("Bug JIRA-4521: the invoice total is off by a cent", "JIRA-4521"),
+    ("Ticket 8812 tracks the login timeout", "OPS-8812"),
+])
+def test_a_ticket_number_is_found_with_or_without_its_project(memory: Memory, stored: str,
+                                                              asked: str) -> None:
+    """PostgreSQL reads `JIRA-4521` as `jira` and `-4521`: asked `ticket 4521`, only
+    another ticket's text matched (on `ticket`), and `OPS-8812` did not find 8812."""
+    fact = say(memory, stored)
+    other = say(memory, "Ticket 7730 tracks the signup form")
+    for n, what in enumerate(["the export", "a typo", "the cache", "dark mode"]):
+        say(memory, f"Ticket {6100 + n} tracks {what}")  # `ticket` is a common word
+    acb = memory.build_acb({"now": NOW, "query_text": asked})
+    found = [i["id"] for i in section(acb, "retrieved_evidence")]
+    assert found[0] == fact and (other not in found or found.index(other) > 0)
+
+
 def test_a_compound_in_a_query_is_asked_as_the_phrase_of_its_parts(memory: Memory) -> None:
     """`invoice_calc.py` finds the path that holds it, not a text with its words apart."""
     fact = say(memory, "the bug is in billing/invoice_calc.py line 40")

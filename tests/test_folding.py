@@ -55,6 +55,15 @@ def test_the_index_holds_the_parts_of_compound_words_after_the_text() -> None:
     assert search_text("Ünïcode.Path") == "Unicode.Path\nUnicode Path"
 
 
+def test_the_index_holds_a_number_joined_to_a_word_unsigned_too() -> None:
+    """PostgreSQL reads `JIRA-4521` as `jira` and the signed `-4521`: asked `4521` (or
+    `ticket 4521`), nothing matched. A host's or a dotted name's number is its own."""
+    text = "Bug JIRA-4521 blocks PR-12 (see OPS-8812: db-prod-7.internal, -5 degrees)"
+    assert search_text(text) == text + "\ndb prod 7 internal\n4521 12 8812"
+    assert search_text("release 2.3.1 and build 7-1") == "release 2.3.1 and build 7-1\n1"
+    assert search_text("plain words only") is None
+
+
 def test_the_index_holds_each_character_of_an_unspaced_run_alone_too() -> None:
     assert search_text("今日は雨です") == " 今日 日は は雨 雨で です \n今 日 は 雨 で す"
     assert search_text("猫が猫を") == " 猫が が猫 猫を \n猫 が を"  # once each
