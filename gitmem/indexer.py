@@ -386,7 +386,8 @@ def reindex(db: Database, store: Path, policies: Policies,
 # beyond the policy's values; a change remakes existing rows once. 2: a number under a
 # key naming a secret is redacted too (and an event's chunks are told duplicates by
 # `records.content_key`); 3: a line giving a key twice, or a number beyond a float's
-# range, is refused (it was served with the key's last value, or null).
+# range, is refused (it was served with the key's last value, or null), and a number
+# joined to a word by a hyphen is searchable unsigned (`folding.joined_numbers`).
 ROW_RULES = 3
 
 
