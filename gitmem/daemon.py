@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitmem import client, gctune
+from gitmem import client, gctune, processes
 from gitmem.config import Config
 from gitmem.errors import DaemonError, DatabaseError, GitError, GitmemError
 from gitmem.server import ServerOptions
@@ -99,16 +99,6 @@ def running_pid(config: Config) -> int | None:
         return None  # nobody holds the lock: whatever the file says is stale
     finally:
         os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process of that pid
-    return True
 
 
 def _unwritable(config: Config, exc: OSError) -> DaemonError:
@@ -464,7 +454,7 @@ def stop(config: Config, *, timeout: float = 30.0) -> int | None:
         if running_pid(config) is None:
             return pid
         time.sleep(0.02)
-    if not _alive(pid):
+    if not processes.alive(pid):
         raise DaemonError(f"the daemon (pid {pid}) is gone, but a process it started still "
                           f"holds {pid_path(config)} after {timeout:.0f}s; `fuser "
                           f"{pid_path(config)}` names it")
@@ -481,7 +471,7 @@ def status(config: Config) -> dict[str, Any]:
     report: dict[str, Any] = {"running": pid is not None, "pid": pid,
                               "socket": str(config.socket_path),
                               "log": str(log_path(config))}
-    if pid is not None and pid > 0 and not _alive(pid):
+    if pid is not None and pid > 0 and not processes.alive(pid):
         # killed (-9): its indexer process keeps the store served until its batch ends
         report.update(running=False, finishing=True)
     elif pid is not None:

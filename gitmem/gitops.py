@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from gitmem import leftovers
+from gitmem import leftovers, processes
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, GitError
 from gitmem.recovery import PREFIX
@@ -166,19 +166,9 @@ def commit_in_progress(git_dir: Path, now: float | None = None) -> str | None:
         return None
     if age >= COMMIT_MARKER_FRESH_S:
         pid = int(text[0]) if text and text[0].isdigit() else 0
-        if pid <= 1 or not _alive(pid):
+        if pid <= 1 or not processes.alive(pid):
             return None
     return "a `git commit` is running its hooks"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def mark_commit(git_dir: Path, pid: int) -> None:
