@@ -328,15 +328,23 @@ def unrecognized_files(store: Path) -> list[dict[str, str]]:
     nothing would say why.
     """
     found: list[dict[str, str]] = []
-    for top, expected in EXPECTED_NAMES.items():
+    for top in EXPECTED_NAMES:
         for rel, entry in _files_under(str(store), top):
-            if entry.name.startswith("."):  # .gitkeep, .tmp- files, swap files
-                continue
-            if _links_to_folder(entry):
+            if not entry.name.startswith(".") and _links_to_folder(entry):
                 found.append({"path": rel, "reason": "ignored: a link to a folder, not entered"})
-            elif classify(rel) is None:
+            elif (expected := misnamed(rel)) is not None:
                 found.append({"path": rel, "reason": f"ignored: not named {expected}"})
     return found
+
+
+def misnamed(rel: str) -> str | None:
+    """How a file of a record directory should be named, where its name makes gitmem
+    ignore it (None: a record's file, a dot file such as .gitkeep, .tmp- files and
+    swap files, or a file outside those directories)."""
+    top, _, rest = rel.partition("/")
+    if top not in EXPECTED_NAMES or not rest or rel.rsplit("/", 1)[-1].startswith("."):
+        return None
+    return EXPECTED_NAMES[top] if classify(rel) is None else None
 
 
 def walk_files(store: Path, tops: Iterable[str], prefix: str = "") -> Iterator[Path]:

@@ -66,7 +66,7 @@ from gitmem.policy_warnings import (
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import PREFIX
 from gitmem.rows import parse_file
-from gitmem.store import EXPECTED_NAMES, classify, day_file_rel, record_paths
+from gitmem.store import classify, day_file_rel, misnamed, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
 from gitmem.trees import GitTree, Tree, WorkTree, changed_paths
 
@@ -132,16 +132,13 @@ class Checker:
         """Every check that concerns one file alone."""
         kind = classify(rel)
         if kind is None:
-            name = rel.rsplit("/", 1)[-1]
-            top = rel.partition("/")[0]
-            if name.startswith(PREFIX):
+            if rel.rsplit("/", 1)[-1].startswith(PREFIX):
                 self.fail(rel, None, "a staging file of a write that did not finish (a "
                           "crash): `gitmem sync` puts it in place or removes it; never "
                           "commit it")
-            elif top in EXPECTED_NAMES and "/" in rel and not name.startswith(".") \
-                    and self.tree.read(rel) is not None:  # .gitkeep, an editor's swap file
+            elif (expected := misnamed(rel)) is not None and self.tree.read(rel) is not None:
                 self.fail(rel, None, f"gitmem never reads this file: it is not named "
-                          f"{EXPECTED_NAMES[top]}; rename it, or move it out of {top}/")
+                          f"{expected}; rename it, or move it out of {rel.partition('/')[0]}/")
             return
         data = self.tree.read(rel)
         if data is None:
