@@ -132,10 +132,13 @@ class FormatError(GitmemError):
                    severity=problem.get("severity") or "error")
 
 
-def malformed_json(exc: json.JSONDecodeError, *, path: str, line: int | None) -> FormatError:
+def malformed_json(exc: ValueError, *, path: str, line: int | None) -> FormatError:
     """A FormatError for JSON that does not parse, naming the column: "malformed JSON:
     Expecting ',' delimiter at column 12" (json's messages that end in "at" take the
-    column directly: "Unterminated string starting at column 2")."""
+    column directly: "Unterminated string starting at column 2"); or that parses to
+    what a record cannot hold (`records.decode_json`: a key given twice, NaN)."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return FormatError(f"malformed JSON: {exc}", path=path, line=line)
     where = "" if exc.msg.endswith(" at") else " at"
     return FormatError(f"malformed JSON: {exc.msg}{where} column {exc.colno}", path=path,
                        line=line)

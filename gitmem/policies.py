@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -503,10 +502,8 @@ def parse_manifest(text: str, path: str = "manifest.json",
     data: Any = {}
     try:
         data = decode_json(text)
-    except json.JSONDecodeError as exc:
-        found.append(malformed_json(exc, path=path, line=exc.lineno))
     except ValueError as exc:
-        found.append(FormatError(f"malformed JSON: {exc}", path=path))
+        found.append(malformed_json(exc, path=path, line=getattr(exc, "lineno", None)))
     if not isinstance(data, dict):
         found.append(FormatError("expected a JSON object", path=path, line=1))
         data = {}

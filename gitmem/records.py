@@ -429,14 +429,12 @@ def parse_event_line(raw: bytes, *, path: str, line: int) -> Event:
                           f"{exc.start + 1})", path=path, line=line) from None
     try:
         obj = decode_json(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # not JSON; NaN, a key given twice, a number too long
         if text.startswith("\ufeff"):
             raise FormatError("begins with a byte order mark (U+FEFF, written by some "
                               "editors); save the file as UTF-8 without one", path=path,
                               line=line) from None
         raise malformed_json(exc, path=path, line=line) from None
-    except ValueError as exc:  # NaN / Infinity, a key given twice, a number too long
-        raise FormatError(f"malformed JSON: {exc}", path=path, line=line) from None
     except RecursionError:
         raise FormatError(f"nests objects and arrays more than {MAX_DEPTH} deep",
                           path=path, line=line) from None

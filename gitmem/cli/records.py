@@ -103,10 +103,8 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
         except UnicodeDecodeError as exc:
             raise fail(FormatError(f"not valid UTF-8 at column {exc.start + 1}",
                                     path=name, line=number)) from None
-        except json.JSONDecodeError as exc:
-            raise fail(malformed_json(exc, path=name, line=number)) from None
         except ValueError as exc:
-            raise fail(FormatError(f"malformed JSON: {exc}", path=name, line=number)) from None
+            raise fail(malformed_json(exc, path=name, line=number)) from None
         except RecursionError:
             raise fail(FormatError("nests objects and arrays too deep to read; flatten it",
                                    path=name, line=number)) from None
