@@ -123,10 +123,8 @@ def _clear_stale_pid(pgdata: Path) -> None:
         return  # none, or not written yet: pgserver's own checks apply
     try:
         ours = Path(psutil.Process(pid).cwd()).resolve() == pgdata  # a server runs in it
-    except psutil.NoSuchProcess:
-        ours = False  # gone (a crash, or an initdb killed while it wrote the file)
-    except psutil.Error:
-        ours = False  # another user's process
+    except psutil.Error:  # gone (a crash, an initdb killed), or another user's process
+        ours = False
     if not ours:
         logger.warning("%s names pid %d, which is no server of that directory now (a stale "
                        "file); removing it", pid_file, pid)

@@ -430,19 +430,23 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
     A decision's or a task's file is staged (`.tmp-`), its event line appended, then
     the file put in place, while this runs: the day file read after the listing may
     hold the line of a record file the listing missed, which the checks would call
-    lost. So once the day files are read, the writes whose files are staged then are
-    waited for (`STAGED_WAIT_S` at most; a crash's leftovers are not), and the store
-    listed again: every record file a line of theirs wrote is in place by then."""
+    lost. So the store is listed again once the day files are read, and where writes
+    had files staged then, once more after waiting for them (`STAGED_WAIT_S` at most; a
+    crash's leftovers are not waited for): every record file a line of theirs wrote is
+    in place by then."""
     events = [p for p in candidates if classify(p[len(prefix):]) == "events"]
     if not events:
         return {}, candidates
     root = Path(str(repo.working_tree_dir))
     blobs = dict(zip(events, repo.git.hash_object("-w", "--", *events).split(), strict=True))
-    staged = [root / p for p in _changed(repo, specs) if _staging(p) and _fresh(root / p)]
-    deadline = time.monotonic() + STAGED_WAIT_S
-    while any(os.path.lexists(p) for p in staged) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    later = [p for p in uncommitted(repo, specs) if p not in held and p not in blobs
+    listed = _changed(repo, specs)
+    staged = [root / p for p in listed if _staging(p) and _fresh(root / p)]
+    if staged:  # listed again once they are in place (or the wait is over)
+        deadline = time.monotonic() + STAGED_WAIT_S
+        while any(os.path.lexists(p) for p in staged) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        listed = _changed(repo, specs)
+    later = [p for p in listed if not _staging(p) and p not in held and p not in blobs
              and classify(p[len(prefix):]) != "events" and os.path.lexists(root / p)]
     return blobs, sorted({*candidates, *later})
 
