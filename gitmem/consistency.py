@@ -59,6 +59,11 @@ class SummaryFacts:
     ts: datetime | None = None
 
 
+# The ways a summary can disagree with what it cites (`summary_conflicts`' kinds).
+CONFLICT_KINDS = ("unknown_decision", "superseded_decision", "missing_ref",
+                  "foreign_session_ref")
+
+
 def summary_conflicts(summary: SummaryFacts, chain: TenantDecisions,
                       ref_sessions: Mapping[str, str]) -> list[dict[str, Any]]:
     """Every way `summary` disagrees with the decisions and records it cites.

@@ -20,6 +20,9 @@ from gitmem.prompt import header_tokens
 
 ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE joins
 OMISSION_IDS_MAX = 200
+# Every reason an omission gives (docs/FORMATS.md, "The ACB's omissions").
+OMISSION_REASONS = ("budget", "privacy", "duplicate", "superseded", "conflict",
+                    "truncated_tool_output", "truncated_pinned")
 # Reasons an id may be left out for by one section and packed by another later: the
 # omissions list only those still left out ("conflict" names packed summaries).
 LEFT_OUT = frozenset({"budget", "duplicate"})

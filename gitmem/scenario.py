@@ -23,8 +23,10 @@ from typing import Any
 
 import yaml
 
+from gitmem.consistency import CONFLICT_KINDS
 from gitmem.documents import SafeLoader, yaml_problem
 from gitmem.errors import GitmemError, ScenarioError
+from gitmem.packing import OMISSION_REASONS
 from gitmem.policies import SECTIONS
 from gitmem.records import CHANNELS, KINDS, SENSITIVITIES, parse_ts
 
@@ -69,11 +71,10 @@ DAEMON_ACTIONS = ("start", "stop", "kill", "restart")
 # The values an assertion's field may name: a misspelt reason, item type, section or
 # conflict kind is never found, so `present: false` or a not-contains would pass.
 ASSERTION_VALUES: dict[str, tuple[str, ...]] = {
-    "reason": ("budget", "privacy", "duplicate", "superseded", "conflict",
-               "truncated_tool_output", "truncated_pinned"),
+    "reason": OMISSION_REASONS,
     "item_type": tuple(dict.fromkeys((*KINDS, "task", "view", "handoff"))),
     "section": SECTIONS,
-    "kind": ("unknown_decision", "superseded_decision", "missing_ref", "foreign_session_ref"),
+    "kind": CONFLICT_KINDS,
 }
 ERRORS = ("PrivacyError", "ValidationError", "FormatError", "StoreError", "GitError",
           "GitmemError")
