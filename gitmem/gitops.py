@@ -485,8 +485,8 @@ def _check(repo: git.Repo, prefix: str, policies: Policies, old: str | None, tre
 
     A problem that names no path of `paths` holds all of them back.
     """
+    from gitmem.checks import Checker
     from gitmem.trees import GitTree
-    from gitmem.verify import Checker
 
     base = GitTree(repo, prefix, old) if old else None
     checker = Checker(GitTree(repo, prefix, tree), policies, display=prefix, base=base,

@@ -1,4 +1,4 @@
-"""Store files from somewhere, as the checks of gitmem/verify.py read them: the work
+"""Store files from somewhere, as the checks of gitmem/checks.py read them: the work
 tree, the git index, a commit; and which of a revision's files are there, hold a
 string, or changed."""
 
