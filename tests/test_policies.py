@@ -362,6 +362,12 @@ def test_malformed_manifest_json() -> None:
     with pytest.raises(FormatError) as caught:
         parse_manifest('{"format_version": 1,\n "x": }')
     assert caught.value.line == 2 and "malformed JSON" in str(caught.value)
+    with pytest.raises(FormatError) as caught:  # which tenant is meant? neither is taken
+        parse_manifest('{"format_version": 1, "default_tenant": "acme", '
+                       '"default_tenant": "globex"}')
+    assert caught.value.path == "manifest.json"
+    assert "malformed JSON: key 'default_tenant' is given twice in one object; keep one" in (
+        str(caught.value))
 
 
 def test_missing_policy_file_says_how_to_fix(tmp_path: Path) -> None:
