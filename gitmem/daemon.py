@@ -167,9 +167,9 @@ class Autocommit:
 
     def note_paths(self, paths: Iterable[str]) -> None:
         """The watcher indexed changed files (edits, hand appends, deletes)."""
-        from gitmem import gitops
+        from gitmem import autocommit
 
-        if any(p.split("/", 1)[0] in gitops.AUTOCOMMIT_DIRS for p in paths):
+        if any(p.split("/", 1)[0] in autocommit.AUTOCOMMIT_DIRS for p in paths):
             self._note(0)
 
     def _note(self, events: int) -> None:
@@ -202,10 +202,10 @@ class Autocommit:
         """Put right what an autocommit that died left (gitmem/leftovers.py), and commit,
         as for the daemon's own writes, the changes made before it started: writes made
         with no daemon, events answered just before a crash."""
-        from gitmem import gitops
+        from gitmem import autocommit
 
         try:
-            waiting = gitops.recover(self.store)
+            waiting = autocommit.recover(self.store)
         except GitError as exc:
             logger.warning("cannot look for store changes to commit at start: %s", exc)
             return
@@ -221,10 +221,10 @@ class Autocommit:
                 or time.monotonic() - self._dirty_since >= self.interval)
 
     def _commit(self) -> None:
-        from gitmem import gitops
+        from gitmem import autocommit
 
         try:
-            result = gitops.autocommit(self.store)
+            result = autocommit.commit(self.store)
         except GitError as exc:
             if str(exc) != self._last_skip:
                 logger.info("%s", exc)

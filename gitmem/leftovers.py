@@ -1,6 +1,6 @@
 """What an autocommit killed part-way leaves behind, and putting it right.
 
-Autocommit (gitmem/gitops.py) builds its commit in a temporary index in a directory
+Autocommit (gitmem/autocommit.py) builds its commit in a temporary index in a directory
 under `.git`, notes there the paths it commits (`note_pending`), moves HEAD with
 `update-ref`, then resets the person's index to the new HEAD for those paths. A crash
 (kill -9, a power cut) in between leaves:
@@ -44,7 +44,7 @@ PENDING_NAME = "pending"  # the paths whose index entries the autocommit is abou
 # the directory is made); one without a lock (made by an older gitmem) once it is very old.
 UNLOCKED_MIN_AGE_S = 2.0
 LOCKLESS_MIN_AGE_S = 3600.0
-# The last paragraph of every autocommit's message (gitops.describe).
+# The last paragraph of every autocommit's message (autocommit.describe).
 AUTOCOMMIT_TRAILER = "Committed by the gitmem daemon (autocommit of the memory store)."
 _ZERO = "0" * 40
 

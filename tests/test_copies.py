@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gitmem import gitops, ids
+from gitmem import autocommit, ids
 from gitmem.copies import Copy, EventLines, HomeLines, original, why_original
 from gitmem.hooks import install
 from gitmem.memory import Memory
@@ -362,6 +362,6 @@ def test_autocommit_holds_back_a_recorded_id_pasted_into_another_day_file(
     forge(root, event_id)
     fine = minted("2026-06-03T09:00:00+00:00")
     append(root / JUNE_3, line(fine, "a fine line", "2026-06-03T09:00:00+00:00"))
-    result = gitops.autocommit(root / "memory")
+    result = autocommit.commit(root / "memory")
     assert result is not None and result.paths == [STORE_JUNE_3]
     assert [p for p in result.held_back[JUNE_1] if f"is also {JUNE_2}:1" in p]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gitmem import gitops
+from gitmem import autocommit, gitops
 from gitmem.config import Config
 from gitmem.daemon import running_pid
 from gitmem.memory import Memory
@@ -61,8 +61,8 @@ def autocommit_killed_in(store: Path, tmp: Path, subcommand: str) -> None:
     """Run an autocommit in a process of its own and kill -9 it inside `git SUBCOMMAND`."""
     env, flag, hit = slow_git(tmp)
     flag.write_text(subcommand)
-    code = ("import sys; from pathlib import Path; from gitmem import gitops; "
-            "gitops.autocommit(Path(sys.argv[1]))")
+    code = ("import sys; from pathlib import Path; from gitmem import autocommit; "
+            "autocommit.commit(Path(sys.argv[1]))")
     proc = subprocess.Popen([sys.executable, "-c", code, str(store)], env=env,
                             start_new_session=True)
     try:
@@ -92,7 +92,7 @@ def test_an_index_a_killed_autocommit_left_behind_is_put_right(root: Path,
     assert staged[-2:] == ["D", path]  # the crash: the new day file staged as deleted
     record(store, "second fact, after the crash")
     on_disk = (root / path).read_bytes()
-    assert gitops.recover(store) == [path]  # put right; the appended line waits
+    assert autocommit.recover(store) == [path]  # put right; the appended line waits
     assert git(root, "diff", "--cached", "--name-status").split() == staged[:-2]
     assert "README.md" in staged
     assert (root / path).read_bytes() == on_disk
@@ -102,12 +102,12 @@ def test_autocommit_puts_a_stale_index_right_with_nothing_new_to_commit(
         root: Path, tmp_path: Path) -> None:
     store = root / "memory"
     record(store, "first fact")
-    assert gitops.autocommit(store) is not None
+    assert autocommit.commit(store) is not None
     record(store, "second fact")
     path = day_file(store)
     autocommit_killed_in(store, tmp_path, "reset")
     assert git(root, "diff", "--cached", "--name-only").split() == [path]  # lines "gone"
-    assert gitops.autocommit(store) is None  # nothing to commit, and yet:
+    assert autocommit.commit(store) is None  # nothing to commit, and yet:
     assert git(root, "diff", "--cached", "--name-only") == ""
     assert git(root, "status", "--porcelain") == ""
 
@@ -117,13 +117,13 @@ def test_a_persons_staged_edit_of_an_autocommitted_file_stays_staged(root: Path)
     with Memory(Config(store=store)) as memory:
         first = memory.record({"session_id": "s1", "content": {"text": "we ship"}}).id
         memory.decide("Deploy on Fridays", [first], title="Friday deploys", session_id="s1")
-    assert gitops.autocommit(store) is not None
+    assert autocommit.commit(store) is not None
     rel = next(p for p in git(root, "ls-files", "memory/decisions").split()
                if p.endswith(".md"))
     edited = root / rel
     edited.write_text(edited.read_text() + "\nA person's note.\n")
     git(root, "add", rel)
-    assert gitops.recover(store) == [rel]
+    assert autocommit.recover(store) == [rel]
     assert git(root, "diff", "--cached", "--name-only").split() == [rel]
 
 
@@ -132,13 +132,13 @@ def test_a_persons_git_rm_cached_of_a_day_file_just_autocommitted_stays_staged(
     store = root / "memory"
     record(store, "first fact")
     path = day_file(store)
-    assert gitops.autocommit(store) is not None
+    assert autocommit.commit(store) is not None
     git(root, "rm", "-q", "--cached", path)  # what a crash also leaves, but done by hand
     staged = git(root, "diff", "--cached", "--name-status").split()
     assert staged == ["D", path]
     assert not list((root / ".git").glob("gitmem-commit-*"))  # no autocommit died
-    assert gitops.recover(store) == [path]  # untracked in the index now: it waits
-    assert gitops.autocommit(store) is None  # HEAD holds it as it is on disk
+    assert autocommit.recover(store) == [path]  # untracked in the index now: it waits
+    assert autocommit.commit(store) is None  # HEAD holds it as it is on disk
     assert git(root, "diff", "--cached", "--name-status").split() == staged
 
 
@@ -150,7 +150,7 @@ def test_a_killed_autocommits_note_names_the_paths_it_was_committing(
     autocommit_killed_in(store, tmp_path, "reset")
     [note] = (root / ".git").glob("gitmem-commit-*/pending")
     assert note.read_bytes().split(b"\0") == [path.encode()]
-    assert gitops.recover(store) == []  # put right: nothing waits
+    assert autocommit.recover(store) == []  # put right: nothing waits
     assert not list((root / ".git").glob("gitmem-commit-*"))  # and the note is gone
 
 
@@ -160,7 +160,7 @@ def test_pre_commit_advice_after_a_killed_autocommit_keeps_every_line(
     store = root / "memory"
     record(store, "first fact")
     for _ in range(commits_before):  # then the crash truncates a committed file
-        assert gitops.autocommit(store) is not None
+        assert autocommit.commit(store) is not None
         record(store, "another fact")
     path = day_file(store)
     autocommit_killed_in(store, tmp_path, "reset")
@@ -179,7 +179,7 @@ def test_pre_commit_advice_after_a_killed_autocommit_keeps_every_line(
 def test_pre_commit_still_advises_a_checkout_where_it_loses_nothing(root: Path) -> None:
     store = root / "memory"
     record(store, "first fact")
-    assert gitops.autocommit(store) is not None
+    assert autocommit.commit(store) is not None
     path = day_file(store)
     git(root, "rm", "-q", path)  # gone from disk too: a checkout loses nothing
     problems = [str(p) for p in verify_staged(store, load_policies(store))]
@@ -230,7 +230,7 @@ def test_the_temporary_directory_of_a_killed_autocommit_is_removed(root: Path,
     old_style = git_dir / "gitmem-commit-oldstyle"  # an older gitmem's: no lock file
     old_style.mkdir()
     _age(old_style, 7200)
-    assert gitops.autocommit(store) is not None
+    assert autocommit.commit(store) is not None
     assert list(git_dir.glob("gitmem-commit-*")) == []
 
 

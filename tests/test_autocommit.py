@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitmem import gitops
+from gitmem import autocommit, gitops
 from gitmem.config import Config
 from gitmem.errors import GitError
 from gitmem.memory import Memory
@@ -45,7 +45,7 @@ def test_autocommit_commits_only_the_store_and_keeps_the_persons_index(root: Pat
     with Memory(Config(store=store)) as memory:
         memory.decide("Deploy on Fridays", [first], title="Friday deploys", session_id="s1")
         memory.task("Write the runbook", owner="ana", session_id="s1")
-    result = gitops.autocommit(store)
+    result = autocommit.commit(store)
     assert result is not None and result.events == 5
     committed = git(root, "show", "--name-only", "--format=", "HEAD").split()
     assert committed and all(p.startswith(("memory/events/", "memory/decisions/",
@@ -61,7 +61,7 @@ def test_autocommit_commits_only_the_store_and_keeps_the_persons_index(root: Pat
     assert "sessions: s1 (4), s2 (1)" in message
     assert "Friday deploys" in message and "Write the runbook [open]" in message
     assert "events: 3 message" in message
-    assert gitops.autocommit(store) is None  # nothing left: no empty commit
+    assert autocommit.commit(store) is None  # nothing left: no empty commit
     assert log(root) == [subject, "init"]
 
 
@@ -83,7 +83,7 @@ def test_autocommit_takes_a_record_file_a_write_puts_in_place_while_it_runs(
     timer = threading.Timer(0.2, staged.rename, [target])
     timer.start()
     try:
-        result = gitops.autocommit(store)
+        result = autocommit.commit(store)
     finally:
         timer.join()
     assert result is not None and result.held_back == {}
@@ -96,7 +96,7 @@ def test_autocommit_starts_the_history_of_a_fresh_repository(tmp_path: Path) -> 
     root = tmp_path / "fresh"
     store = init_store(root).store
     record(store, "first words")
-    result = gitops.autocommit(store)
+    result = autocommit.commit(store)
     assert result is not None
     assert git(root, "rev-list", "--count", "HEAD").strip() == "1"
     files = git(root, "show", "--name-only", "--format=", "HEAD").split()
@@ -118,7 +118,7 @@ def test_autocommit_waits_out_a_merge_with_conflicts(root: Path) -> None:
     merge = git_may_fail(root, "merge", "other")
     assert merge != 0
     with pytest.raises(GitError, match="a merge is in progress"):
-        gitops.autocommit(root / "memory")
+        autocommit.commit(root / "memory")
     assert git(root, "rev-parse", "HEAD") == head
 
 
@@ -127,16 +127,16 @@ def test_autocommit_never_on_a_rebase_or_a_detached_head(root: Path) -> None:
     record(store, "x")
     (Path(git(root, "rev-parse", "--absolute-git-dir").strip()) / "rebase-merge").mkdir()
     with pytest.raises(GitError, match="rebase"):
-        gitops.autocommit(store)
+        autocommit.commit(store)
     (Path(git(root, "rev-parse", "--absolute-git-dir").strip()) / "rebase-merge").rmdir()
     git(root, "checkout", "-q", "--detach")
     with pytest.raises(GitError, match="detached"):
-        gitops.autocommit(store)
+        autocommit.commit(store)
 
 
 def test_autocommit_outside_git_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(GitError, match="not inside a git repository"):
-        gitops.autocommit(tmp_path)
+        autocommit.commit(tmp_path)
 
 
 def git_may_fail(root: Path, *args: str) -> int:
