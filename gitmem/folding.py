@@ -34,6 +34,10 @@ What an item shows is never folded.
   (gitmem/lexicon.py), so a part is found, and a compound inside a longer one.
   Numbers, times and addresses made of digits only (`10:00:00`, `10.0.0.1`)
   are left whole.
+- *Numbers the parser keeps inside a word.* A number joined to a word by a hyphen
+  (`JIRA-4521`) is read signed, a version written with its `v` (`v2.3.1`) as one
+  token: the index holds the bare number too (`joined_numbers`, `bare_versions`), and
+  a query asks for both forms.
 
 A run of 500 characters or more without a space (a pasted blob, a long key) is
 cut into pieces of 500 on both sides too: PostgreSQL refuses a lexeme over
@@ -79,6 +83,8 @@ _PIECE = re.compile(r"[A-Za-z0-9]+")
 _HUMPS = re.compile(r"[A-Z]+(?![a-z])[0-9]*|[A-Z]?[a-z]+[0-9]*|[0-9]+")
 # a literal first: found by a fast scan; not inside a host or a dotted name (db-7.internal)
 _JOINED_NUMBER = re.compile(r"-([0-9]+)(?![\w@/]|[.:][\w])")
+# a version written with its `v` (v2.3.1): one token to the parser, 2.3.1 another
+_PREFIXED_VERSION = re.compile(r"[vV]([0-9]++(?:\.[0-9]++)++)(?![\w@/]|[.:][\w])")
 COMPOUND_MAX = 200      # longer tokens (keys, blobs) are not taken apart
 _UNSPACED = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
                        "\uac00-\ud7a3\uf900-\ufaff\U00020000-\U0003134f]+")
@@ -106,7 +112,7 @@ def search_text(text: str) -> str | None:
         if singles:
             folded += "\n" + " ".join(singles)
     groups = [" ".join(parts) for parts in compounds(plain).values()]
-    numbers = joined_numbers(plain)
+    numbers = joined_numbers(plain) + bare_versions(plain)
     if numbers:
         groups.append(" ".join(numbers))
     if groups:
@@ -121,6 +127,19 @@ def joined_numbers(text: str) -> list[str]:
     found: dict[str, None] = {}
     for match in _JOINED_NUMBER.finditer(text):
         if match.start() and text[match.start() - 1].isalnum():
+            found[match[1]] = None
+    return list(found)
+
+
+def bare_versions(text: str) -> list[str]:
+    """The versions written with a `v` (`v2.3.1`, `V10.4`), without it, each once:
+    PostgreSQL's parser reads `v2.3.1` as one token and `2.3.1` as another, so the
+    index holds the bare version as well, where `2.3.1` finds it (and a query's
+    `v2.3.1` asks for the bare one too: gitmem/lexicon.py)."""
+    found: dict[str, None] = {}
+    for match in _PREFIXED_VERSION.finditer(text):
+        start = match.start()
+        if not start or not (text[start - 1].isalnum() or text[start - 1] in "_.-/@"):
             found[match[1]] = None
     return list(found)
 

@@ -387,8 +387,9 @@ def reindex(db: Database, store: Path, policies: Policies,
 # key naming a secret is redacted too (and an event's chunks are told duplicates by
 # `records.content_key`); 3: a line giving a key twice, or a number beyond a float's
 # range, is refused (it was served with the key's last value, or null), and a number
-# joined to a word by a hyphen is searchable unsigned (`folding.joined_numbers`).
-ROW_RULES = 3
+# joined to a word by a hyphen is searchable unsigned (`folding.joined_numbers`); 4: a
+# version written with its `v` is searchable without it (`folding.bare_versions`).
+ROW_RULES = 4
 
 
 def row_policies(policies: Policies) -> str:

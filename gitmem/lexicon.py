@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gitmem.db import Database
-from gitmem.folding import compounds, fold
+from gitmem.folding import bare_versions, compounds, fold
 from gitmem.rows import tenant_tag
 
 DAYS_MAX = 120          # newest days (with chunks) a lane may reach before going whole
@@ -74,10 +74,12 @@ def analyze(db: Database, text: str) -> list[Term]:
     for token, lexemes in worded:
         if not lexemes:
             continue  # a stopword
-        # a number joined to a word (`JIRA-4521`) is read signed: its digits are a form
-        # too, as the index holds them (folding.joined_numbers)
+        # a number joined to a word (`JIRA-4521`) is read signed, a version with its `v`
+        # (`v2.3.1`) as one token: the digits are a form too, as the index holds them
+        # (folding.joined_numbers, folding.bare_versions)
         unsigned = [token[1:]] if token[:1] == "-" and token[1:].isdigit() else []
-        forms = tuple(dict.fromkeys([*lexemes, token.lower(), *unsigned]))
+        forms = tuple(dict.fromkeys([*lexemes, token.lower(), *unsigned,
+                                     *bare_versions(token)]))
         if forms[0] in seen:
             continue
         seen.add(forms[0])

@@ -791,6 +791,22 @@ def test_a_ticket_number_is_found_with_or_without_its_project(memory: Memory, st
     assert found[0] == fact and (other not in found or found.index(other) > 0)
 
 
+@pytest.mark.parametrize(("stored", "asked"), [
+    ("Release v2.3.1 fixes the login timeout", "what changed in 2.3.1"),
+    ("Release 2.3.1 fixes the login timeout", "what changed in v2.3.1"),
+    ("Release v2.3.1 fixes the login timeout", "V2.3.1"),
+])
+def test_a_version_is_found_with_or_without_its_v(memory: Memory, stored: str,
+                                                  asked: str) -> None:
+    """PostgreSQL reads `v2.3.1` as one token and `2.3.1` as another: neither found the
+    other, and `changed` matched another release's note instead."""
+    fact = say(memory, stored)
+    other = say(memory, "Release v2.3.2 changed the export format")
+    acb = memory.build_acb({"now": NOW, "query_text": asked})
+    found = [i["id"] for i in section(acb, "retrieved_evidence")]
+    assert found[0] == fact and (other not in found or found.index(other) > 0)
+
+
 def test_a_compound_in_a_query_is_asked_as_the_phrase_of_its_parts(memory: Memory) -> None:
     """`invoice_calc.py` finds the path that holds it, not a text with its words apart."""
     fact = say(memory, "the bug is in billing/invoice_calc.py line 40")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gitmem.folding import compound_parts, compounds, fold, search_text
+from gitmem.folding import bare_versions, compound_parts, compounds, fold, search_text
 
 
 @pytest.mark.parametrize(("text", "folded"), [
@@ -62,6 +62,16 @@ def test_the_index_holds_a_number_joined_to_a_word_unsigned_too() -> None:
     assert search_text(text) == text + "\ndb prod 7 internal\n4521 12 8812"
     assert search_text("release 2.3.1 and build 7-1") == "release 2.3.1 and build 7-1\n1"
     assert search_text("plain words only") is None
+
+
+def test_the_index_holds_a_version_written_with_its_v_without_it_too() -> None:
+    """PostgreSQL reads `v2.3.1` as one token and `2.3.1` as another: neither found
+    the other. A `v` inside a word (`libv2.3`) or a version running on into a word is
+    not a version's."""
+    assert search_text("ship v2.3.1 and V10.4.") == "ship v2.3.1 and V10.4.\nv2 3 1\nV10 4" \
+        "\n2.3.1 10.4"
+    assert bare_versions("v1.2.3-rc1, v1.2.3 again") == ["1.2.3"]
+    assert bare_versions("libv2.3 v2.3.1a x/v1.2 v2 v.3") == []
 
 
 def test_the_index_holds_each_character_of_an_unspaced_run_alone_too() -> None:
