@@ -372,7 +372,8 @@ def slugify(heading: str) -> str:
 
 def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     chunks: list[ViewChunk] = []
-    seen: dict[str, int] = {}
+    seen: dict[str, int] = {}   # a slug's last number
+    used: set[str] = set()      # every anchor given: each is a chunk's key
     heading, anchor, start = "", "", first_line
     lines: list[str] = []
     in_fence = False
@@ -390,9 +391,12 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             flush()
             heading = match.group(2)
             base = slugify(heading) or "section"
-            count = seen.get(base, 0)
-            seen[base] = count + 1
-            anchor = base if count == 0 else f"{base}-{count}"
+            anchor, count = base, seen.get(base, 0)
+            while anchor in used:  # `Notes` twice and `Notes 1` all slugify to notes-1
+                count += 1
+                anchor = f"{base}-{count}"
+            seen[base] = count
+            used.add(anchor)
             start, lines = first_line + offset, [line]
         else:
             lines.append(line)

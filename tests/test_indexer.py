@@ -229,6 +229,19 @@ def test_sync_reparses_an_edited_markdown_file(memory: Memory, store: Path, dsn:
     assert rows(dsn, schema, "SELECT status FROM tasks") == [("done",)]
 
 
+def test_a_view_whose_headings_slugify_alike_is_indexed_whole(memory: Memory, store: Path,
+                                                                dsn: str, schema: str) -> None:
+    """Headings `Notes`, `Notes` and `Notes 1` made two anchors notes-1: a reindex failed
+    on the key, and a sync kept two of the three chunks."""
+    memory.sync()
+    write(store, "views/notes.md", "---\nsection: rules\npinned: true\n---\n# Notes\n\n"
+          "first\n\n## Notes\n\nsecond\n\n## Notes 1\n\nthird\n")
+    memory.sync()
+    assert rows(dsn, schema, "SELECT anchor FROM view_chunks WHERE path = %s ORDER BY ord",
+                ("views/notes.md",)) == [("notes",), ("notes-1",), ("notes-1-1",)]
+    assert_reindex_equal(memory, dsn, schema)
+
+
 def test_sync_removes_rows_of_deleted_files(memory: Memory, store: Path, dsn: str,
                                             schema: str) -> None:
     write(store, DAY, line(1))

@@ -570,6 +570,15 @@ def test_view_chunks_at_headings_with_their_lines() -> None:
     assert "# not a heading" in view.chunks[1].text
 
 
+def test_every_heading_of_a_view_gets_an_anchor_of_its_own() -> None:
+    """`Notes` twice gives notes and notes-1, and a heading `Notes 1` slugifies to
+    notes-1 too: each anchor is a chunk's key in the index (a clash failed every
+    reindex, or dropped the chunk from an incremental sync)."""
+    body = "# Notes\n\na\n\n## Notes\n\nb\n\n## Notes 1\n\nc\n## Notes\nd\n## notes-2\ne\n"
+    anchors = [c.anchor for c in parse_view(body, "views/x.md", "rules").chunks]
+    assert anchors == ["notes", "notes-1", "notes-1-1", "notes-2", "notes-2-1"]
+
+
 def test_view_body_line_is_exact_when_body_text_repeats_frontmatter() -> None:
     text = "---\ntitle: Rules\n---\n\n# Rules\n\ntext\n"
     meta, body, line = split_frontmatter(text, "views/x.md")
