@@ -235,7 +235,7 @@ class _Evidence:
         pinned = []
         chain = build.cache.decisions(build.request.tenant_id)
         for row in sorted(build.cache.pinned(build.request.tenant_id),
-                          key=lambda r: r["chunk_id"]):
+                          key=lambda r: chunk_order(r["chunk_id"])):
             if row["source_type"] == "decision" and row["source_id"] in chain.superseded_by:
                 build.packer.omit("superseded", row["source_id"])
             elif build.allows(row["sensitivity"], row["channel"]):
@@ -376,14 +376,19 @@ def _placed(build: Build, section: Section, row: Row) -> bool:
         or row["hash"] in build.packer.seen
 
 
+def chunk_order(chunk_id: str) -> tuple[str, int]:
+    """A record's chunks in reading order: `evt_x#2` before `evt_x#10`."""
+    base, _, part = chunk_id.partition("#")
+    return (base, int(part or 0))
+
+
 def _reading_order(item: dict[str, Any]) -> tuple[str, str, int]:
     """Oldest event first; a long event's chunks (`evt_x#2`, ...) in order. A view the
     section loads (`section: recent_window` in its front matter) has no time: views lead,
     in the order they were packed (the sort is stable)."""
     if "ts" not in item:
         return ("", "", 0)
-    base, _, part = item["id"].partition("#")
-    return (item["ts"], base, int(part or 0))
+    return (item["ts"], *chunk_order(item["id"]))
 
 
 # --------------------------------------------------------------------------- handoff

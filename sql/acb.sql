@@ -196,7 +196,7 @@ SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.c
 FROM chunks c
 LEFT JOIN events e ON c.kind = 'tool_result' AND e.event_id = c.source_id
 WHERE c.tenant_id = %(tenant)s AND 'pinned' = ANY (c.tags)
-ORDER BY c.ts DESC, c.chunk_id DESC
+ORDER BY c.ts DESC, c.source_id DESC, length(c.chunk_id), c.chunk_id
 LIMIT %(limit)s
 
 -- name: all_views

@@ -636,6 +636,22 @@ def test_pinned_event_is_included_regardless_of_score(memory: Memory) -> None:
     assert item["pinned"] is True
 
 
+def test_a_long_pinned_event_is_kept_from_its_start_in_reading_order(memory: Memory) -> None:
+    """Its chunks were taken in the order of their ids as strings (#1, #10, #11, ...,
+    #2): under a budget the agent got paragraph 1, then 10 on, and nothing between."""
+    text = "\n\n".join(f"PARA{n:02d} " + " ".join(f"word{n * 1000 + j}" for j in range(300))
+                       for n in range(1, 16))
+    pinned = say(memory, text, tags=["pinned"], ts="2026-01-02T00:00:00+00:00")
+    full = [i["id"] for i in section(memory.build_acb({"now": NOW, "session_id": "s2"}),
+                                     "retrieved_evidence")]
+    parts = [int(i.partition("#")[2]) for i in full if i.startswith(pinned)]
+    assert len(parts) > 10 and parts == list(range(1, len(parts) + 1))
+    small = memory.build_acb({"now": NOW, "session_id": "s2", "max_tokens": 5000})
+    kept = [int(i["id"].partition("#")[2]) for i in section(small, "retrieved_evidence")
+            if i["id"].startswith(pinned)]
+    assert kept and kept == list(range(1, len(kept) + 1))  # a start, with no holes
+
+
 def test_paraphrased_question_finds_the_fact(memory: Memory) -> None:
     fact = say(memory, "Our deploy pipeline runs on the blue cluster in Frankfurt",
                ts="2026-02-01T09:00:00+00:00")
