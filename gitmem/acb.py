@@ -228,14 +228,16 @@ def _spend_leftover(build: Build, order: Sequence[str],
     out in its own order. A higher-priority section so takes all it can use before a
     lower one gets any: nothing goes to a lower-priority section in this pass while a
     higher-priority one has an item waiting that the space would hold. Without a scaled
-    cap (the whole budget) there is no second pass.
+    cap (the whole budget), a section has a second pass only where a later one took
+    items out of it (the recent window takes its session's turns from the evidence): the
+    room they leave goes to what it left out.
     """
     packer = build.packer
     started = time.perf_counter()
     for name in order:
         section = packer.sections[name]
         cap = build.cap(name, scaled=False)
-        if not section.short or cap <= section.cap:
+        if not section.short or (cap <= section.cap and not section.gave_up):
             continue
         if packer.spent():
             break

@@ -51,8 +51,9 @@ class _Many:
 class Section:
     """A section being packed: `cap` is its cap scaled to the request's budget,
     `pinned_cap` the policy's own, which pinned items may fill. `short`: it left items
-    out for budget (a later pass may have room for them); `ranks`: the order its filler
-    offered items in, the order they are shown in."""
+    out for budget (a later pass may have room for them); `gave_up`: an item it packed
+    went to a later section (the room it left may hold what it left out); `ranks`: the
+    order its filler offered items in, the order they are shown in."""
 
     name: str
     cap: int
@@ -62,6 +63,7 @@ class Section:
     short: bool = False
     ranks: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, int] = field(default_factory=dict)  # cut tool output -> its chunks
+    gave_up: bool = False  # an item packed here was taken out (moved, or a duplicate's)
 
 
 def within_caps(section: Mapping[str, Any], cap: int) -> bool:
@@ -235,6 +237,7 @@ class Packer:
         cost = self._cost(section, section.items[index], leaving=True)
         item = section.items.pop(index)
         self.cut.pop(item_id, None)
+        section.gave_up = True
         section.used -= cost
         self.used -= cost
         if item.get("artifact_id"):

@@ -652,6 +652,24 @@ def test_a_long_pinned_event_is_kept_from_its_start_in_reading_order(memory: Mem
     assert kept and kept == list(range(1, len(kept) + 1))  # a start, with no holes
 
 
+def test_room_the_recent_window_takes_from_the_evidence_goes_to_what_it_left_out(
+        memory: Memory) -> None:
+    """At the whole budget (no second pass), the window took this session's turns out of
+    the evidence after it had filled, and the ~10,000 tokens they left stayed empty
+    while 36 pinned chunks were left out for budget."""
+    text = "\n\n".join(f"PARA{n:02d} " + " ".join(f"word{n * 1000 + j}" for j in range(300))
+                       for n in range(1, 51))
+    pinned = say(memory, text, tags=["pinned"], session_id="s1")
+    acb = memory.build_acb({"now": NOW, "session_id": "s1"})
+    evidence = next(s for s in acb["sections"] if s["name"] == "retrieved_evidence")
+    cap = memory.policies.budgets.sections["retrieved_evidence"].max_tokens
+    window = [i["id"] for i in section(acb, "recent_window")]
+    assert window and all(i.startswith(pinned) for i in window)  # turns taken out of it
+    left_out = [c for o in acb["omissions"] if o["reason"] == "budget" for c in o["candidates"]]
+    chunk = max(i["token_est"] for i in evidence["items"])
+    assert left_out and cap - chunk - 20 < evidence["token_est"] <= cap
+
+
 def test_paraphrased_question_finds_the_fact(memory: Memory) -> None:
     fact = say(memory, "Our deploy pipeline runs on the blue cluster in Frankfurt",
                ts="2026-02-01T09:00:00+00:00")
