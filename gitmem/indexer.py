@@ -296,7 +296,8 @@ def sync(db: Database, store: Path, policies: Policies,
     return report
 
 
-_GAVE_UP = "holds an event another file gave up (a line moved to another day's file)"
+_GAVE_UP = ("holds a copy of an event another file gave up or moved (a line moved to "
+            "another day's file, or within its own)")
 _OUTRANKED = ("holds a line of an event id that another file's line, its original, is now "
               "indexed from (gitmem/copies.py)")
 

@@ -18,6 +18,7 @@ from gitmem.errors import FormatError
 from gitmem.freshness import Assessment
 from gitmem.records import Event, iter_events, parse_ts
 from gitmem.rows import repeated_id
+from gitmem.store import at_home
 
 
 def kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
@@ -56,7 +57,7 @@ def kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
                 if named != (None if first[2] == event.hash else repeated_id(
                         event.id, first[0], first[1], found.path, number).to_dict()):
                     break
-            elif not same_event(event, row):
+            elif not same_event(event, row, found.path):
                 break
             else:
                 held.setdefault(event.id, (found.path, number, row["hash"]))
@@ -82,9 +83,12 @@ def kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
                    kept=tuple(i for i, n in ids.items() if n <= kept))
 
 
-def same_event(event: Event, row: Row) -> bool:
-    """Whether an events row is what `event_rows` makes of `event` (content included)."""
+def same_event(event: Event, row: Row, path: str) -> bool:
+    """Whether an events row is what `event_rows` makes of `event`, read from `path`
+    (content included, and whether the line is at home: the ts's text says, not only
+    its instant)."""
     return bool(event.id == row["event_id"] and event.tenant_id == row["tenant_id"]
+            and at_home(event.id, path, event.ts) == row["home"]
             and parse_ts(event.ts) == row["ts"] and event.session_id == row["session_id"]
             and event.agent_id == row["agent_id"] and event.channel == row["channel"]
             and event.actor.type == row["actor_type"] and event.actor.id == row["actor_id"]

@@ -32,11 +32,11 @@ SELECT path, kind, size, ctime_ns, inode FROM source_files
 SELECT event_id, tenant_id, ts, hash FROM events WHERE event_id = ANY (%(ids)s)
 
 -- name: file_events
--- The events whose rows a file holds (before it is read again).
-SELECT event_id FROM events WHERE path = %(path)s
+-- The events whose rows a file holds (before it is read again), and their lines.
+SELECT event_id, line FROM events WHERE path = %(path)s
 
 -- name: events_present
-SELECT event_id FROM events WHERE event_id = ANY (%(ids)s)
+SELECT event_id, path, line FROM events WHERE event_id = ANY (%(ids)s)
 
 -- name: event_copies_note
 -- Of these events of a file, the ones indexed from another file: copies, kept as such.
@@ -123,7 +123,7 @@ SELECT count(*) AS n FROM gone
 -- rows (file_copies: the events it holds another copy of, indexed from another file,
 -- with where their row is and its hash).
 SELECT event_id, tenant_id, ts, session_id, agent_id, channel, actor_type, actor_id, kind,
-       sensitivity, tags, refs, content, hash, line
+       sensitivity, tags, refs, content, hash, line, home
 FROM events WHERE path = %(path)s AND line <= %(to_line)s
 
 -- name: files_with_errors

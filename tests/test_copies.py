@@ -309,6 +309,49 @@ def test_a_takeover_renames_every_other_copy_after_the_original(
     assert_reindex_equal(memory, dsn, schema)
 
 
+def test_a_line_rewritten_to_the_same_instant_in_another_offset_is_no_longer_at_home(
+        memory: Memory, dsn: str, schema: str) -> None:
+    """The same instant written in another offset (a checkout of another branch, an edit)
+    dates the line another day: it is no longer at home in its file. A sync kept the row
+    (its instant compared equal) as at home, and a line at home elsewhere then lost the
+    id to it, where a reindex gives the id to that line."""
+    event_id = minted(GENUINE_TS)
+    memory.sync()
+    write(memory.store, STORE_JUNE_2, line(event_id, "first line about owls", GENUINE_TS))
+    memory.sync()
+    shifted = "2026-06-03T00:00:00+14:00"  # 10:00 UTC, on the 3rd in its own offset
+    write(memory.store, STORE_JUNE_2, line(event_id, "first line about owls", shifted))
+    memory.sync([STORE_JUNE_2])
+    assert rows(dsn, schema, "SELECT home FROM events WHERE event_id = %s", (event_id,)) == [
+        (False,)]
+    assert_reindex_equal(memory, dsn, schema)
+    write(memory.store, STORE_JUNE_3, line(event_id, "other content about ravens", shifted))
+    memory.sync([STORE_JUNE_3])
+    assert held(dsn, schema, event_id) == [(STORE_JUNE_3, 1, "other content about ravens")]
+    assert_reindex_equal(memory, dsn, schema)
+
+
+def test_a_copy_names_its_original_where_a_checkout_moved_it(
+        memory: Memory, dsn: str, schema: str) -> None:
+    """A line under a recorded id with other content names the original's line; a
+    checkout that put a line before the original left it naming the old line number."""
+    event_id = minted(GENUINE_TS)
+    memory.sync()
+    write(memory.store, STORE_JUNE_2, line(event_id, "original about owls", GENUINE_TS))
+    write(memory.store, STORE_JUNE_3, line(event_id, "impostor about ravens",
+                                           "2026-06-03T10:00:00+00:00"))
+    memory.sync()
+    assert [m for _, _, m in id_errors(memory) if f"is also {STORE_JUNE_2}:1 " in m]
+    earlier = minted("2026-06-02T08:00:00+00:00")
+    write(memory.store, STORE_JUNE_2, line(earlier, "earlier about finches",
+                                           "2026-06-02T08:00:00+00:00")
+          + line(event_id, "original about owls", GENUINE_TS))
+    memory.sync([STORE_JUNE_2])
+    assert [(path, number) for path, number, m in id_errors(memory)
+            if f"is also {STORE_JUNE_2}:2 " in m] == [(STORE_JUNE_3, 1)]
+    assert_reindex_equal(memory, dsn, schema)
+
+
 def test_home_lines_see_the_own_day_file_at_its_first_and_last_millisecond(
         tmp_path: Path) -> None:
     """A reindex asks whether a day file read later holds an id at home: events at a
