@@ -70,8 +70,11 @@ class Handover:
         if kept:
             self.appended.setdefault(rel, []).append(appended)
             self.appended_bytes += len(appended.data)
-        self.last_write[rel] = (appended.end, appended.stat)
-        if kept and self.accounted.get(rel) == appended.offset:
+        # the stat after the write is taken after its fsync: bytes someone appended by
+        # hand meanwhile are in it, past the writer's lines, and nobody hands them over
+        theirs = appended.stat is not None and appended.stat[0] != appended.end
+        self.last_write[rel] = (appended.end, None if theirs else appended.stat)
+        if kept and not theirs and self.accounted.get(rel) == appended.offset:
             self.accounted[rel] = appended.end
         else:  # bytes before these lines that nobody handed over, or these dropped
             self.accounted.pop(rel, None)

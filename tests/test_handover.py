@@ -58,3 +58,19 @@ def test_bytes_of_someone_else_before_the_writers_append_are_not_the_writers(
     with open(tmp_path / DAY, "ab") as handle:  # and someone else's 9 bytes came
         handle.write(b'{"n": 4}\n')
     assert not other.as_written(DAY, other.last_write[DAY])
+
+
+def test_bytes_of_someone_else_during_the_writers_fsync_are_not_the_writers(
+        tmp_path: Path) -> None:
+    """The stat after an append is taken after its fsync: a line appended by hand
+    meanwhile is in it, past the writer's lines. The file was taken for the writer's
+    own, and a read answered without waiting for that line."""
+    handover = Handover(tmp_path, 1 << 20)
+    handover.append(DAY, write(tmp_path, b'{"n": 1}\n'), keep=True)
+    ours = write(tmp_path, b'{"n": 2}\n')
+    with open(tmp_path / DAY, "ab") as handle:  # by hand, while the writer's fsync runs
+        handle.write(b'{"n": "by hand"}\n')
+    after = stat_key(os.stat(tmp_path / DAY))  # what the writer's fstat then reads
+    handover.append(DAY, Appended(ours.offset, ours.data, (), after), keep=True)
+    assert not handover.as_written(DAY, handover.last_write[DAY])
+    assert DAY not in handover.accounted
