@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -507,6 +508,27 @@ def test_an_id_no_encoder_echoes_is_refused_and_the_connection_goes_on(
     assert parse["error"]["code"] == -32700
     assert fine["id"] == 4 and "pid" in fine["result"]
     assert not [e for e in lines_of(served.config.store) if e["session_id"] == marker]
+
+
+def test_a_max_tokens_beyond_64_bits_is_answered_with_the_bundle(served: Daemon) -> None:
+    """The request's max_tokens is echoed in the provenance; beyond 64 bits, orjson
+    refused it and the fallback wrote the bundle's encoded sections as
+    "<orjson.Fragment object at ...>" strings."""
+    wide = 1 << 64
+    request = (b'{"jsonrpc":"2.0","id":1,"method":"build_acb","params":{"max_tokens":'
+               + str(wide).encode() + b"}}\n")
+    answer = exchange(served, request)[0]["result"]
+    assert answer["provenance"]["budget"]["requested_max_tokens"] == wide
+    assert [s["name"] for s in answer["sections"]][:2] == ["identity", "rules"]
+    assert isinstance(answer["omissions"], list)
+
+
+def test_the_encoder_writes_wide_integers_beside_encoded_pieces() -> None:
+    from gitmem.server import encode
+
+    message = {"a": orjson.Fragment(b'[1,"x"]'), "n": -(1 << 70), "s": "\ud800", "m": [1 << 64]}
+    assert json.loads(encode(message)) == {"a": [1, "x"], "n": -(1 << 70), "s": "?",
+                                           "m": [1 << 64]}
 
 
 def test_a_daemon_that_turns_a_call_away_unread_leaves_it_to_the_caller(
