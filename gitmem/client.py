@@ -285,15 +285,20 @@ def _asked(client: Client, method: str, params: Any) -> Any:
 def _how_to_check(params: Any) -> str:
     """Where a person sees whether a write the daemon did not answer was done."""
     ids: list[str] = []
+    days: list[str] = []
     if isinstance(params, dict):
         events = params.get("events")
         listed = events if isinstance(events, list) else [params]
         ids = [e["id"] for e in listed if isinstance(e, dict) and isinstance(e.get("id"), str)]
+        days = sorted({e["ts"][:10] for e in listed
+                       if isinstance(e, dict) and isinstance(e.get("ts"), str)})
     if ids:
         more = f" (and {len(ids) - 1} more)" if len(ids) > 1 else ""
         return f"look for {ids[0]}{more} in the store's events/ files"
-    return ("the last lines of today's file in the store's events/, or `gitmem status` "
-            "once the daemon answers")
+    files = (f"the day files of {', '.join(days[:3])}{' ...' if len(days) > 3 else ''}"
+             if days else "today's file")
+    return (f"the last lines of {files} in the store's events/, or `gitmem status` once "
+            "the daemon answers")
 
 
 def index_of(config: Config) -> tuple[str, str]:

@@ -9,8 +9,10 @@ place only after the line is durable, so a failed write changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -53,7 +55,7 @@ from gitmem.records import (
     parse_event,
     parse_ts,
 )
-from gitmem.recovery import GRACE_S, staged_prefix
+from gitmem.recovery import GRACE_S, begin_batch, end_batch, staged_prefix
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
@@ -494,6 +496,10 @@ class Recorder:
                 # one order, so two writers never wait for each other.
                 files = [(rel, locks.enter_context(append_lock(self.store / rel)))
                          for rel in sorted(by_file)]
+                # across day files, a journal lets a crash's lines be cut back too
+                journal = None if len(files) < 2 else begin_batch(self.store, [
+                    (rel, os.fstat(fd).st_size, [e.id for e in by_file[rel]])
+                    for rel, fd in files])
                 done: list[tuple[int, Path, int]] = []  # appended: fd, path, where it began
                 try:
                     for rel, fd in files:
@@ -505,9 +511,15 @@ class Recorder:
                         done.append((fd, self.store / rel, start))
                         appends.append((rel, Appended(offset, data, tuple(by_file[rel]), stat,
                                                       before)))
+                    if journal is not None:
+                        end_batch(journal)
+                        journal = None
                 except BaseException:
                     for fd, path, start in done:
                         cut_back(fd, path, start)
+                    if journal is not None:
+                        with contextlib.suppress(OSError):  # nothing of it left to cut
+                            end_batch(journal)
                     raise
         except BaseException:
             discard([tmp for tmp, _ in temps])

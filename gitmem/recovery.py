@@ -18,6 +18,15 @@ which may belong to a write in flight, are reported and left) and:
   that wrote it was never answered), or its target moved on;
 - leaves any other `.tmp-` file where it is (not ours, or from an older gitmem),
   reported for a person to look at.
+
+A write whose lines go to more than one day file (a batch across midnight, or of
+events of several days) is written whole or not at all, a crash included: before its
+first byte it journals each file's size (`events/.tmp-batch.<random>`, fsynced), and
+it removes the journal (durably) only once every file's lines are; then it is
+answered. `finish` first undoes each journal it finds whose files no writer holds
+locked any more: each day file is cut back to the size it had, so none of the
+batch's lines stays (its call was never answered). A file that has grown past the
+batch's lines since (an append by hand after the crash) is left as it is, reported.
 """
 
 from __future__ import annotations
@@ -29,12 +38,13 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitmem.appends import fsync_dir
-from gitmem.store import classify, walk_files
+from gitmem.appends import fsync_dir, stage_file
+from gitmem.store import classify, try_exclusive, walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +55,7 @@ _WITH_EVENT = re.compile(r"\.tmp-(evt_[0-9A-Za-z]+)\.(\d{4}-\d{2}-\d{2})\.(.+)\.
 _ALONE = re.compile(r"\.tmp-(hof_[0-9A-Za-z]+\.yaml)\.[^.]+")
 _WITH_EVENT_KINDS = ("decision", "task", "summary", "artifact")  # what comes with an event
 _NOT_OURS = "not a file gitmem stages: look at it and delete it if it holds nothing you need"
+BATCH_PREFIX = ".tmp-batch."
 
 
 def staged_prefix(target: Path, event_id: str = "", day: str = "") -> str:
@@ -61,7 +72,7 @@ class Finished:
 
     path: str      # the staged file, relative to the store
     target: str    # where it belongs ("" when its name does not say)
-    action: str    # placed | removed | left
+    action: str    # placed | removed | left | cut back
     reason: str
 
     def to_dict(self) -> dict[str, str]:
@@ -75,11 +86,102 @@ def staged_files(store: Path) -> Iterator[Path]:
     return walk_files(store, STAGING_DIRS, PREFIX)
 
 
+def begin_batch(store: Path, files: Sequence[tuple[str, int, Sequence[str]]]) -> Path:
+    """Journal a write across several day files before its first byte: each file's
+    (path in the store, size before, the ids of the events it appends); the journal's
+    path."""
+    data = json.dumps({"files": [{"path": rel, "size": size, "ids": list(ids)}
+                                 for rel, size, ids in files]}).encode()
+    journal = stage_file(store / "events" / "batch", data, BATCH_PREFIX)
+    fsync_dir(journal.parent)
+    return journal
+
+
+def end_batch(journal: Path) -> None:
+    """The journaled write is over (durable, or cut back): the journal goes, durably,
+    before the write is answered."""
+    journal.unlink(missing_ok=True)
+    fsync_dir(journal.parent)
+
+
+def undo_batches(store: Path) -> list[Finished]:
+    """Cut back the day files of every journaled write that no writer finishes any more
+    (see the module's docstring)."""
+    out: list[Finished] = []
+    events = store / "events"
+    for journal in sorted(events.glob(BATCH_PREFIX + "*")) if events.is_dir() else []:
+        rel = journal.relative_to(store).as_posix()
+        try:
+            files = [(str(f["path"]), int(f["size"]), frozenset(map(str, f["ids"])))
+                     for f in json.loads(journal.read_bytes())["files"]]
+        except FileNotFoundError:
+            continue  # its write finished meanwhile
+        except (ValueError, KeyError, TypeError) as exc:
+            out.append(Finished(rel, "", "left", f"not a journal gitmem can read ({exc}): "
+                                "look at it and delete it"))
+            continue
+        out.extend(_undo(store, journal, rel, files))
+    return out
+
+
+def _undo(store: Path, journal: Path, rel: str,
+          files: list[tuple[str, int, frozenset[str]]]) -> list[Finished]:
+    with ExitStack() as locks:
+        held: list[tuple[str, int, int, frozenset[str]]] = []  # path, fd, size, ids
+        for path, size, ids in files:
+            if classify(path) != "events":
+                return [Finished(rel, path, "left", "names a file that is not a day file")]
+            try:
+                fd = locks.enter_context(try_exclusive(store / path, os.O_RDWR))
+            except FileNotFoundError:
+                continue
+            if fd is None:  # its writer still holds it: the write is in flight
+                return []
+            held.append((path, fd, size, ids))
+        if not journal.exists():
+            return []  # the writer finished between the listing and the locks
+        out: list[Finished] = []
+        for path, fd, size, ids in held:
+            added = os.pread(fd, max(os.fstat(fd).st_size - size, 0), size)
+            if not added:
+                continue
+            if _only(added, ids):
+                os.ftruncate(fd, size)
+                os.fsync(fd)
+                out.append(Finished(rel, path, "cut back",
+                                    f"{len(added)} bytes of a write across several day files "
+                                    "that a crash interrupted, never answered"))
+            else:
+                out.append(Finished(rel, path, "left",
+                                    f"holds other lines after byte {size} than the "
+                                    "interrupted write's: look at its lines from there"))
+        end_batch(journal)
+        for done in out:
+            logger.warning("an interrupted write: %s %s (%s)", done.action, done.target,
+                           done.reason)
+        return out
+
+
+def _only(added: bytes, ids: frozenset[str]) -> bool:
+    """Whether bytes appended to a day file are lines of these events only (the first
+    maybe the newline that ended a torn line before them, and what follows the last
+    newline the part of a line the crash cut short)."""
+    *whole, _cut_short = added.removeprefix(b"\n").split(b"\n")
+    for line in whole:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(obj, dict) or obj.get("id") not in ids:
+            return False
+    return True
+
+
 def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None
            ) -> list[Finished]:
     """Finish or undo every interrupted write (see the module's docstring)."""
     clock = time.time() if now is None else now
-    out: list[Finished] = []
+    out: list[Finished] = undo_batches(store)
     touched: set[Path] = set()
     for staged in staged_files(store):
         try:

@@ -85,6 +85,21 @@ def exclusive(path: Path, flags: int = os.O_RDONLY) -> Iterator[int]:
         os.close(fd)  # closing releases the lock
 
 
+@contextmanager
+def try_exclusive(path: Path, flags: int = os.O_RDONLY) -> Iterator[int | None]:
+    """As `exclusive`, without waiting: None while another holds the lock."""
+    fd = os.open(path, flags)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        yield fd
+    finally:
+        os.close(fd)
+
+
 @functools.cache
 def _file_mode() -> int:
     """The mode `open()` gives a new file here: 0o666 less the umask (read from /proc,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from gitmem import recovery
+from gitmem.autocommit import commit
 from gitmem.config import Config
-from gitmem.gitops import autocommit
 from gitmem.memory import Memory
 from gitmem.records import Event
 from gitmem.recovery import GRACE_S, staged_prefix
@@ -219,7 +221,7 @@ def test_autocommit_never_commits_a_staged_file_and_verify_names_one(tmp_path: P
     day.parent.mkdir(parents=True)
     day.write_text(line + "\n")
 
-    result = autocommit(store)
+    result = commit(store)
 
     assert result is not None and result.paths == ["events/2026-03/2026-03-01.jsonl"]
     assert git(root, "status", "--porcelain", "--untracked-files=all").strip() == \
@@ -280,3 +282,70 @@ def test_a_running_daemon_finishes_another_writers_interrupted_write(daemon_conf
         wait_for(lambda: [d["decision_id"] for d in daemon.call(
             "query_decisions", {"channel": "private"})] == [dec.content["decision_id"]],
             timeout=10)
+
+
+# --------------------------------------------------------------------------- a batch across days
+
+_KILLED_IN_BATCH = """
+import os, signal, sys
+from pathlib import Path
+import gitmem.recorder as recorder
+from gitmem.config import Config
+from gitmem.memory import Memory
+
+real, calls = recorder.append_locked, []
+def append_locked(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:  # the first day file's lines are durable: the crash
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+recorder.append_locked = append_locked
+with Memory(Config(store=Path(sys.argv[1]), dsn=sys.argv[2], schema=sys.argv[3])) as memory:
+    memory.record_many([{"content": {"text": "part one"}, "ts": "2026-10-01T10:00:00Z"},
+                        {"content": {"text": "part two"}, "ts": "2026-10-02T10:00:00Z"}])
+"""
+
+OCT_1 = "events/2026-10/2026-10-01.jsonl"
+OCT_2 = "events/2026-10/2026-10-02.jsonl"
+
+
+def test_a_batch_across_day_files_a_crash_cut_short_is_cut_back(memory: Memory,
+                                                                  config: Config) -> None:
+    """A crash after the first day file's lines were durable left them for good, though
+    the call was never answered: a batch is written whole or not at all."""
+    before = memory.record({"content": {"text": "answered before"},
+                            "ts": "2026-10-01T09:00:00Z"})
+    kept = (memory.store / OCT_1).read_bytes()
+    killed = subprocess.run([sys.executable, "-c", _KILLED_IN_BATCH, str(memory.store),
+                             config.dsn or "", config.schema], capture_output=True)
+    assert killed.returncode == -9
+    assert b"part one" in (memory.store / OCT_1).read_bytes()  # the crash's half
+    assert list((memory.store / "events").glob(recovery.BATCH_PREFIX + "*"))
+
+    report = memory.reconcile()
+
+    assert (memory.store / OCT_1).read_bytes() == kept  # the batch's lines, and only those
+    assert not (memory.store / OCT_2).exists() or not (memory.store / OCT_2).read_bytes()
+    assert not list((memory.store / "events").glob(recovery.BATCH_PREFIX + "*"))
+    assert [(f["target"], f["action"]) for f in report.finished] == [(OCT_1, "cut back")]
+    texts = [e["content"]["text"] for e in map(json.loads, kept.decode().splitlines())]
+    assert texts == ["answered before"] and before.id in kept.decode()
+
+
+def test_a_finished_batch_leaves_no_journal_and_a_stale_one_cuts_nothing_else(
+        memory: Memory) -> None:
+    """The journal goes before the batch is answered; one that outlived its write (found
+    later) never cuts lines that are not its write's."""
+    memory.record_many([{"content": {"text": "one"}, "ts": "2026-10-01T10:00:00Z"},
+                        {"content": {"text": "two"}, "ts": "2026-10-02T10:00:00Z"}])
+    assert not list((memory.store / "events").glob(recovery.BATCH_PREFIX + "*"))
+    size = (memory.store / OCT_1).stat().st_size
+    journal = recovery.begin_batch(memory.store,
+                                   [(OCT_1, size, ["evt_01KHBYB0000000000000000009"])])
+    memory.record({"content": {"text": "answered later"}, "ts": "2026-10-01T11:00:00Z"})
+    grown = (memory.store / OCT_1).read_bytes()
+
+    [done] = recovery.finish(memory.store)
+
+    assert (done.target, done.action) == (OCT_1, "left")
+    assert (memory.store / OCT_1).read_bytes() == grown and not journal.exists()
