@@ -479,4 +479,8 @@ def status(config: Config) -> dict[str, Any]:
             report["daemon"] = client.call(config.socket_path, "daemon_status", timeout=5.0)
         except GitmemError as exc:
             report["error"] = str(exc)
+            if not config.socket_path.exists():
+                report["error"] = (f"its socket {config.socket_path} is gone (deleted?), so "
+                                   "every command works without it: `gitmem daemon stop`, "
+                                   "then `gitmem daemon start`")
     return report

@@ -773,6 +773,31 @@ def test_status_and_stop_tell_a_killed_daemon_whose_process_still_holds_the_stor
         holder.wait()
 
 
+def test_status_and_stop_reach_a_daemon_whose_socket_or_store_is_gone(
+        store_config: Config) -> None:
+    """A deleted socket: status said "running" and exited 0, advising a start the daemon
+    then refused. A store moved away: stop and status failed to find it, and only `kill`
+    ended the daemon."""
+    store = store_config.store
+    moved = store.parent / "moved-away"
+    with running(store_config) as daemon:
+        store_config.socket_path.unlink()
+        status = daemon.cli("daemon", "status", check=False)
+        assert status.returncode == 1
+        assert "is gone (deleted?)" in status.stdout and "`gitmem daemon stop`" in status.stdout
+        store.rename(moved)
+        try:
+            assert daemon.cli("daemon", "status", check=False).returncode == 1
+            stopped = daemon.cli("daemon", "stop")
+            assert f"stopped gitmem daemon {daemon.pid}" in stopped.stderr
+            assert running_pid(store_config) is None
+        finally:
+            moved.rename(store)
+    nothing = daemon.cli("daemon", "stop", env={**daemon.env(), "GITMEM_STORE": ""},
+                         check=False)
+    assert "no daemon was running" in nothing.stderr
+
+
 def test_a_killed_index_process_leaves_the_daemon_indexing_itself(
         store_config: Config) -> None:
     with running(store_config) as daemon:

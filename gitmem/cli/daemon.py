@@ -16,6 +16,25 @@ if TYPE_CHECKING:
     from gitmem.config import Config
 
 
+def _served(obj: Context) -> Config:
+    """The store's config; for a store moved or deleted under its daemon (no manifest
+    there any more), the config of where it was, while a daemon still serves that place:
+    `daemon stop` and `status` reach it by its pid file and socket."""
+    from pathlib import Path
+
+    from gitmem import daemon as lifecycle
+    from gitmem.config import Config
+    from gitmem.errors import ConfigError
+
+    try:
+        return obj.config()
+    except ConfigError:
+        gone = Config(store=Path(obj.store_option or "memory").resolve())
+        if lifecycle.running_pid(gone) is None:
+            raise
+        return gone
+
+
 def _daemon_options(func: F) -> F:
     options = [
         click.option("--autocommit/--no-autocommit", default=True, show_default=True,
@@ -116,7 +135,7 @@ def daemon_stop(obj: Context, timeout: float) -> None:
     from gitmem import daemon as lifecycle
 
     with reported():
-        pid = lifecycle.stop(obj.config(), timeout=timeout)
+        pid = lifecycle.stop(_served(obj), timeout=timeout)
     say("no daemon was running" if pid is None else f"stopped gitmem daemon {pid}")
 
 
@@ -124,7 +143,8 @@ def daemon_stop(obj: Context, timeout: float) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
 def daemon_status(obj: Context, as_json: bool) -> None:
-    """Whether a daemon serves this store (exit 0) or not (exit 3), and its state.
+    """Whether a daemon serves this store (exit 0), runs but does not answer (exit 1,
+    saying why), or does not run (exit 3), and its state.
 
     \b
     Example:
@@ -133,7 +153,7 @@ def daemon_status(obj: Context, as_json: bool) -> None:
     from gitmem import daemon as lifecycle
 
     with reported():
-        report = lifecycle.status(obj.config())
+        report = lifecycle.status(_served(obj))
     if as_json:
         emit(report)
     elif report.get("finishing"):
@@ -168,6 +188,8 @@ def daemon_status(obj: Context, as_json: bool) -> None:
         click.echo(f"log      {report['log']}")
     if not report["running"]:
         sys.exit(3)
+    if "error" in report:
+        sys.exit(1)
 
 
 @main.command("call")
