@@ -192,6 +192,18 @@ def test_record_json_with_a_bad_line_writes_nothing(cli: Cli, tmp_path: Path) ->
     assert snapshot(cli.config.store.parent) == before
 
 
+def test_record_json_refuses_event_flags_it_would_not_apply(cli: Cli) -> None:
+    """`--sensitivity high` beside `--json` was dropped without a word: the stream was
+    stored as `none` and served on the public channel."""
+    before = snapshot(cli.config.store.parent)
+    line = '{"content": {"text": "Salary of Bob is 150k"}, "channel": "public"}\n'
+    result = cli("record", "--json", "-", "--sensitivity", "high", "--session", "hr",
+                 "--tag", "hr", input=line, ok=False)
+    assert result.exit_code == 2
+    assert "--sensitivity, --session, --tag would not apply to them" in result.stderr
+    assert snapshot(cli.config.store.parent) == before
+
+
 def test_record_non_utf8_input_names_the_line(cli: Cli) -> None:
     result = cli.runner.invoke(main, ["record", "--json", "-"], env=cli.env(),
                                input=b'{"content": {"text": "a"}}\n{"content": {"text": "\xff"}}\n')

@@ -66,6 +66,10 @@ def _event_options(func: F) -> F:
     return func
 
 
+_FLAGS = {"session_id": "--session", "agent_id": "--agent", "tenant_id": "--tenant",
+          "tags": "--tag", "refs": "--ref"}  # the event options' flags, by parameter
+
+
 def _event_fields(**values: Any) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key in ("kind", "channel", "session_id", "agent_id", "tenant_id", "sensitivity", "ts"):
@@ -133,6 +137,11 @@ def record(obj: Context, /, text: str | None, content_json: str | None, tool: st
     if json_source is not None:
         if text is not None or content_json is not None:
             raise click.UsageError("--json replaces TEXT and --content; give one of them")
+        given = [_FLAGS.get(name, f"--{name}") for name, value in
+                 {**values, "tool": tool}.items() if value not in (None, (), "message")]
+        if given:
+            raise click.UsageError(f"--json takes every field from its lines; {', '.join(given)} "
+                                   "would not apply to them: put the fields in the lines")
         objs, numbers = _read_jsonl(json_source)
         name = "<stdin>" if json_source == "-" else json_source
         with reported():
