@@ -120,6 +120,23 @@ def test_a_record_file_gitmem_would_never_read_is_a_problem(cli: Cli, config: Co
     assert ".swp" not in out
 
 
+def test_a_nul_a_yaml_escape_puts_in_a_record_is_a_problem(cli: Cli, memory: Memory) -> None:
+    """`title: "a\\0b"` parses, but the index refuses the NUL and leaves the file out: verify
+    and the pre-commit hook passed such decisions and handoffs."""
+    store = memory.store
+    evt = memory.record({"content": {"text": "source event"}}).id
+    (store / "decisions" / "dec_01KGZR0Z5800000000000000D1.md").write_text(
+        "---\nid: dec_01KGZR0Z5800000000000000D1\nts: 2026-02-09T00:00:00Z\n"
+        f'tenant_id: default\ntitle: "a\\0b"\nrefs: [{evt}]\n---\nBody\n')
+    (store / "handoffs").mkdir(exist_ok=True)
+    (store / "handoffs" / "hof_01KGZR0Z5800000000000000H1.yaml").write_text(
+        "id: hof_01KGZR0Z5800000000000000H1\nts: 2026-02-09T05:23:00Z\ntenant_id: default\n"
+        'from_agent: planner\nto_agent: coder\ntask: "a\\0b"\n')
+    out = cli("verify", ok=False).output
+    assert "decisions/dec_01KGZR0Z5800000000000000D1.md:5: field 'title': contains a NUL" in out
+    assert "handoffs/hof_01KGZR0Z5800000000000000H1.yaml:6: field 'task': contains a NUL" in out
+
+
 def test_a_broken_policy_file_is_a_problem_too(config: Config) -> None:
     policies = load_policies(config.store)
     assert verify_tree(config.store, policies, display="memory/") == []
