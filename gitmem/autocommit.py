@@ -16,19 +16,21 @@ checks). What an autocommit that died leaves behind is put right by gitmem/lefto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitmem import gitops, leftovers
+from gitmem import gitops, leftovers, recovery
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, GitError
 from gitmem.recovery import PREFIX
-from gitmem.store import classify
+from gitmem.store import classify, exclusive
 
 if TYPE_CHECKING:
     import git
@@ -122,6 +124,8 @@ def commit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitResult
         specs = [prefix + d for d in dirs]
         leftovers.repair_index(repo, specs)
         leftovers.remove_temporary(Path(repo.git_dir))
+        if recovery.batches_pending(store):  # a crash's unanswered lines are never committed
+            recovery.undo_batches(store)
         paths = uncommitted(repo, specs)
         if not paths:
             return None
@@ -207,7 +211,12 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
     if not events:
         return {}, candidates
     root = Path(str(repo.working_tree_dir))
-    blobs = dict(zip(events, repo.git.hash_object("-w", "--", *events).split(), strict=True))
+    with ExitStack() as locks:  # read as no write leaves them midway (writers lock alike)
+        for path in sorted(events):
+            with contextlib.suppress(FileNotFoundError):
+                locks.enter_context(exclusive(root / path))
+        blobs = dict(zip(events, repo.git.hash_object("-w", "--", *events).split(),
+                         strict=True))
     listed = _changed(repo, specs)
     staged = [root / p for p in listed if _staging(p) and _fresh(root / p)]
     if staged:  # listed again once they are in place (or the wait is over)

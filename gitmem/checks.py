@@ -55,7 +55,7 @@ from gitmem.policies import (
 )
 from gitmem.policy_warnings import pinned_view_too_big
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
-from gitmem.recovery import PREFIX
+from gitmem.recovery import BATCH_PREFIX, PREFIX
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, misnamed, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
@@ -120,7 +120,11 @@ class Checker:
         """Every check that concerns one file alone."""
         kind = classify(rel)
         if kind is None:
-            if rel.rsplit("/", 1)[-1].startswith(PREFIX):
+            if rel.rsplit("/", 1)[-1].startswith(BATCH_PREFIX):
+                self.fail(rel, None, "the journal of a write across day files that did not "
+                          "finish (a crash): `gitmem sync` cuts its lines back, or says why "
+                          "it cannot; never commit it")
+            elif rel.rsplit("/", 1)[-1].startswith(PREFIX):
                 self.fail(rel, None, "a staging file of a write that did not finish (a "
                           "crash): `gitmem sync` puts it in place or removes it; never "
                           "commit it")

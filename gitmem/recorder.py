@@ -55,7 +55,15 @@ from gitmem.records import (
     parse_event,
     parse_ts,
 )
-from gitmem.recovery import GRACE_S, begin_batch, end_batch, staged_prefix
+from gitmem.recovery import (
+    GRACE_S,
+    batches_pending,
+    begin_batch,
+    end_batch,
+    finish_tasks,
+    staged_prefix,
+    undo_batches,
+)
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
@@ -183,6 +191,7 @@ class Recorder:
             except OSError as exc:
                 raise StoreError(f"cannot lock {directory} for a task update: "
                                  f"{exc.strerror or exc}; nothing was written") from exc
+            finish_tasks(self.store)  # an earlier update's file left staged comes first
             yield
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
@@ -486,6 +495,8 @@ class Recorder:
         # validated encodes: check_storable refuses unpaired surrogates)
         encoded = {rel: [e.to_line().encode("utf-8") for e in events]
                    for rel, events in by_file.items()}
+        if batches_pending(self.store):  # lines a crash left of an unanswered write go
+            undo_batches(self.store)      # before any line is written after them
         temps = self._stage(_last_per_target(prepared))
         appends: list[tuple[str, Appended]] = []
         announced: list[str] = []

@@ -23,14 +23,21 @@ A write whose lines go to more than one day file (a batch across midnight, or of
 events of several days) is written whole or not at all, a crash included: before its
 first byte it journals each file's size (`events/.tmp-batch.<random>`, fsynced), and
 it removes the journal (durably) only once every file's lines are; then it is
-answered. `finish` first undoes each journal it finds whose files no writer holds
-locked any more: each day file is cut back to the size it had, so none of the
-batch's lines stays (its call was never answered). A file that has grown past the
-batch's lines since (an append by hand after the crash) is left as it is, reported.
+answered. Every write, autocommit and `finish` first undo each journal they find
+whose files no writer holds locked any more, the newest first: each day file is cut
+back to the size it had, so none of the batch's lines stays (its call was never
+answered). Where a file holds other lines after the batch's (appended by hand after
+the crash), none is cut back: the journal stays, and `gitmem verify` names it.
+
+A task update reads the task's file and writes it back under a lock; a task file
+staged and left (its renaming failed, or a crash) is seen to before the next update
+reads the file (`finish_tasks`), whatever its age, so that no update builds on the
+file before it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import mmap
@@ -104,12 +111,27 @@ def end_batch(journal: Path) -> None:
     fsync_dir(journal.parent)
 
 
+def batches_pending(store: Path) -> bool:
+    """Whether a journal of a write across day files is there (a write in flight, or
+    one a crash cut short): a write first has them undone (`undo_batches`)."""
+    try:
+        with os.scandir(store / "events") as entries:
+            return any(e.name.startswith(BATCH_PREFIX) for e in entries)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def undo_batches(store: Path) -> list[Finished]:
     """Cut back the day files of every journaled write that no writer finishes any more
-    (see the module's docstring)."""
+    (see the module's docstring), the newest first: a later batch's lines follow an
+    earlier one's in any file both wrote to."""
     out: list[Finished] = []
     events = store / "events"
-    for journal in sorted(events.glob(BATCH_PREFIX + "*")) if events.is_dir() else []:
+    journals: list[tuple[int, str, Path]] = []
+    for journal in events.glob(BATCH_PREFIX + "*") if events.is_dir() else []:
+        with contextlib.suppress(FileNotFoundError):
+            journals.append((journal.stat().st_mtime_ns, journal.name, journal))
+    for _, _, journal in sorted(journals, reverse=True):
         rel = journal.relative_to(store).as_posix()
         try:
             files = [(str(f["path"]), int(f["size"]), frozenset(map(str, f["ids"])))
@@ -120,45 +142,51 @@ def undo_batches(store: Path) -> list[Finished]:
             out.append(Finished(rel, "", "left", f"not a journal gitmem can read ({exc}): "
                                 "look at it and delete it"))
             continue
-        out.extend(_undo(store, journal, rel, files))
+        try:
+            out.extend(_undo(store, journal, rel, files))
+        except OSError as exc:  # one journal that cannot be seen to never stops the rest
+            out.append(Finished(rel, "", "left", f"could not be seen to: "
+                                f"{exc.strerror or exc} ({exc.filename or rel})"))
+    for done in out:
+        logger.warning("an interrupted write: %s %s (%s)", done.action,
+                       done.target or done.path, done.reason)
     return out
 
 
 def _undo(store: Path, journal: Path, rel: str,
           files: list[tuple[str, int, frozenset[str]]]) -> list[Finished]:
+    """All of a journaled write's lines cut back, or (where a file holds other lines
+    after them) none: the journal then stays, for a person to see to."""
     with ExitStack() as locks:
-        held: list[tuple[str, int, int, frozenset[str]]] = []  # path, fd, size, ids
+        held: list[tuple[str, int, int, bytes]] = []  # path, fd, size, the bytes after it
         for path, size, ids in files:
             if classify(path) != "events":
-                return [Finished(rel, path, "left", "names a file that is not a day file")]
+                return [Finished(rel, "", "left", f"names {path!r}, not a day file: look at "
+                                 "it and delete it")]
             try:
                 fd = locks.enter_context(try_exclusive(store / path, os.O_RDWR))
             except FileNotFoundError:
                 continue
             if fd is None:  # its writer still holds it: the write is in flight
                 return []
-            held.append((path, fd, size, ids))
+            added = os.pread(fd, max(os.fstat(fd).st_size - size, 0), size)
+            if not _only(added, ids):
+                return [Finished(rel, path, "left", f"holds other lines after the lines of "
+                                 f"a write that a crash cut short (from byte {size}): none of "
+                                 "its lines are cut back; take them out by hand (their ids "
+                                 f"are in {rel}), then delete {rel}")]
+            held.append((path, fd, size, added))
         if not journal.exists():
             return []  # the writer finished between the listing and the locks
         out: list[Finished] = []
-        for path, fd, size, ids in held:
-            added = os.pread(fd, max(os.fstat(fd).st_size - size, 0), size)
-            if not added:
-                continue
-            if _only(added, ids):
+        for path, fd, size, added in held:
+            if added:
                 os.ftruncate(fd, size)
                 os.fsync(fd)
                 out.append(Finished(rel, path, "cut back",
                                     f"{len(added)} bytes of a write across several day files "
-                                    "that a crash interrupted, never answered"))
-            else:
-                out.append(Finished(rel, path, "left",
-                                    f"holds other lines after byte {size} than the "
-                                    "interrupted write's: look at its lines from there"))
+                                    "that a crash cut short, never answered"))
         end_batch(journal)
-        for done in out:
-            logger.warning("an interrupted write: %s %s (%s)", done.action, done.target,
-                           done.reason)
         return out
 
 
@@ -194,19 +222,38 @@ def finish(store: Path, *, grace: float = GRACE_S, now: float | None = None
                                 f"staged {max(age, 0):.0f} s ago: a write may still be "
                                 f"finishing it; it is seen to once {grace:.0f} s old"))
             continue
-        try:
-            done = _finish_one(store, staged, st)
-        except OSError as exc:  # one file that cannot be moved never stops the rest
-            done = Finished(staged.relative_to(store).as_posix(), "", "left",
-                            f"could not be seen to: {exc.strerror or exc}")
+        done = _seen_to(store, staged)
         out.append(done)
         if done.action != "left":
             touched.add(staged.parent)
-            logger.warning("an interrupted write: %s %s (%s)", done.action, done.path,
-                           done.reason)
     for directory in touched:
         fsync_dir(directory)
     return out
+
+
+def finish_tasks(store: Path) -> list[Finished]:
+    """Under the lock task updates hold (gitmem/recorder.py): every task file staged is a
+    dead write's, or one whose renaming failed, whatever its age (a write stages and
+    renames it holding that lock). Seen to before the next update reads the task, so
+    that update builds on it rather than on the file before it."""
+    out = [_seen_to(store, staged) for staged in (store / "tasks").glob(PREFIX + "*")]
+    if any(done.action != "left" for done in out):
+        fsync_dir(store / "tasks")
+    return out
+
+
+def _seen_to(store: Path, staged: Path) -> Finished:
+    try:
+        done = _finish_one(store, staged, staged.stat())
+    except FileNotFoundError:
+        return Finished(staged.relative_to(store).as_posix(), "", "left", "gone meanwhile")
+    except OSError as exc:  # one file that cannot be moved never stops the rest
+        return Finished(staged.relative_to(store).as_posix(), "", "left",
+                        f"could not be seen to: {exc.strerror or exc}")
+    if done.action != "left":
+        logger.warning("an interrupted write: %s %s (%s)", done.action, done.path,
+                       done.reason)
+    return done
 
 
 def _finish_one(store: Path, staged: Path, st: os.stat_result) -> Finished:

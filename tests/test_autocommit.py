@@ -4,6 +4,8 @@ messages, never mid-merge, mid-rebase or on a detached HEAD; and the daemon's ba
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +65,37 @@ def test_autocommit_commits_only_the_store_and_keeps_the_persons_index(root: Pat
     assert "events: 3 message" in message
     assert autocommit.commit(store) is None  # nothing left: no empty commit
     assert log(root) == [subject, "init"]
+
+
+_WRITE_THAT_FAILS = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_APPEND)
+fcntl.flock(fd, fcntl.LOCK_EX)  # as the write path locks a day file
+size = os.fstat(fd).st_size
+os.write(fd, b'{"a": "line of a write that then fails"}\\n')
+print("written", flush=True)
+time.sleep(0.8)  # a slow fsync, then a failure: the write path cuts its lines back
+os.ftruncate(fd, size)
+"""
+
+
+def test_autocommit_never_commits_the_lines_of_a_write_in_flight(root: Path) -> None:
+    """A batch's lines on disk during a slow fsync were committed; the batch then failed
+    and cut them back, leaving HEAD with lines never answered and the file shorter than
+    HEAD's for good."""
+    store = root / "memory"
+    record(store, "one")
+    assert autocommit.commit(store) is not None
+    day = next((store / "events").rglob("*.jsonl"))
+    writer = subprocess.Popen([sys.executable, "-c", _WRITE_THAT_FAILS, str(day)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        head = log(root)
+        assert autocommit.commit(store) is None  # waited for the write: nothing of it
+        assert log(root) == head
+    finally:
+        writer.wait()
 
 
 def test_autocommit_takes_a_record_file_a_write_puts_in_place_while_it_runs(

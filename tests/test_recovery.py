@@ -27,7 +27,15 @@ from gitmem.recovery import GRACE_S, staged_prefix
 from gitmem.store import init_store
 from gitmem.verify import verify_tree
 from tests.conftest import git
-from tests.daemons import FAST_FLAGS, event_line, new_repo, running, short_store, wait_for
+from tests.daemons import (
+    FAST_FLAGS,
+    append,
+    event_line,
+    new_repo,
+    running,
+    short_store,
+    wait_for,
+)
 
 OLD = time.time() - 10 * GRACE_S  # a staged file this old belongs to no write in flight
 
@@ -334,18 +342,99 @@ def test_a_batch_across_day_files_a_crash_cut_short_is_cut_back(memory: Memory,
 
 def test_a_finished_batch_leaves_no_journal_and_a_stale_one_cuts_nothing_else(
         memory: Memory) -> None:
-    """The journal goes before the batch is answered; one that outlived its write (found
-    later) never cuts lines that are not its write's."""
+    """The journal goes before the batch is answered; one that outlived its write cuts
+    nothing that is not its write's: where other lines follow, none is cut and the
+    journal stays for a person (verify names it)."""
     memory.record_many([{"content": {"text": "one"}, "ts": "2026-10-01T10:00:00Z"},
                         {"content": {"text": "two"}, "ts": "2026-10-02T10:00:00Z"}])
     assert not list((memory.store / "events").glob(recovery.BATCH_PREFIX + "*"))
-    size = (memory.store / OCT_1).stat().st_size
-    journal = recovery.begin_batch(memory.store,
-                                   [(OCT_1, size, ["evt_01KHBYB0000000000000000009"])])
-    memory.record({"content": {"text": "answered later"}, "ts": "2026-10-01T11:00:00Z"})
-    grown = (memory.store / OCT_1).read_bytes()
+    day = memory.store / OCT_1
+    stranger = "evt_01KHBYB0000000000000000009"
+    journal = recovery.begin_batch(memory.store, [(OCT_1, day.stat().st_size, [stranger])])
+    append(day, event_line("s", "appended by hand", number=3)[1])
+    grown = day.read_bytes()
 
     [done] = recovery.finish(memory.store)
 
-    assert (done.target, done.action) == (OCT_1, "left")
-    assert (memory.store / OCT_1).read_bytes() == grown and not journal.exists()
+    assert (done.target, done.action) == (OCT_1, "left") and "none of its lines" in done.reason
+    assert day.read_bytes() == grown and journal.exists()
+    assert [p.detail for p in verify_tree(memory.store, memory.policies)
+            if "the journal of a write across day files" in p.detail]
+    journal.unlink()
+
+
+def test_a_write_after_a_crash_cuts_the_crashed_batch_back_first(memory: Memory,
+                                                                  config: Config) -> None:
+    """Recovery ran only at a sync or a daemon's start: a write in between put its line
+    after the crash's, and recovery then kept that file's half of the batch and cut the
+    other's."""
+    kept = memory.record({"content": {"text": "answered before"},
+                          "ts": "2026-10-01T09:00:00Z"})
+    killed = subprocess.run([sys.executable, "-c", _KILLED_IN_BATCH, str(memory.store),
+                             config.dsn or "", config.schema], capture_output=True)
+    assert killed.returncode == -9
+    later = memory.record({"content": {"text": "answered later"}, "ts": "2026-10-01T11:00:00Z"})
+
+    texts = [json.loads(line)["content"]["text"]
+             for line in (memory.store / OCT_1).read_text().splitlines()]
+    assert texts == ["answered before", "answered later"] and kept.id != later.id
+    assert not list((memory.store / "events").glob(recovery.BATCH_PREFIX + "*"))
+
+
+def test_two_crashed_batches_are_cut_back_the_newest_first(store: Path) -> None:
+    """Sizes only grow: the older batch's journal, seen first, found the newer one's
+    lines after its own and kept its half."""
+    days = (OCT_1, OCT_2)
+    journals = []
+    for n, when in ((1, OLD - 60), (2, OLD)):
+        sizes = [(store / d).stat().st_size if (store / d).exists() else 0 for d in days]
+        lines = [event_line("s", f"batch {n} {d}", number=10 * n + i) for i, d in enumerate(days)]
+        journal = recovery.begin_batch(store, [(d, size, [line[0]]) for d, size, line in
+                                               zip(days, sizes, lines, strict=True)])
+        os.utime(journal, (when, when))
+        journals.append(journal)
+        for d, (_, text) in zip(days, lines, strict=True):
+            append(store / d, text)
+    for journal in journals:  # named so that the older sorts first
+        journal.rename(journal.with_name(recovery.BATCH_PREFIX + ("a" if journal == journals[0]
+                                                                  else "b")))
+
+    done = recovery.finish(store)
+
+    assert [d.action for d in done] == ["cut back"] * 4
+    assert all((store / d).read_bytes() == b"" for d in days)
+
+
+def test_a_journal_naming_a_file_that_cannot_be_written_is_left_not_a_crash(
+        store: Path) -> None:
+    (store / OCT_1).mkdir(parents=True)  # a directory where the day file would be
+    journal = recovery.begin_batch(store, [(OCT_1, 0, ["evt_01KHBYB0000000000000000009"])])
+
+    [done] = recovery.finish(store)
+
+    assert done.action == "left" and "could not be seen to" in done.reason
+    assert journal.exists()
+
+
+def test_a_task_update_builds_on_an_earlier_one_whose_file_was_left_staged(
+        memory: Memory) -> None:
+    """An update's event was durable (and answered) but its file not put in place: the
+    next update read the file before it, and recovery then threw the staged one away
+    as older than the file in place."""
+    store = memory.store
+    first = memory.task("Ship it")
+    task_id = first.content["task_id"]
+    target = store / "tasks" / f"{task_id}.md"
+    before = target.read_text()
+    done = memory.task(task_id=task_id, status="done")
+    unplace(store, target, done, when=time.time())  # its renaming failed
+    target.write_text(before)
+    os.utime(target, (OLD, OLD))
+
+    memory.task(task_id=task_id, owner="bob")
+
+    text = target.read_text()
+    assert "status: done" in text and "owner: bob" in text
+    assert not list((store / "tasks").glob(".tmp-*"))
+
+
