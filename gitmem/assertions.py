@@ -351,7 +351,7 @@ def traceability(run: Run, p: dict[str, Any]) -> None:
 
 def decision_active(run: Run, p: dict[str, Any]) -> None:
     """The decision exists and is active."""
-    row = _decision(run, p["decision"])
+    row = _decision(run, p)
     if row["status"] != "active":
         raise Failure(f"{p['decision']} active", f"{row['status']}, superseded by "
                       f"{row['superseded_by']}")
@@ -359,14 +359,17 @@ def decision_active(run: Run, p: dict[str, Any]) -> None:
 
 def decision_superseded(run: Run, p: dict[str, Any]) -> None:
     """The decision is superseded (by `by`, the latest of its chain, if given)."""
-    row = _decision(run, p["decision"])
+    row = _decision(run, p)
     if row["status"] != "superseded" or ("by" in p and row["superseded_by"] != p["by"]):
         raise Failure(f"{p['decision']} superseded" + (f" by {p['by']}" if "by" in p else ""),
                       f"{row['status']} (superseded_by {row['superseded_by']})")
 
 
-def _decision(run: Run, decision_id: str) -> dict[str, Any]:
-    for row in run.memory.query_decisions(active_only=False):
+def _decision(run: Run, p: dict[str, Any]) -> dict[str, Any]:
+    """The decision an assertion names, among its tenant's (the scenario's default)."""
+    decision_id = p["decision"]
+    tenant = p.get("tenant", run.scenario.defaults.get("tenant"))
+    for row in run.memory.query_decisions(tenant, active_only=False):
         if row["decision_id"] == decision_id:
             return row
     raise Failure(f"decision {decision_id} in the index", "no such decision")

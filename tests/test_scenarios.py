@@ -220,6 +220,28 @@ assertions:
     assert "ValidationError" in failure["error"] and "supersedes" in failure["error"]
 
 
+def test_decision_assertions_look_in_the_scenarios_tenant(tmp_path: Path, dsn: str) -> None:
+    """With `defaults.tenant` (SCENARIOS.md's own example), decision_active and
+    decision_superseded looked in the manifest's tenant and found no such decision."""
+    text = HEAD + """defaults: {tenant: acme}
+steps:
+  - record: {text: "The billing cron runs at midnight UTC"}
+    as: e1
+  - decide: {text: "Cron at midnight.", refs: [$e1]}
+    as: d1
+  - decide: {text: "Cron at 01:00.", refs: [$e1], supersedes: [$d1]}
+    as: d2
+assertions:
+  - {type: decision_active, decision: $d2}
+  - {type: decision_superseded, decision: $d1, by: $d2}
+  - {type: decision_active, decision: $d2, tenant: default}
+"""
+    result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
+    [failure] = result["failures"]  # only the one that asks another tenant
+    assert failure["where"] == "final assertion 3"
+    assert failure["actual"] == "no such decision"
+
+
 def test_expect_error_fails_when_nothing_is_refused(tmp_path: Path, dsn: str) -> None:
     text = HEAD + "steps:\n  - record: {text: harmless}\n    expect_error: PrivacyError\n"
     result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
