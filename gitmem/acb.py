@@ -68,6 +68,8 @@ class AcbRequest:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], default_tenant: str) -> AcbRequest:
         """Validate a request object (JSON-RPC params, CLI flags), naming bad fields."""
+        if not isinstance(data, Mapping):
+            raise ValidationError(f"a request is an object of fields, got {json_kind(data)}")
         unknown = sorted(set(data) - set(REQUEST_FIELDS))
         if unknown:
             raise ValidationError(f"unknown field; expected only {', '.join(REQUEST_FIELDS)}",

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 from gitmem import recovery
 from gitmem.config import Config
 from gitmem.documents import Handoff
-from gitmem.errors import DatabaseError, FormatError, NotFoundError
+from gitmem.errors import (
+    DatabaseError,
+    FormatError,
+    NotFoundError,
+    ValidationError,
+    json_kind,
+)
 from gitmem.ids import ARTIFACT_ID
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
@@ -235,7 +241,15 @@ class Memory:
         return self.recorder.task(title, **options)
 
     def create_handoff(self, to_agent: str, task: str, **options: Any) -> Handoff:
-        """Write a handoff packet."""
+        """Write a handoff packet (`Recorder.handoff`'s options)."""
+        import inspect
+
+        known = [k for k in inspect.signature(self.recorder.handoff).parameters
+                 if k not in ("to_agent", "task")]
+        for name in options:
+            if name not in known:
+                raise ValidationError(f"unknown field; expected only {', '.join(known)}",
+                                      field=name)
         return self.recorder.handoff(to_agent, task, **options)
 
     def get_artifact(self, artifact_id: str, tenant_id: str | None = None,
@@ -405,6 +419,9 @@ class Memory:
         """A tenant's decisions (active ones by default), newest first or by relevance;
         with `channel`, only those its rules may load (their sensitivity decides)."""
         tenant = name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id")
+        if not isinstance(query_text, str):
+            raise ValidationError(f"expected a string, got {json_kind(query_text)}",
+                                  field="query_text")
         check_storable(query_text, "query_text")
         if channel is not None:
             check_choice(channel, CHANNELS, "channel")

@@ -201,6 +201,8 @@ class Recorder:
         An invalid object is reported as `source:N`: its line in `lines`, else
         its 1-based position.
         """
+        if isinstance(objs, str | bytes | Mapping) or not isinstance(objs, Iterable):
+            raise ValidationError(f"expected a list of event objects, got {json_kind(objs)}")
         objs = list(objs)
         prepared: list[_Prepared] = []
         staging: Staging = {}
@@ -297,11 +299,11 @@ class Recorder:
                **event_fields: Any) -> Event:
         """Record a decision: a `decision` event plus its `decisions/dec_*.md`."""
         content: dict[str, Any] = {"text": text, "scope": scope}
-        for key, values in (("title", title), ("supersedes", list(supersedes)),
-                            ("rationale", list(rationale)),
-                            ("constraints", list(constraints)),
-                            ("alternatives", list(alternatives)),
-                            ("consequences", list(consequences)),
+        for key, values in (("title", title), ("supersedes", _texts(supersedes, "supersedes")),
+                            ("rationale", _texts(rationale, "rationale")),
+                            ("constraints", _texts(constraints, "constraints")),
+                            ("alternatives", _texts(alternatives, "alternatives")),
+                            ("consequences", _texts(consequences, "consequences")),
                             ("confidence", confidence)):
             if values not in ("", [], None):
                 content[key] = values
@@ -333,6 +335,12 @@ class Recorder:
                 refs: Iterable[str] = (), tenant_id: str | None = None,
                 ts: str | None = None) -> Handoff:
         """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites)."""
+        for name, value in (("to_agent", to_agent), ("task", task), ("from_agent", from_agent)):
+            if not isinstance(value, str):
+                raise ValidationError(f"expected a string, got {json_kind(value)}", field=name)
+        constraints, decisions = _texts(constraints, "constraints"), _texts(decisions, "decisions")
+        required_files = _texts(required_files, "required_files")
+        open_questions, refs = _texts(open_questions, "open_questions"), _texts(refs, "refs")
         self._no_secret_names([("tenant_id", tenant_id), ("to_agent", to_agent),
                                ("from_agent", from_agent)])
         when = parse_ts(ts) if ts else self._now()
@@ -608,3 +616,18 @@ def _last_per_target(prepared: Sequence[_Prepared]) -> list[tuple[Staged, str]]:
                 item = replace(item, fresh=True)
             last[item.target] = (item, staged_prefix(item.target, p.event.id, p.event.ts[:10]))
     return list(last.values())
+
+
+def _texts(value: Any, name: str) -> list[str]:
+    """A list of texts given to the API: a string is one item (as refs and tags are),
+    never its characters."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValidationError(f"expected a list of strings, got {json_kind(value)}", field=name)
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ValidationError(f"expected a list of strings, got an item that is "
+                                  f"{json_kind(item)}", field=name)
+    return items

@@ -940,3 +940,37 @@ def test_what_is_served_of_a_stored_output_or_a_bad_line_follows_the_patterns_no
     errors = json.dumps(memory.status()["errors"])
     assert '"field": "sensitivity"' in errors and "[REDACTED]" in errors
     assert secret not in errors
+
+
+def test_a_string_given_for_a_list_is_one_item_never_its_characters(memory: Memory) -> None:
+    """`rationale="because"` was stored as [b, e, c, a, u, s, e]; refs and tags always took
+    a string as one item."""
+    evt = memory.record({"content": {"text": "we need a reason"}}).id
+    dec = memory.decide("Use X", [evt], rationale="because", constraints="no Y")
+    rel = f"decisions/{dec.content['decision_id']}.md"
+    decision = parse_decision((memory.store / rel).read_text(), rel, "default")
+    assert decision.rationale == ("because",) and decision.constraints == ("no Y",)
+    packet = memory.create_handoff("coder", "do it", open_questions="what about Z?",
+                                   required_files="ci.yml")
+    assert packet.open_questions == ("what about Z?",) and packet.required_files == ("ci.yml",)
+    with pytest.raises(ValidationError, match="expected a list of strings") as caught:
+        memory.decide("Use Y", [evt], constraints=[1])
+    assert caught.value.field == "constraints"
+
+
+@pytest.mark.parametrize(("call", "field", "message"), [
+    (lambda m: m.build_acb(None), None, "a request is an object of fields, got null"),
+    (lambda m: m.build_acb([]), None, "a request is an object of fields, got list"),
+    (lambda m: m.query_decisions(query_text=None), "query_text", "expected a string, got null"),
+    (lambda m: m.query_decisions(query_text=5), "query_text", "expected a string, got number"),
+    (lambda m: m.record_many(None), None, "expected a list of event objects, got null"),
+    (lambda m: m.record_many({"content": {}}), None, "expected a list of event objects"),
+    (lambda m: m.create_handoff("c", "t", bogus=1), "bogus", "unknown field; expected only"),
+    (lambda m: m.create_handoff("c", 5), "task", "expected a string, got number"),
+])
+def test_bad_api_input_is_a_gitmem_error_naming_the_field(
+        memory: Memory, call: Any, field: str | None, message: str) -> None:
+    """Each of these raised TypeError or AttributeError from deep inside."""
+    with pytest.raises(ValidationError, match=message) as caught:
+        call(memory)
+    assert caught.value.field == field
