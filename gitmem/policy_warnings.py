@@ -176,7 +176,9 @@ def pinned_view_too_big(rows: FileRows, budgets: Budgets, text: str,
     is cut off reaches no agent."""
     problems = []
     for path, section, pinned, *_, max_tokens, _ in rows.tables["views"]:
-        cap = budgets.sections[section].max_tokens if section in budgets.sections else 0
+        if section not in budgets.sections:
+            continue  # no cap to compare with: `sections_unbudgeted` (or the file's problem)
+        cap = budgets.sections[section].max_tokens
         cost = header_tokens(section) + sum(
             size + ITEM_SEPARATOR_TOKENS
             for size in _loaded([c[6] for c in rows.tables["view_chunks"] if c[0] == path],

@@ -353,6 +353,23 @@ def test_a_section_budgets_yaml_gives_no_cap_gets_a_warning(cli: Cli, config: Co
     assert "warning" not in cli("verify").output
 
 
+def test_a_budgets_yaml_that_does_not_load_is_its_own_one_problem(cli: Cli,
+                                                                   config: Config) -> None:
+    """A value YAML cannot build read the whole file as empty: every pinned view was then
+    said to be cut to fit a section that "holds 0"."""
+    budgets = config.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("max_excerpt_bytes: 8192",
+                                                   "max_excerpt_bytes: 0x_"))
+    lines = [line for line in cli("verify", ok=False).output.splitlines()
+             if line.startswith(("memory/", "warning:"))]
+    assert len(lines) == 1 and "budgets.yaml" in lines[0] and "'0x_'" in lines[0]
+    budgets.unlink()
+    lines = [line for line in cli("verify", ok=False).output.splitlines()
+             if line.startswith(("memory/", "warning:"))]
+    assert lines == ["memory/policies/budgets.yaml: missing; run `gitmem init` to create the "
+                     "default"]
+
+
 def test_two_decisions_superseding_one_are_a_fork_verify_warns_about(cli: Cli,
                                                                      memory: Memory) -> None:
     """Two branches that each replaced a decision leave, once merged, two active ones:
