@@ -151,10 +151,10 @@ def _record_frontmatter(text: str, path: str, what: str) -> tuple[dict[str, Any]
 
 
 def _check_file_name(fields: Fields, path: str, expected: str, record_id: str,
-                     text: str) -> None:
+                     text: str, naming: tuple[str, ...] = ("id",)) -> None:
     """A record lives in the file its id names; unless its id (or what else names the
-    file) is itself at fault, and so already reported."""
-    if any(p.field in ("id", "scope") for p in fields.problems):
+    file: `naming`, a summary's scope) is itself at fault, and so already reported."""
+    if any(p.field in naming for p in fields.problems):
         return
     if not path.endswith(expected):
         fields.fail(ValidationError(f"file name does not match id {record_id} (expected "
@@ -334,7 +334,7 @@ def parse_summary(text: str, path: str, default_tenant: str) -> Summary:
                  else fields.choice("channel", "", CHANNELS)),
     )
     _check_file_name(fields, path, f"summaries/{summary.scope}/{summary.id}.md", summary.id,
-                     text)
+                     text, ("id", "scope"))
     fields.raise_problems(lambda exc: _located(exc, text, path, body_line))
     return summary
 

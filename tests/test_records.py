@@ -399,6 +399,9 @@ def test_decision_ts_without_offset() -> None:
 def test_decision_file_name_must_match_its_id() -> None:
     err = decision_error(decision_text(), path=f"decisions/{DEC2}.md")
     assert err.field == "id" and f"decisions/{DEC}.md" in str(err)
+    # named beside the file's other problems (one round of hand edits), as a summary's is
+    err = decision_error(decision_text(scope="planet"), path=f"decisions/{DEC2}.md")
+    assert sorted(p.field or "" for p in err.problems) == ["id", "scope"]
 
 
 def test_decision_without_body_points_at_the_body() -> None:
