@@ -251,6 +251,7 @@ class Methods:
             "title": ("string", False), "status": ("string", False),
             "task_id": ("string", False), "details": ("string", False),
             "owner": ("string", False), "refs": ("list of strings", False),
+            "tags": ("list of strings", False),
             "sensitivity": ("string", False), "session_id": ("string", False),
             "agent_id": ("string", False), "tenant_id": ("string", False)})
         event = self.memory.task(args.pop("title", None), **args)

@@ -356,6 +356,12 @@ def test_task_create_and_update(cli: Cli) -> None:
     assert (task.title, task.status) == ("Write the onboarding guide", "doing")
     result = cli("task", "--owner", "carol", ok=False)  # a new task without a title
     assert result.exit_code == 2 and "a new task needs a TITLE" in result.output
+    # tags: a new task's, and an update's added to them (the README said so; no --tag was)
+    tagged = cli("task", "Tag me", "--tag", "infra").stdout.strip()
+    cli("task", "--id", tagged, "--tag", "urgent")
+    rel = f"tasks/{tagged}.md"
+    assert parse_task((cli.config.store / rel).read_text(), rel, "default").tags == (
+        "infra", "urgent")
 
 
 def test_task_update_of_a_task_that_does_not_exist_is_refused(cli: Cli) -> None:

@@ -460,9 +460,10 @@ def test_writes_close_together_see_each_other_before_the_index_does(served: Daem
 
 def test_a_task_update_over_the_socket_may_leave_the_title_out(served: Daemon) -> None:
     task_id = served.call("task", {"title": "Rotate the keys"})["task_id"]
-    served.call("task", {"task_id": task_id, "status": "done"})
+    served.call("task", {"task_id": task_id, "status": "done", "tags": ["security"]})
     text = (served.config.store / "tasks" / f"{task_id}.md").read_text()
     assert "title: Rotate the keys" in text and "status: done" in text
+    assert "- security" in text
     with pytest.raises(RpcError, match="a new task needs a title"):
         served.call("task", {"status": "open"})
 

@@ -241,11 +241,14 @@ def decide(obj: Context, /, text: str, refs: tuple[str, ...], **options: Any) ->
 @click.option("--sensitivity", default=None,
               help="none|low|high (high: channels that suppress it never load it)")
 @click.option("--ref", "refs", multiple=True, help="A cited id; repeatable.")
+@click.option("--tag", "tags", multiple=True,
+              help="A tag; repeatable (an update adds them to the task's).")
 @click.option("--session", "session_id", default=None, help="Session id.")
 @click.option("--agent", "agent_id", default=None, help="Agent id.")
 @click.option("--tenant", "tenant_id", default=None, help="Tenant.")
 @click.pass_obj
-def task(obj: Context, /, title: str | None, refs: tuple[str, ...], **options: Any) -> None:
+def task(obj: Context, /, title: str | None, refs: tuple[str, ...], tags: tuple[str, ...],
+         **options: Any) -> None:
     """Create or update a task (tasks/tsk_<id>.md plus a task_update event); print its id.
 
     TITLE is required for a new task; an update (--id) keeps the title unless given.
@@ -262,6 +265,8 @@ def task(obj: Context, /, title: str | None, refs: tuple[str, ...], **options: A
         kwargs["title"] = title
     if refs:
         kwargs["refs"] = list(refs)
+    if tags:
+        kwargs["tags"] = list(tags)
     with reported():
         if "task_id" in kwargs:  # --id updates: a mistyped id must not make a new task
             from gitmem.store import require_task  # not on every command's import path
