@@ -225,7 +225,9 @@ class Memory:
 
     def record(self, obj: Mapping[str, Any]) -> Event:
         """Append one event (see `Recorder.record`)."""
-        return self.recorder.record(obj)
+        event = self.recorder.record(obj)
+        logger.debug("recorded %s (%s, session %s)", event.id, event.kind, event.session_id)
+        return event
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
                     lines: Sequence[int] | None = None) -> list[Event]:
@@ -306,6 +308,8 @@ class Memory:
                 self.db, self.store, self.policies, paths, appended), "the sync")
         if report.changed:
             self.forget(report.changed)
+        logger.debug("sync: %d file(s) changed of %d looked at%s", len(report.changed),
+                     report.files, " (the index was made again)" if report.rebuilt else "")
         return report
 
     def forget(self, changed: Sequence[Mapping[str, Any]]) -> None:
@@ -398,9 +402,14 @@ class Memory:
         if deferred:  # being indexed, but nothing in them could change this answer
             state["not_awaited_files"] = deferred
         try:
-            return retry_deadlocks(lambda: acb.build_acb(
+            built = retry_deadlocks(lambda: acb.build_acb(
                 request, self.policies, self.cache, lambda: self.db, state, encoded=encoded),
                 "build_acb")
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("build_acb: %s, %s tokens, %s in %.1f ms", built.get("acb_id"),
+                             built.get("token_used_est"), mode,
+                             (time.perf_counter() - started) * 1000)
+            return built
         except DatabaseError as exc:
             if self.on_database_error is not None:
                 self.on_database_error(exc)

@@ -420,6 +420,22 @@ def test_handoff_writes_a_packet_that_acb_builds_from(cli: Cli) -> None:
 # ----------------------------------------------------------------------------- index
 
 
+def test_verbose_logs_what_each_command_does(cli: Cli) -> None:
+    """`-v` "logs what happens to stderr": record, sync, status and acb logged nothing."""
+    env = {**os.environ, **cli.env(), "GITMEM_NO_DAEMON": ""}
+    gitmem = [sys.executable, "-m", "gitmem", "-v"]
+    recorded = subprocess.run([*gitmem, "record", "the walrus naps"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    event_id = recorded.stdout.strip()
+    assert f"recorded {event_id} (message, session default)" in recorded.stderr
+    assert "record_event: no daemon answers on" in recorded.stderr
+    built = subprocess.run([*gitmem, "acb", "walrus"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert "gitmem.memory: sync: " in built.stderr and "file(s) changed of" in built.stderr
+    acb_id = json.loads(built.stdout)["acb_id"]
+    assert f"build_acb: {acb_id}, " in built.stderr
+
+
 def test_reindex_sync_status(cli: Cli) -> None:
     cli("record", "one")
     status = json.loads(cli("status", "--json").stdout)

@@ -69,10 +69,14 @@ def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
     # asked for an index of its own (a schema, a DSN): the daemon must be serving it
     named = bool(obj.dsn_option or os.environ.get("GITMEM_SCHEMA"))
     try:
-        return client.call_if_running(config.socket_path, method, params, serving=config,
-                                      same_index=named)
+        answer = client.call_if_running(config.socket_path, method, params, serving=config,
+                                        same_index=named)
     except RpcError as exc:
         raise client.local_error(exc) from None
+    logging.getLogger("gitmem.cli").debug(
+        "%s: %s", method, f"no daemon answers on {config.socket_path}: done in this process"
+        if answer is None else f"answered by the daemon on {config.socket_path}")
+    return answer
 
 
 def fail(exc: GitmemError) -> click.ClickException:
@@ -112,4 +116,6 @@ def main(ctx: click.Context, store: str | None, dsn: str | None, verbose: bool) 
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if verbose:  # gitmem's own steps too (what a daemon logs at INFO stays quieter)
+        logging.getLogger("gitmem").setLevel(logging.DEBUG)
     ctx.obj = Context(store, dsn)
