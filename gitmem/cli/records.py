@@ -196,7 +196,8 @@ def _content(kind: str, text: str | None, content_json: str | None,
 @click.option("--supersedes", multiple=True, help="A decision this one replaces; repeatable.")
 @click.option("--rationale", multiple=True, help="A reason; repeatable.")
 @click.option("--title", default="", help="A short title.")
-@click.option("--scope", default="project", show_default=True, help="project|user|global|team")
+@click.option("--scope", default="project", show_default=True,
+              help="project|user|global|team|session")
 @click.option("--constraint", "constraints", multiple=True, help="A constraint; repeatable.")
 @click.option("--alternative", "alternatives", multiple=True, help="An option not taken.")
 @click.option("--consequence", "consequences", multiple=True, help="A consequence.")
