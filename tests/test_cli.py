@@ -152,6 +152,25 @@ def test_record_tool_result_and_content_json(cli: Cli) -> None:
     assert events[call_id]["refs"] == [tool_id]
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kind", "tool_result", "ls output"], "--kind tool_result needs --tool NAME"),
+    (["--tool", "sh", "hello"], "--tool goes with TEXT and --kind tool_call or tool_result"),
+    (["--tool", "sh", "--kind", "tool_call", "--content", '{"tool": "x", "args": {}}'],
+     "--tool goes with TEXT"),
+    (["--kind", "task_update", "Ship it"], "a task_update event is recorded with `gitmem task`"),
+    (["--kind", "decision", "Use X"], "a decision event is recorded with `gitmem decide`"),
+    (["--kind", "artifact", "blob"], "--kind tool_result --tool NAME"),
+])
+def test_record_refuses_a_kind_or_tool_it_would_get_wrong(cli: Cli, args: list[str],
+                                                          message: str) -> None:
+    """A tool_result without --tool was stored as tool "tool", --tool beside a message was
+    dropped, and a task_update from TEXT said "a new task needs a title"."""
+    before = snapshot(cli.config.store.parent)
+    result = cli("record", *args, ok=False)
+    assert result.exit_code == 2 and message in result.stderr
+    assert snapshot(cli.config.store.parent) == before
+
+
 def test_record_json_file_and_stdin(cli: Cli, tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text('{"content": {"text": "one"}}\n\n{"content": {"text": "two"}, '

@@ -164,8 +164,19 @@ def record(obj: Context, /, text: str | None, content_json: str | None, tool: st
     click.echo(answer["event_id"])
 
 
+_ELSEWHERE = {"decision": "`gitmem decide`", "task_update": "`gitmem task`",
+              "summary": "--content JSON (its fields: docs/FORMATS.md)",
+              "artifact": "--kind tool_result --tool NAME (a long output becomes an artifact)"}
+
+
 def _content(kind: str, text: str | None, content_json: str | None,
              tool: str | None) -> dict[str, Any]:
+    if tool is not None and (content_json is not None
+                             or kind not in ("tool_call", "tool_result")):
+        raise click.UsageError("--tool goes with TEXT and --kind tool_call or tool_result; "
+                               "it would not be stored")
+    if content_json is None and kind in _ELSEWHERE:
+        raise click.UsageError(f"a {kind} event is recorded with {_ELSEWHERE[kind]}, not TEXT")
     if content_json is not None:
         from gitmem import records
 
@@ -183,7 +194,10 @@ def _content(kind: str, text: str | None, content_json: str | None,
     if text is None:
         raise click.UsageError("give TEXT, --content JSON or --json FILE")
     if kind == "tool_result":
-        return {"tool": tool or "tool", "output": text}
+        if tool is None:
+            raise click.UsageError("--kind tool_result needs --tool NAME: the tool whose "
+                                   "output TEXT is")
+        return {"tool": tool, "output": text}
     if kind == "tool_call":
         return {"tool": tool or text, "args": {} if tool is None else {"input": text}}
     return {"text": text}
