@@ -231,14 +231,15 @@ def parse_duration(text: str) -> float:
     return sign * float(match.group(2)) * _UNITS[match.group(3)]
 
 
-def resolve_at(value: str, now: datetime) -> datetime:
-    """`at:` as a time: ISO-8601, `now`, or an offset from the scenario's `now` (-21d)."""
+def resolve_at(value: str, now: datetime, field: str = "at") -> datetime:
+    """`at:` (or an acb step's `now:`) as a time: ISO-8601, `now`, or an offset from the
+    scenario's `now` (-21d)."""
     text = value.strip()
     if text == "now":
         return now
     if text[:1] in "+-":
         return now + timedelta(seconds=parse_duration(text))
-    return parse_ts(text, "at")
+    return parse_ts(text, field)
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -354,6 +355,8 @@ def _step(check: _Checker, raw: Any, number: int, bound: set[str], now: datetime
     try:
         if at is not None:
             resolve_at(str(at), now)
+        if action == "acb" and body.get("now"):
+            resolve_at(str(body["now"]), now, "now")
         if "advance" in modifiers:
             advance = parse_duration(str(modifiers["advance"]))
         if "every" in modifiers:
@@ -401,6 +404,9 @@ def _action_values(check: _Checker, action: str, body: Mapping[str, Any],
     if action == "git" and len(body) != 1:
         raise check.fail(where, "git: give exactly one of commit, branch, checkout, merge",
                          label)
+    if action == "acb" and body.get("max_tokens", 1) < 1:
+        raise check.fail([*where, "max_tokens"], f"acb: field 'max_tokens': expected a "
+                         f"positive integer, got {body['max_tokens']}", label)
     if action == "daemon" and body["action"] not in DAEMON_ACTIONS:
         raise check.fail(where, f"daemon: expected one of {', '.join(DAEMON_ACTIONS)}, got "
                          f"{body['action']!r}", label)

@@ -141,7 +141,7 @@ class Run:
             "channel": fields.get("channel", defaults.get("channel")),
             "intent": fields.get("intent"), "query_text": fields.get("query"),
             "max_tokens": fields.get("max_tokens", self.scenario.budget_tokens),
-            "now": format_ts(resolve_at(fields["now"], self.scenario.now))
+            "now": format_ts(resolve_at(fields["now"], self.scenario.now, "now"))
             if fields.get("now") else format_ts(self.cursor),
             "handoff_id": fields.get("handoff"),
         }

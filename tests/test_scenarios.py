@@ -96,6 +96,10 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
     ("steps:\n  - acb: {}\n    assertions:\n      - {type: conflict_flagged, summary: s, "
      "kind: superseded, present: false}\n", 8, "step 1 (acb)",
      "field 'kind': expected one of unknown_decision|superseded_decision|"),
+    # found only when the step ran (and `now` was then named `at`)
+    ("steps:\n  - acb: {now: \"2026-03-01\"}\n", 6, "step 1 (acb)", "field 'now':"),
+    ("steps:\n  - acb: {max_tokens: -5}\n", 6, "step 1 (acb)",
+     "field 'max_tokens': expected a positive integer, got -5"),
 ])
 def test_a_malformed_step_names_file_line_step_and_what(tmp_path: Path, body: str, line: int,
                                                         step: str, what: str) -> None:
