@@ -10,10 +10,15 @@ the CLI's exit status.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -23,6 +28,7 @@ from gitmem.cli import main
 from gitmem.errors import ScenarioError
 from gitmem.harness import format_failure, percentile, run_scenario
 from gitmem.scenario import load_scenario, parse_duration, resolve_at, run_scenarios, substitute
+from tests.daemons import wait_for
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob(
     "*.scenario.yaml"))
@@ -367,6 +373,31 @@ def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str) -
     assert "1 of 2 scenario(s) failed" in bad.stderr
     missing = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file or directory" in missing.stderr
+
+
+def test_a_run_ended_with_sigterm_leaves_no_schema_or_directory(tmp_path: Path,
+                                                               dsn: str) -> None:
+    """A cancelled CI job's SIGTERM ended the process at once: its scenario's schema and
+    directory stayed behind."""
+    scenario_id = f"SCN-TERM{uuid.uuid4().hex[:8].upper()}"
+    write(tmp_path, HEAD.replace("SCN-T", scenario_id) + "steps:\n  - record: {text: turn}\n"
+          "  - acb: {query: turn}\n    repeat: 100000\n")  # minutes of builds
+    workdirs = tmp_path / "tmp"
+    workdirs.mkdir()
+    env = {**os.environ, "TMPDIR": str(workdirs)}
+    proc = subprocess.Popen([sys.executable, "-m", "gitmem", "--dsn", dsn, "scenario", "run",
+                             str(tmp_path / "t.scenario.yaml"), "--report-dir",
+                             str(tmp_path / "r")], env=env, stderr=subprocess.PIPE, text=True)
+    pattern = f"scn_{scenario_id.lower().replace('-', '_')}%"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        def schemas() -> list[Any]:
+            return conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+                                (pattern,)).fetchall()
+        wait_for(lambda: bool(schemas()) and any(workdirs.glob("gitmem-scn-*")), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        assert schemas() == []
+    assert list(workdirs.glob("gitmem-*")) == []
 
 
 # --------------------------------------------------------------------------- pure helpers

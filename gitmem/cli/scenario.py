@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ def scenario_run(obj: Context, paths: tuple[Path, ...], report_dir: Path) -> Non
         for failure in result["failures"]:
             say(format_failure(failure))
 
+    # SIGTERM (a CI job cancelled) ends the run as Ctrl-C does: through each scenario's
+    # clean-up (its daemon stopped, its schema dropped, its directory removed)
+    signal.signal(signal.SIGTERM, _terminated)
     with reported():
         dsn = obj.dsn_option or embedded_dsn(Path.cwd() / STATE_DIRNAME)
         report = run_scenarios(list(paths) or [Path("scenarios")], dsn, report_dir,
@@ -59,3 +63,7 @@ def scenario_run(obj: Context, paths: tuple[Path, ...], report_dir: Path) -> Non
     if report["failed"]:
         raise click.ClickException(f"{report['failed']} of "
                                    f"{report['passed'] + report['failed']} scenario(s) failed")
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
