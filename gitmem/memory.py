@@ -26,7 +26,7 @@ from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
 from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts, name_or
 from gitmem.rows import Announced, Appended
-from gitmem.store import Placed, read_artifact
+from gitmem.store import RECORD_KINDS, Placed, classify, read_artifact
 
 if TYPE_CHECKING:  # the read path and the index are imported where they are first used:
     # a write needs neither, and importing them (psycopg among them) cost a `gitmem
@@ -397,10 +397,11 @@ class Memory:
         else:
             caught = [item["path"] for item in self.sync().changed]
             mode = "sync-on-read"
-        state = {"schema": self.config.schema, "freshness": mode, "caught_up_files": caught,
+        state = {"schema": self.config.schema, "freshness": mode,
+                 "caught_up_files": _shared(caught),
                  "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
-        if deferred:  # being indexed, but nothing in them could change this answer
-            state["not_awaited_files"] = deferred
+        if deferred and _shared(deferred):  # being indexed, but nothing in them could
+            state["not_awaited_files"] = _shared(deferred)  # change this answer
         try:
             built = retry_deadlocks(lambda: acb.build_acb(
                 request, self.policies, self.cache, lambda: self.db, state, encoded=encoded),
@@ -469,3 +470,10 @@ class Memory:
                 "message": f"{broken.detail} (not applied: the daemon goes on with the last "
                            "good policies)"})
         return report
+
+
+def _shared(paths: Sequence[str]) -> list[str]:
+    """The files a bundle's provenance may name: the day files, views and policies every
+    tenant shares. A record's file is named for its id (`decisions/dec_….md`): another
+    tenant's would tell its ids, and when it writes."""
+    return [p for p in paths if classify(p) not in RECORD_KINDS]

@@ -42,6 +42,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 INDEXED_KINDS = ("events", "decision", "task", "summary", "handoff", "view")
 TENANT_FILE_KINDS = frozenset({"decision", "task"})  # files whose rows concern their tenant only
+# files named for a record's id, whoever's tenant it is (and so never named to another)
+RECORD_KINDS = frozenset({"decision", "task", "summary", "handoff"})
 
 
 def classify(rel: str) -> str | None:

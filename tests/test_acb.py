@@ -1579,3 +1579,18 @@ def test_a_summary_conflict_does_not_name_the_session_of_a_hidden_event(
     [item] = [i for i in all_items(acb) if i["id"] == summary.content["summary_id"]]
     assert item["conflicts"] == [{"kind": "foreign_session_ref", "ref": hidden}]
     assert "patient-7" not in json.dumps(acb) and "leukemia" not in json.dumps(acb)
+
+
+def test_a_bundle_never_names_another_tenants_record_files(memory: Memory) -> None:
+    """The catch-up's files were listed in provenance.index_state: a record's file is
+    named for its id, so alpha's bundle told beta's new decision, task and handoff ids."""
+    say(memory, "alpha turn", tenant_id="alpha", session_id="s1")
+    memory.build_acb({"tenant_id": "alpha", "session_id": "s1", "now": NOW})
+    beta = say(memory, "beta turn", tenant_id="beta", session_id="s1")
+    dec = memory.decide("beta confidential", [beta], tenant_id="beta").content["decision_id"]
+    task = memory.task("beta task", tenant_id="beta").content["task_id"]
+    packet = memory.create_handoff("coder", "beta handoff", tenant_id="beta").id
+    acb = memory.build_acb({"tenant_id": "alpha", "session_id": "s1", "now": NOW})
+    shown = json.dumps(acb)
+    assert not any(i in shown for i in (dec, task, packet))
+    assert acb["provenance"]["index_state"]["caught_up_files"]  # the shared day file
