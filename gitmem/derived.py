@@ -17,6 +17,7 @@ from gitmem.documents import (
     Task,
     decision_to_text,
     parse_decision,
+    parse_handoff,
     parse_summary,
     parse_task,
     summary_to_text,
@@ -25,7 +26,7 @@ from gitmem.documents import (
 from gitmem.errors import FormatError, ValidationError, shown
 from gitmem.policies import Policies
 from gitmem.records import SENSITIVITIES, find_event
-from gitmem.store import artifact_path, day_file_rel, record_paths
+from gitmem.store import artifact_path, classify, day_file_rel, record_paths
 from gitmem.task_edits import edited_task
 
 
@@ -43,6 +44,12 @@ class Staged:
 # The files a write has staged so far, by path: a later event of the same write builds
 # on them (a task created, then updated; a decision, then one superseding it).
 Staging = dict[Path, Staged]
+
+
+# a cited record's parser, for its tenant (an artifact is anyone's: content-addressed)
+_PARSERS: dict[str, Callable[[str, str, str], Any]] = {
+    "decision": parse_decision, "task": parse_task, "summary": parse_summary,
+    "handoff": parse_handoff}
 
 
 class RecordFiles:
@@ -110,15 +117,28 @@ class RecordFiles:
         content["bytes"] = len(raw)
         return [Staged(artifact_path(self.store, content["artifact_id"]), raw)]
 
-    def require_records(self, refs: Iterable[str], staging: Staging) -> None:
+    def require_records(self, refs: Iterable[str], staging: Staging, tenant: str) -> None:
         """Every record an event cites (a decision, task, summary, handoff, artifact) is in
-        the store or in this write: a line is never rewritten, so a typo in a ref would be
-        a dangling reference for good. (Events cited: `Recorder._require_events`.)"""
+        the store or in this write, and (but for an artifact, content-addressed) one of
+        the tenant's: a line is never rewritten, so a typo in a ref would be a dangling
+        reference for good. (Events cited: `Recorder._require_events`.)"""
         for ref in refs:
-            paths = [self.store / rel for rel in record_paths(ref)]
-            if paths and not any(p in staging or p.exists() for p in paths):
+            rels = [rel for rel in record_paths(ref)
+                    if self.store / rel in staging or (self.store / rel).exists()]
+            if record_paths(ref) and not rels:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an id that exists", field="refs")
+            parse = _PARSERS.get(classify(rels[0]) or "") if rels else None
+            text = self.current(rels[0], staging) if parse is not None else None
+            if parse is None or text is None:
+                continue
+            try:
+                owner = parse(text, rels[0], self.policies.manifest.default_tenant).tenant_id
+            except FormatError as exc:
+                raise ValidationError(f"{ref} cannot be read: {exc}", field="refs") from None
+            if owner != tenant:  # tenants never see each other's ids
+                raise ValidationError(f"{ref} is not a record of tenant {tenant!r}; cite your "
+                                      "own tenant's records", field="refs")
 
     def event_tenant(self, event_id: str) -> str | None:
         """The tenant of event `event_id` if a day file holds it (None: none does), looked

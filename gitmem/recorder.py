@@ -358,7 +358,7 @@ class Recorder:
         for dec in packet.decisions:
             self.files.require_decision(dec, "decisions", packet.tenant_id, {})
         # what it cites is there, and its tenant's: as for an event's refs
-        self.files.require_records(packet.refs, {})
+        self.files.require_records(packet.refs, {}, packet.tenant_id)
         self._require_events(packet.refs, packet.tenant_id, {}, {})
         self._publish([Staged(self.store / rel, text.encode())])
         return packet
@@ -454,7 +454,7 @@ class Recorder:
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
         event = parse_event(full)  # every type and enum checked before files are derived
-        self.files.require_records(event.refs, staging)
+        self.files.require_records(event.refs, staging, event.tenant_id)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)
         if derive is not None and _retried(obj, event, known.get(event.id),

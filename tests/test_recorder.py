@@ -974,3 +974,18 @@ def test_bad_api_input_is_a_gitmem_error_naming_the_field(
     with pytest.raises(ValidationError, match=message) as caught:
         call(memory)
     assert caught.value.field == field
+
+
+def test_a_ref_to_another_tenants_record_is_refused(memory: Memory) -> None:
+    """An event ref to another tenant's event was refused; one to its decision or task
+    was taken, storing a foreign id (and telling that it exists)."""
+    beta = memory.record({"content": {"text": "beta turn"}, "tenant_id": "beta"}).id
+    dec = memory.decide("beta decision", [beta], tenant_id="beta").content["decision_id"]
+    task = memory.task("beta task", tenant_id="beta").content["task_id"]
+    for ref in (dec, task):
+        with pytest.raises(ValidationError, match=f"{ref} is not a record of tenant 'alpha'"):
+            memory.record({"content": {"text": "x"}, "tenant_id": "alpha", "refs": [ref]})
+        with pytest.raises(ValidationError, match="not a record of tenant 'alpha'"):
+            memory.create_handoff("coder", "t", tenant_id="alpha", refs=[ref])
+    mine = memory.record({"content": {"text": "y"}, "tenant_id": "beta", "refs": [dec, task]})
+    assert mine.refs == (dec, task)

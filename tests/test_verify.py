@@ -370,6 +370,19 @@ def test_a_budgets_yaml_that_does_not_load_is_its_own_one_problem(cli: Cli,
                      "default"]
 
 
+def test_a_literal_redaction_pattern_does_not_make_privacy_yaml_a_secret(
+        cli: Cli, config: Config) -> None:
+    """A pattern naming a codename matched its own line: verify and the pre-commit hook
+    refused privacy.yaml, the file that defines the patterns."""
+    privacy = config.store / "policies" / "privacy.yaml"
+    privacy.write_text(privacy.read_text().replace(
+        "  redact_patterns:\n", "  redact_patterns:\n    - 'ProjectNightjar'\n", 1))
+    assert "no problems" in cli("verify").output
+    append(config.store / DAY, event_line("s", "the codename is ProjectNightjar")[1])
+    out = cli("verify", ok=False).output
+    assert f"memory/{DAY}:1: " in out and "matches the redaction pattern" in out
+
+
 def test_two_decisions_superseding_one_are_a_fork_verify_warns_about(cli: Cli,
                                                                      memory: Memory) -> None:
     """Two branches that each replaced a decision leave, once merged, two active ones:
