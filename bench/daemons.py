@@ -61,15 +61,31 @@ class BenchDaemon:
             raise RuntimeError(f"a daemon already serves {self.store}")
         command = [*gitmem_command(), "--store", str(self.store), "daemon", "start",
                    *self.flags]
-        with timed() as clock:
-            done = subprocess.run(command, capture_output=True, text=True, env=self.env(),
-                                  cwd=self.store.parent, timeout=300)
+        try:
+            with timed() as clock:
+                done = subprocess.run(command, capture_output=True, text=True,
+                                      env=self.env(), cwd=self.store.parent, timeout=300)
+        except BaseException:  # Ctrl-C: the daemon, in a session of its own, goes on starting
+            self._stop_started(wait_s=10.0)
+            raise
         if done.returncode != 0:
+            self._stop_started(wait_s=0.0)
             raise RuntimeError(f"gitmem daemon start failed ({done.returncode}): "
                                f"{done.stderr.strip()}")
         self.pid = int(done.stdout.split()[-1])
         self.start_s = clock.s
         return clock.s
+
+    def _stop_started(self, wait_s: float) -> None:
+        """Stop a daemon a start that did not finish left serving the store (found by its
+        pid file, waited for up to `wait_s` while it comes up)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            self.pid = lifecycle.running_pid(self.config)
+            if self.pid is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        self.stop()
 
     def stop(self) -> None:
         """SIGTERM to this daemon's pid, then wait until it has exited."""
@@ -176,11 +192,11 @@ def corpus_daemon(ctx: Context) -> BenchDaemon:
         return found
     ctx.ensure_index()
     daemon = BenchDaemon(ctx.corpus.store, ctx.dsn, ctx.index_config().schema)
+    ctx.cleanups.append(daemon.stop)  # before the start: an interrupt in it cleans up too
     daemon.start()
     daemon.stats["rss_after_start_mb"] = daemon.rss_mb()
     daemon.stats["memory_after_start"] = daemon.memory_by_process()
     ctx.shared[CORPUS_DAEMON] = daemon
-    ctx.cleanups.append(daemon.stop)
     return daemon
 
 

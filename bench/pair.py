@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -251,18 +252,37 @@ def _driver(args: argparse.Namespace) -> int:
     return 0
 
 
+# The worker runs this file under the other checkout's `bench`, which may lack newer
+# modules: what the arguments need is here, not imported (bench/args.py alike).
+SIZES = ("tiny", "10k", "100k", "1m", "1m-one")
+_SCHEMA = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _schema(text: str) -> str:
+    if not _SCHEMA.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"schema name {text!r} must match [a-z_][a-z0-9_]* "
+                                         "(at most 63 characters), not beginning with pg_")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.pair",
                                      description="paired A/B of two checkouts")
     parser.add_argument("--vs", default=".", help="the other checkout (B); default: this one")
-    parser.add_argument("--size", default="tiny")
+    parser.add_argument("--size", choices=SIZES, default="tiny")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dsn", default=None, help="as bench/run.py's --dsn")
-    parser.add_argument("--index-schema", default=None, metavar="SCHEMA",
+    parser.add_argument("--index-schema", type=_schema, default=None, metavar="SCHEMA",
                         help="the corpus's index (built there first when missing; kept); "
                              "default: built in a schema of the run, dropped at the end")
     parser.add_argument("--what", choices=("retrieve", "build"), default="retrieve")
-    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--passes", type=_count, default=3)
     parser.add_argument("--out", type=Path, default=None, help="JSON of every request")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser

@@ -116,8 +116,9 @@ def dump_tables(conn: Conn, schema: str, directory: Path) -> dict[str, tuple[lis
 
 def load_raw(conn: Conn, schema: str, dumps: dict[str, tuple[list[str], Path]],
              clock: dict[str, float]) -> None:
-    """In one transaction: a bare schema from schema.sql, COPY every dump in, then
-    indexes.sql and ANALYZE (seconds of each phase into `clock`)."""
+    """In one transaction: a bare schema from schema.sql, COPY every dump in (FREEZE, as
+    the reindex loads: the tables are new in this transaction), then indexes.sql and
+    ANALYZE (seconds of each phase into `clock`)."""
     ident = sql.Identifier(schema)
     with conn.transaction():
         start = time.perf_counter_ns()
@@ -128,7 +129,7 @@ def load_raw(conn: Conn, schema: str, dumps: dict[str, tuple[list[str], Path]],
         mark = time.perf_counter_ns()
         clock["create_s"] = (mark - start) / 1e9
         for table, (columns, path) in dumps.items():
-            statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            statement = sql.SQL("COPY {} ({}) FROM STDIN WITH (FREEZE)").format(
                 sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)))
             with path.open("rb") as source, conn.cursor() as cur, cur.copy(statement) as copy:
                 while data := source.read(COPY_CHUNK):

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import pg, speed, summary
+from bench import args, pg, speed, summary
 from bench.context import Context, Skip
 from bench.corpus import CACHE_DIR, corpus_dir, ensure_corpus
 from bench.plan import SHAPES
@@ -50,13 +50,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results file (default: bench/results/<size>-<time>.json)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
-    parser.add_argument("--repeat", type=int, default=1,
+    parser.add_argument("--repeat", type=args.count, default=1,
                         help="repeat the reindex / raw COPY timing N times (median reported)")
     parser.add_argument("--only", default="",
                         help="comma-separated measurement names (see --list)")
     parser.add_argument("--list", action="store_true", help="list the measurements and exit")
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="corpus cache directory")
-    parser.add_argument("--index-schema", default=None, metavar="SCHEMA",
+    parser.add_argument("--index-schema", type=args.schema, default=None, metavar="SCHEMA",
                         help="use (and keep) an existing index of the corpus in SCHEMA instead "
                              "of building one in a schema of the run (for repeated runs)")
     speed.add_quiet_options(parser)
@@ -144,6 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     source = source_state(checkout)
     dsn = pg.resolve_dsn(args.dsn)
     _say(f"gitmem bench: size {args.size}, seed {args.seed}, database {redact_dsn(dsn)}")
+    out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    try:  # before hours of work: where the results go, and the server answers
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _parser().error(f"--out {out}: {exc.strerror or exc}")
+    try:
+        postgres = pg.server_info(dsn)
+    except Exception as exc:  # psycopg's OperationalError, or the embedded server's
+        _say(f"error: cannot reach PostgreSQL at {redact_dsn(dsn)}: {exc}".strip())
+        return 2
     cached = (corpus_dir(args.size, args.seed, args.cache) / "corpus.json").is_file()
     corpus = ensure_corpus(args.size, args.seed, args.cache,
                            lambda n, total: _say(f"  corpus: {n:,} / ~{total:,} writes"))
@@ -155,7 +165,6 @@ def main(argv: list[str] | None = None) -> int:
     schemas = pg.Schemas(dsn)
     ctx = Context(args.size, args.seed, dsn, corpus, scratch, schemas, repeat=args.repeat,
                   index_schema=args.index_schema)
-    out = args.out or RESULTS_DIR / f"{args.size}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     corpus_metrics = [
         Metric("corpus", "events written (record_many / decide / task)", info["events"],
                "events", extra={"counts": info["counts"], "tenants": info["tenants"],
@@ -165,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                extra={"events_per_s": info["events_per_s"], "cached": cached}),
     ]
 
-    host, postgres = machine(), pg.server_info(dsn)
+    host = machine()
 
     def document(outcome: Outcome, probe_end: float | None = None) -> dict[str, Any]:
         return {

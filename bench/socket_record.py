@@ -209,8 +209,8 @@ def measure(ctx: Context) -> list[Metric]:
     shutil.rmtree(root, ignore_errors=True)
     store = new_repo(root)
     daemon = BenchDaemon(store, ctx.dsn, ctx.schemas.name("sock"))
+    ctx.cleanups.append(daemon.stop)  # before the start: an interrupt in it cleans up too
     daemon.start()
-    ctx.cleanups.append(daemon.stop)
     metrics = [single(daemon, events, singles),
                jsonrpc_batches(daemon, events, rpc_batches),
                record_events(daemon, events, bulk_calls)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -108,8 +109,19 @@ def add_quiet_options(parser: argparse.ArgumentParser) -> None:
                              f"within {AUTO_MARGIN}x of the fastest reading of the run: the "
                              "host's load, which the load average does not see "
                              "(default: no wait)")
-    parser.add_argument("--quiet-wait", type=float, default=180.0, metavar="SECONDS",
+    parser.add_argument("--quiet-wait", type=_seconds, default=180.0, metavar="SECONDS",
                         help="longest wait for the machine to be quiet (default 180)")
+
+
+def _seconds(value: str) -> float:
+    """`--quiet-wait`'s value: finite seconds, 0 or more."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value!r}")
+    return seconds
 
 
 def _probe_bound(value: str) -> float:
@@ -121,6 +133,6 @@ def _probe_bound(value: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected milliseconds or 'auto', got {value!r}") from None
-    if bound < 0:
+    if not math.isfinite(bound) or bound < 0:
         raise argparse.ArgumentTypeError(f"expected milliseconds >= 0, got {value!r}")
     return bound

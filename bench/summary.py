@@ -42,15 +42,22 @@ class Check:
         return float(value) if isinstance(value, int | float) else None
 
     def verdict(self, value: float) -> str:
-        """`met`, or `missed` with the factor (or share) it is off by."""
+        """`met`, or `missed` by the share of the target it falls short of or goes over
+        (`missed by 27%`: 2,182 events/s for 3,000), or far off, the factor (`missed (2.1x
+        over)`, `missed (40x under)`)."""
         good = value >= self.limit if self.higher_is_better else value <= self.limit
         if good:
             return "met"
         if self.higher_is_better:
-            off = self.limit / value if value > 0 else float("inf")
-        else:
-            off = value / self.limit if self.limit > 0 else float("inf")
-        return f"missed ({off:.1f}x)" if off >= 1.5 else f"missed by {abs(off - 1):.0%}"
+            if value <= 0:
+                return "missed (none)"
+            if self.limit / value >= 1.5:
+                return f"missed ({self.limit / value:.1f}x under)"
+            return f"missed by {1 - value / self.limit:.0%}"
+        if self.limit <= 0 or value / self.limit >= 1.5:
+            return (f"missed ({value / self.limit:.1f}x over)" if self.limit > 0
+                    else "missed")
+        return f"missed by {value / self.limit - 1:.0%}"
 
 
 def _quality_target(metrics: Metrics) -> float:
@@ -187,7 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="a JSON file written by bench/run.py")
     parser.add_argument("--full", action="store_true", help="every metric, not the targets")
     args = parser.parse_args(argv)
-    document = json.loads(args.results.read_text())
+    try:
+        document = json.loads(args.results.read_text())
+    except OSError as exc:
+        parser.error(f"{args.results}: {exc.strerror or exc}")
+    except ValueError as exc:
+        parser.error(f"{args.results} is not a results file (JSON): {exc}")
     print(full_table(document) if args.full else markdown(document), end="")
     return 0
 

@@ -199,9 +199,14 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
         if found is None:
             found = cwd.resolve() / STORE_DIRNAME
         store_path = found
-    schema_value = schema or env.get("GITMEM_SCHEMA") or default_schema(store_path)
-    if not _SCHEMA_NAME.match(schema_value):
-        raise ConfigError(f"schema name {schema_value!r} must match [a-z_][a-z0-9_]* (at "
-                          "most 63 characters), not beginning with pg_ (PostgreSQL's own)")
+    schema_value = check_schema(schema or env.get("GITMEM_SCHEMA") or default_schema(store_path))
     return Config(store=store_path, dsn=dsn or env.get("GITMEM_DSN") or None,
                   schema=schema_value)
+
+
+def check_schema(name: str) -> str:
+    """`name` if it may name an index's schema, else a ConfigError saying what may."""
+    if not _SCHEMA_NAME.match(name):
+        raise ConfigError(f"schema name {name!r} must match [a-z_][a-z0-9_]* (at most 63 "
+                          "characters), not beginning with pg_ (PostgreSQL's own)")
+    return name

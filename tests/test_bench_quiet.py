@@ -24,6 +24,7 @@ def test_quiet_probe_takes_milliseconds_or_auto() -> None:
 @pytest.mark.parametrize(("value", "said"), [
     ("nope", "expected milliseconds or 'auto', got 'nope'"),
     ("-3", "expected milliseconds >= 0, got '-3'"),
+    ("nan", "expected milliseconds >= 0, got 'nan'"),  # it waited the whole wait, always
     ("", "expected milliseconds or 'auto', got ''")])
 def test_a_bad_quiet_probe_is_refused_naming_the_value(
         value: str, said: str, capsys: pytest.CaptureFixture[str]) -> None:

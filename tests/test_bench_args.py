@@ -1,0 +1,85 @@
+"""The benchmark's commands refuse bad arguments at once, with argparse's message (a
+repeat of 0 failed after the corpus was built, a bad schema name after 30 s of
+connection attempts), and a run interrupted while a daemon starts leaves none running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from bench import summary
+from gitmem import processes
+from tests.daemons import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench(*argv: str, module: str = "bench/run.py") -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, *(["-m", module] if "/" not in module else [module]), *argv]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("module", "argv", "said"), [
+    ("bench/run.py", ["--repeat", "0"], "argument --repeat: expected at least 1, got 0"),
+    ("bench/run.py", ["--index-schema", "Bad Name"], "schema name 'Bad Name' must match"),
+    ("bench/run.py", ["--quiet-wait", "-5"], "argument --quiet-wait: expected seconds >= 0"),
+    ("bench.profile", ["--repeat", "0"], "argument --repeat: expected at least 1, got 0"),
+    ("bench.pair", ["--size", "huge"], "argument --size: invalid choice: 'huge'"),
+    ("bench.pair", ["--passes", "0"], "argument --passes: expected a whole number of at least"),
+    ("bench.pair", ["--index-schema", "pg_x"], "schema name 'pg_x' must match"),
+    ("bench.summary", ["/nonexistent/results.json"], "No such file or directory"),
+])
+def test_a_bad_argument_is_refused_before_any_work(module: str, argv: list[str],
+                                                   said: str) -> None:
+    done = bench(*argv, module=module)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_unreachable_server_is_said_before_the_corpus_is_made(tmp_path: Path) -> None:
+    done = bench("--size", "tiny", "--dsn", "postgresql://postgres@127.0.0.1:1/none",
+                 "--cache", str(tmp_path / "cache"))
+    assert done.returncode == 2 and "error: cannot reach PostgreSQL at" in done.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "scratch").exists()
+
+
+def test_a_far_miss_says_how_far_and_which_way() -> None:
+    events = next(c for c in summary.CHECKS if c.higher_is_better)
+    assert events.verdict(events.limit * 0.73) == "missed by 27%"
+    assert events.verdict(events.limit / 3) == "missed (3.0x under)"
+    assert events.verdict(0) == "missed (none)"
+    latency = next(c for c in summary.CHECKS if not c.higher_is_better)
+    assert latency.verdict(latency.limit * 2) == "missed (2.0x over)"
+    assert latency.verdict(latency.limit) == "met"
+
+
+def test_an_interrupt_while_a_daemon_starts_leaves_none_running(tmp_path: Path,
+                                                                dsn: str) -> None:
+    """The daemon runs in a session of its own: a Ctrl-C in `daemon start` reached the
+    run, not the daemon, whose stop was registered only once the start returned."""
+    cache = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "bench/run.py", "--size", "tiny", "--dsn", dsn,
+                             "--only", "socket_record", "--cache", str(cache),
+                             "--out", str(tmp_path / "out.json")], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    pid_file = tmp_path / "scratch" / f"run-{proc.pid}" / "socket" / ".gitmem" / "gitmem.pid"
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+                 timeout=240, step=0.01)
+        daemon = int(pid_file.read_text().split()[0])
+        os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C: the run's group, not the daemon's
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    wait_for(lambda: not processes.alive(daemon), timeout=60)
+    assert not (tmp_path / "scratch" / f"run-{proc.pid}").exists()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+                            (f"bench_{proc.pid}_%",)).fetchall() == []
