@@ -35,7 +35,7 @@ from gitmem.policies import load_policies
 from gitmem.recorder import Recorder
 from gitmem.store import init_store
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 CACHE_DIR = CACHE_ROOT / "corpus"
 BATCH_EVENTS = 1000
 Progress = Callable[[int, int], None]
@@ -111,6 +111,7 @@ class _Writer:
         previous = self.chains.get(key) if f.pop("supersede") else None
         event = self.recorder.decide(
             f.pop("text"), f.pop("refs"), supersedes=[previous] if previous else [],
+            decision_id="dec_" + f["id"].removeprefix("evt_"),  # as seeded as its event's
             rationale=f.pop("rationale"), title=f.pop("title"),
             alternatives=f.pop("alternatives"), confidence=f.pop("confidence"), **f)
         self.chains[key] = event.content["decision_id"]

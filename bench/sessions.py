@@ -102,8 +102,11 @@ def session_ops(plan: SessionPlan) -> Iterator[Op]:
     if s.count >= 20 and rng.random() < SUMMARY_SHARE:
         s.tick(5_000, 60_000)
         summary = " ".join(text.sentence(rng, text.SUMMARIES) for _ in range(rng.randint(2, 4)))
-        yield s.event(s.agent(), "summary", {"text": summary, "scope": "session"},
-                      refs=list(s.recent))
+        op = s.event(s.agent(), "summary", {"text": summary, "scope": "session"},
+                     refs=list(s.recent))
+        # its id as seeded as its event's (else minted at random: no corpus twice the same)
+        op.fields["content"]["summary_id"] = "sum_" + op.fields["id"].removeprefix("evt_")
+        yield op
 
 
 def _planted(s: _Session, plant: Any) -> Iterator[Op]:

@@ -296,9 +296,12 @@ class Recorder:
                rationale: Iterable[str] = (), title: str = "", scope: str = "project",
                constraints: Iterable[str] = (), alternatives: Iterable[str] = (),
                consequences: Iterable[str] = (), confidence: float | None = None,
-               **event_fields: Any) -> Event:
-        """Record a decision: a `decision` event plus its `decisions/dec_*.md`."""
+               decision_id: str = "", **event_fields: Any) -> Event:
+        """Record a decision: a `decision` event plus its `decisions/dec_*.md`
+        (`decision_id`: its id, chosen by the caller as an event's may be; default new)."""
         content: dict[str, Any] = {"text": text, "scope": scope}
+        if decision_id:
+            content["decision_id"] = decision_id
         for key, values in (("title", title), ("supersedes", _texts(supersedes, "supersedes")),
                             ("rationale", _texts(rationale, "rationale")),
                             ("constraints", _texts(constraints, "constraints")),
