@@ -100,10 +100,13 @@ def append_locked(fd: int, path: Path, lines: list[bytes],
 
 
 def cut_back(fd: int, path: Path, size: int) -> None:
-    """Take an append back out (its lock still held): the file as it was before it."""
+    """Take an append back out (its lock still held): the file as it was before it, or
+    none where it was empty (made by the write: no empty day file is left of it)."""
     try:
         os.ftruncate(fd, size)
         os.fsync(fd)
+        if size == 0:
+            path.unlink(missing_ok=True)
     except OSError as exc:  # the caller raises the first error; this one is logged
         logger.error("cannot cut %s back to %d bytes after a failed write: %s; a partial "
                      "line may remain (the next append starts a new line)", path, size,

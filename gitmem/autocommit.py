@@ -124,8 +124,6 @@ def commit(store: Path, dirs: tuple[str, ...] = AUTOCOMMIT_DIRS) -> CommitResult
         specs = [prefix + d for d in dirs]
         leftovers.repair_index(repo, specs)
         leftovers.remove_temporary(Path(repo.git_dir))
-        if recovery.batches_pending(store):  # a crash's unanswered lines are never committed
-            recovery.undo_batches(store)
         paths = uncommitted(repo, specs)
         if not paths:
             return None
@@ -211,12 +209,17 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
     if not events:
         return {}, candidates
     root = Path(str(repo.working_tree_dir))
-    with ExitStack() as locks:  # read as no write leaves them midway (writers lock alike)
+    with recovery.settled(root / prefix, []):  # a crashed write's lines cut back first
+        pass
+    gone = {p for p in events if not os.path.lexists(root / p)}  # made by it: removed
+    events = [p for p in events if p not in gone]
+    candidates = [p for p in candidates if p not in gone]
+    with ExitStack() as locks:  # read under the writers' locks: never a write's midway
         for path in sorted(events):
             with contextlib.suppress(FileNotFoundError):
                 locks.enter_context(exclusive(root / path))
         blobs = dict(zip(events, repo.git.hash_object("-w", "--", *events).split(),
-                         strict=True))
+                         strict=True)) if events else {}
     listed = _changed(repo, specs)
     staged = [root / p for p in listed if _staging(p) and _fresh(root / p)]
     if staged:  # listed again once they are in place (or the wait is over)

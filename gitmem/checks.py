@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -300,8 +300,9 @@ class Checker:
         except UnicodeDecodeError as exc:
             self.fail(rel, data.count(b"\n", 0, exc.start) + 1, "not valid UTF-8")
             return
+        patterns = self._own_patterns() if rel == PRIVACY_POLICY else ()
         for number, line in enumerate(text.splitlines(), start=1):
-            if rel != PRIVACY_POLICY:  # its patterns may name a secret's words themselves
+            if not _defines(line, patterns):  # a pattern may name a secret's words itself
                 self._secrets(rel, number, line)
             if line.startswith(("<<<<<<< ", ">>>>>>> ", "||||||| ")):
                 self.fail(rel, number, "an unresolved merge conflict marker; resolve the "
@@ -350,6 +351,11 @@ class Checker:
     def _cite(self, rel: str, text: str, key: str, ids: Iterable[str], tenant: str = "") -> None:
         line = field_line(text, key)
         self.refs += [_Ref(rel, line, key, target, tenant) for target in ids]
+
+    def _own_patterns(self) -> tuple[str, ...]:
+        """The sources of the redaction patterns privacy.yaml defines."""
+        privacy = self.policies.privacy
+        return tuple(p.pattern for p in (*privacy.patterns, *privacy.key_patterns))
 
     def _secrets(self, rel: str, number: int, text: str) -> None:
         pattern = self.policies.privacy.find_secret(text)
@@ -491,3 +497,11 @@ def _keeps_lines(before: bytes, after: bytes) -> bool:
     """Every line of `before` appears in `after`, in order (a union merge keeps them)."""
     remaining = iter(after.split(b"\n"))
     return all(any(line == other for other in remaining) for line in before.split(b"\n"))
+
+
+def _defines(line: str, patterns: Sequence[str]) -> bool:
+    """Whether a line of privacy.yaml is (a part of) a redaction pattern's definition:
+    a literal pattern (a codename) matches itself, and must not make the file a
+    secret. Any other line is scanned as every file's is."""
+    text = line.strip().removeprefix("- ").strip().strip("'\"").replace("''", "'")
+    return bool(text) and any(text in pattern for pattern in patterns)

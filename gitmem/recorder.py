@@ -22,7 +22,6 @@ from typing import Any
 
 from gitmem import ids
 from gitmem.appends import (
-    append_lock,
     append_locked,
     cut_back,
     discard,
@@ -57,12 +56,11 @@ from gitmem.records import (
 )
 from gitmem.recovery import (
     GRACE_S,
-    batches_pending,
     begin_batch,
     end_batch,
     finish_tasks,
+    settled,
     staged_prefix,
-    undo_batches,
 )
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
@@ -191,7 +189,9 @@ class Recorder:
             except OSError as exc:
                 raise StoreError(f"cannot lock {directory} for a task update: "
                                  f"{exc.strerror or exc}; nothing was written") from exc
-            finish_tasks(self.store)  # an earlier update's file left staged comes first
+            with settled(self.store, []):  # a crashed write's lines go first, then
+                pass                           # an earlier update's file left staged
+            finish_tasks(self.store)           # (placed only if its line stayed)
             yield
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",
@@ -506,18 +506,16 @@ class Recorder:
         # validated encodes: check_storable refuses unpaired surrogates)
         encoded = {rel: [e.to_line().encode("utf-8") for e in events]
                    for rel, events in by_file.items()}
-        if batches_pending(self.store):  # lines a crash left of an unanswered write go
-            undo_batches(self.store)      # before any line is written after them
         temps = self._stage(_last_per_target(prepared))
         appends: list[tuple[str, Appended]] = []
         announced: list[str] = []
         try:
-            with ExitStack() as locks:
-                # Every day file of the write stays locked until all are appended, so a
-                # failed one can take the others back out: all lines or none. Locked in
-                # one order, so two writers never wait for each other.
-                files = [(rel, locks.enter_context(append_lock(self.store / rel)))
-                         for rel in sorted(by_file)]
+            # Every day file of the write stays locked until all are appended, so a
+            # failed one can take the others back out: all lines or none. Locked in one
+            # order, so two writers never wait for each other; a crashed write's lines
+            # in them are cut back first (`recovery.settled`).
+            with settled(self.store, sorted(by_file)) as held:
+                files = sorted(held.items())
                 # across day files, a journal lets a crash's lines be cut back too
                 journal = None if len(files) < 2 else begin_batch(self.store, [
                     (rel, os.fstat(fd).st_size, [e.id for e in by_file[rel]])

@@ -23,11 +23,16 @@ A write whose lines go to more than one day file (a batch across midnight, or of
 events of several days) is written whole or not at all, a crash included: before its
 first byte it journals each file's size (`events/.tmp-batch.<random>`, fsynced), and
 it removes the journal (durably) only once every file's lines are; then it is
-answered. Every write, autocommit and `finish` first undo each journal they find
-whose files no writer holds locked any more, the newest first: each day file is cut
-back to the size it had, so none of the batch's lines stays (its call was never
-answered). Where a file holds other lines after the batch's (appended by hand after
-the crash), none is cut back: the journal stays, and `gitmem verify` names it.
+answered. The journal is written under another name and renamed once whole. Every
+write takes the writers' locks of its day files and of every journal's (`settled`),
+in the one order all writers lock in, and with them held undoes each journal left
+by a writer that is gone, the newest first: each day file is cut back to the size it
+had (a file the batch made is removed), so none of the batch's lines stays (its call
+was never answered) and no line is ever written after them. Autocommit and a task
+update do the same first; `finish` (a sync, a daemon's start) undoes those whose
+files no writer holds. Where a file holds other lines after the batch's (appended by
+hand after the crash), none is cut back: the journal stays, and `gitmem verify`
+names it.
 
 A task update reads the task's file and writes it back under a lock; a task file
 staged and left (its renaming failed, or a crash) is seen to before the next update
@@ -46,12 +51,14 @@ import re
 import stat
 import time
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitmem.appends import fsync_dir, stage_file
-from gitmem.store import classify, try_exclusive, walk_files
+from gitmem.appends import append_lock, fsync_dir, stage_file
+from gitmem.errors import StoreError
+from gitmem.store import classify, exclusive, try_exclusive, walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +70,7 @@ _ALONE = re.compile(r"\.tmp-(hof_[0-9A-Za-z]+\.yaml)\.[^.]+")
 _WITH_EVENT_KINDS = ("decision", "task", "summary", "artifact")  # what comes with an event
 _NOT_OURS = "not a file gitmem stages: look at it and delete it if it holds nothing you need"
 BATCH_PREFIX = ".tmp-batch."
+JOURNAL_WRITING = ".tmp-batchw."  # a journal being written, renamed once whole
 
 
 def staged_prefix(target: Path, event_id: str = "", day: str = "") -> str:
@@ -96,11 +104,19 @@ def staged_files(store: Path) -> Iterator[Path]:
 def begin_batch(store: Path, files: Sequence[tuple[str, int, Sequence[str]]]) -> Path:
     """Journal a write across several day files before its first byte: each file's
     (path in the store, size before, the ids of the events it appends); the journal's
-    path."""
+    path. Written whole under another name, then renamed: a journal is never seen
+    half written."""
     data = json.dumps({"files": [{"path": rel, "size": size, "ids": list(ids)}
                                  for rel, size, ids in files]}).encode()
-    journal = stage_file(store / "events" / "batch", data, BATCH_PREFIX)
-    fsync_dir(journal.parent)
+    written = stage_file(store / "events" / "batch", data, JOURNAL_WRITING)
+    journal = written.with_name(BATCH_PREFIX + written.name.removeprefix(JOURNAL_WRITING))
+    try:
+        os.rename(written, journal)
+        fsync_dir(journal.parent)
+    except BaseException:
+        written.unlink(missing_ok=True)
+        journal.unlink(missing_ok=True)
+        raise
     return journal
 
 
@@ -113,81 +129,146 @@ def end_batch(journal: Path) -> None:
 
 def batches_pending(store: Path) -> bool:
     """Whether a journal of a write across day files is there (a write in flight, or
-    one a crash cut short): a write first has them undone (`undo_batches`)."""
+    one a crash cut short): a write first has them undone (`settle_batches`)."""
     try:
         with os.scandir(store / "events") as entries:
-            return any(e.name.startswith(BATCH_PREFIX) for e in entries)
+            return any(e.name.startswith((BATCH_PREFIX, JOURNAL_WRITING)) for e in entries)
     except (FileNotFoundError, NotADirectoryError):
         return False
 
 
-def undo_batches(store: Path) -> list[Finished]:
-    """Cut back the day files of every journaled write that no writer finishes any more
-    (see the module's docstring), the newest first: a later batch's lines follow an
-    earlier one's in any file both wrote to."""
-    out: list[Finished] = []
+@dataclass
+class _Journal:
+    path: Path
+    rel: str
+    files: list[tuple[str, int, frozenset[str]]]  # day file, its size before, the ids
+
+
+def _journals(store: Path, out: list[Finished]) -> list[_Journal]:
+    """The journals there, the newest first (a later batch's lines follow an earlier
+    one's in any file both wrote to); one that does not read is reported in `out`. A
+    journal being written (under its other name) for longer than GRACE_S is a dead
+    writer's: nothing was appended before its journal was whole, so it goes."""
     events = store / "events"
-    journals: list[tuple[int, str, Path]] = []
-    for journal in events.glob(BATCH_PREFIX + "*") if events.is_dir() else []:
+    found: list[tuple[int, str, _Journal]] = []
+    for path in events.glob(JOURNAL_WRITING + "*") if events.is_dir() else []:
         with contextlib.suppress(FileNotFoundError):
-            journals.append((journal.stat().st_mtime_ns, journal.name, journal))
-    for _, _, journal in sorted(journals, reverse=True):
-        rel = journal.relative_to(store).as_posix()
+            if time.time() - path.stat().st_mtime > GRACE_S:
+                path.unlink()
+    for path in events.glob(BATCH_PREFIX + "*") if events.is_dir() else []:
+        rel = path.relative_to(store).as_posix()
         try:
+            mtime = path.stat().st_mtime_ns
             files = [(str(f["path"]), int(f["size"]), frozenset(map(str, f["ids"])))
-                     for f in json.loads(journal.read_bytes())["files"]]
+                     for f in json.loads(path.read_bytes())["files"]]
         except FileNotFoundError:
             continue  # its write finished meanwhile
         except (ValueError, KeyError, TypeError) as exc:
             out.append(Finished(rel, "", "left", f"not a journal gitmem can read ({exc}): "
                                 "look at it and delete it"))
             continue
+        bad = [f for f, _, _ in files if classify(f) != "events"]
+        if bad:
+            out.append(Finished(rel, "", "left", f"names {bad[0]!r}, not a day file: look "
+                                "at it and delete it"))
+            continue
+        found.append((mtime, path.name, _Journal(path, rel, files)))
+    return [journal for *_, journal in sorted(found, key=lambda f: f[:2], reverse=True)]
+
+
+def undo_batches(store: Path) -> list[Finished]:
+    """Cut back the day files of every journaled write that no writer finishes any more
+    (see the module's docstring): a journal whose files a writer holds locked is its
+    write in flight, and left to it."""
+    out: list[Finished] = []
+    for journal in _journals(store, out):
         try:
-            out.extend(_undo(store, journal, rel, files))
+            with ExitStack() as locks:
+                fds: dict[str, int] = {}
+                for path, _, _ in journal.files:
+                    with contextlib.suppress(FileNotFoundError):
+                        fd = locks.enter_context(try_exclusive(store / path, os.O_RDWR))
+                        if fd is None:  # its writer still holds it: in flight
+                            break
+                        fds[path] = fd
+                else:
+                    out.extend(_undo(journal, fds))
         except OSError as exc:  # one journal that cannot be seen to never stops the rest
-            out.append(Finished(rel, "", "left", f"could not be seen to: "
-                                f"{exc.strerror or exc} ({exc.filename or rel})"))
+            out.append(Finished(journal.rel, "", "left", f"could not be seen to: "
+                                f"{exc.strerror or exc} ({exc.filename or journal.rel})"))
+    return _logged(out)
+
+
+@contextlib.contextmanager
+def settled(store: Path, rels: Sequence[str]) -> Iterator[dict[str, int]]:
+    """The writers' locks of day files `rels` (each opened to append, created if need
+    be), held for the block, with every journaled write a crash cut short undone
+    first: the journals' day files are locked too, in the one order every writer
+    locks in (the path's), so a writer in flight is waited for and a dead one's lines
+    are cut back before any line is written after them. {path: descriptor}."""
+    for _ in range(3):  # a journal that appears meanwhile names more files: again
+        out: list[Finished] = []
+        journals = _journals(store, out) if batches_pending(store) else []
+        wanted = {*rels, *(f for j in journals for f, _, _ in j.files)}
+        with ExitStack() as locks:
+            fds: dict[str, int] = {}
+            for path in sorted(wanted):
+                if path in rels:
+                    fds[path] = locks.enter_context(append_lock(store / path))
+                else:  # a journal's file, not this write's: never made
+                    with contextlib.suppress(FileNotFoundError):
+                        fds[path] = locks.enter_context(exclusive(store / path, os.O_RDWR))
+            now = _journals(store, []) if batches_pending(store) else []
+            if any(f not in wanted for j in now for f, _, _ in j.files):
+                continue
+            for journal in now:  # all of its files held: its writer is gone
+                out.extend(_undo(journal, fds, keep=set(rels)))
+            _logged(out)
+            yield {path: fds[path] for path in rels}
+            return
+    raise StoreError(f"journals of writes across day files keep appearing in "
+                     f"{store / 'events'}: nothing was written; try again")
+
+
+def _logged(out: list[Finished]) -> list[Finished]:
     for done in out:
         logger.warning("an interrupted write: %s %s (%s)", done.action,
                        done.target or done.path, done.reason)
     return out
 
 
-def _undo(store: Path, journal: Path, rel: str,
-          files: list[tuple[str, int, frozenset[str]]]) -> list[Finished]:
+def _undo(journal: _Journal, fds: dict[str, int],
+          keep: AbstractSet[str] = frozenset()) -> list[Finished]:
     """All of a journaled write's lines cut back, or (where a file holds other lines
-    after them) none: the journal then stays, for a person to see to."""
-    with ExitStack() as locks:
-        held: list[tuple[str, int, int, bytes]] = []  # path, fd, size, the bytes after it
-        for path, size, ids in files:
-            if classify(path) != "events":
-                return [Finished(rel, "", "left", f"names {path!r}, not a day file: look at "
-                                 "it and delete it")]
-            try:
-                fd = locks.enter_context(try_exclusive(store / path, os.O_RDWR))
-            except FileNotFoundError:
-                continue
-            if fd is None:  # its writer still holds it: the write is in flight
-                return []
-            added = os.pread(fd, max(os.fstat(fd).st_size - size, 0), size)
-            if not _only(added, ids):
-                return [Finished(rel, path, "left", f"holds other lines after the lines of "
-                                 f"a write that a crash cut short (from byte {size}): none of "
-                                 "its lines are cut back; take them out by hand (their ids "
-                                 f"are in {rel}), then delete {rel}")]
-            held.append((path, fd, size, added))
-        if not journal.exists():
-            return []  # the writer finished between the listing and the locks
-        out: list[Finished] = []
-        for path, fd, size, added in held:
-            if added:
-                os.ftruncate(fd, size)
-                os.fsync(fd)
-                out.append(Finished(rel, path, "cut back",
-                                    f"{len(added)} bytes of a write across several day files "
-                                    "that a crash cut short, never answered"))
-        end_batch(journal)
-        return out
+    after them) none: the journal then stays, for a person to see to. `fds`: its day
+    files, locked; a file the write made is removed, but for those in `keep` (the
+    caller's write goes on in them)."""
+    if not journal.path.exists():
+        return []  # the writer finished between the listing and the locks
+    cuts: list[tuple[str, int, int, bytes]] = []
+    for path, size, ids in journal.files:
+        fd = fds.get(path)
+        if fd is None:
+            continue  # no such file: nothing of the write in it
+        added = os.pread(fd, max(os.fstat(fd).st_size - size, 0), size)
+        if not _only(added, ids):
+            return [Finished(journal.rel, path, "left", f"holds other lines after the lines "
+                             f"of a write that a crash cut short (from byte {size}): none of "
+                             "its lines are cut back; take them out by hand (their ids are in "
+                             f"{journal.rel}), then delete {journal.rel}")]
+        cuts.append((path, fd, size, added))
+    out: list[Finished] = []
+    for path, fd, size, added in cuts:
+        if added:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+            out.append(Finished(journal.rel, path, "cut back",
+                                f"{len(added)} bytes of a write across several day files "
+                                "that a crash cut short, never answered"))
+        if size == 0 and path not in keep:  # made by the write: not left empty
+            (journal.path.parent.parent / path).unlink(missing_ok=True)
+    end_batch(journal.path)
+    return out
 
 
 def _only(added: bytes, ids: frozenset[str]) -> bool:

@@ -98,6 +98,23 @@ def test_autocommit_never_commits_the_lines_of_a_write_in_flight(root: Path) -> 
         writer.wait()
 
 
+def test_autocommit_never_commits_half_a_batch_a_crash_cut_short(root: Path) -> None:
+    """A batch across day files killed after its first file: autocommit committed that
+    half (never answered), and the next write cut it out from under HEAD."""
+    from tests.test_recovery import A_BATCH, stopped_in_batch
+
+    store = root / "memory"
+    record(store, "one")
+    assert autocommit.commit(store) is not None
+    writer = stopped_in_batch(store, A_BATCH)
+    writer.kill()
+    writer.wait()
+    head = log(root)
+    assert autocommit.commit(store) is None  # its lines cut back: nothing to commit
+    assert log(root) == head
+    assert "never answered" not in git(root, "log", "-p")
+
+
 def test_autocommit_takes_a_record_file_a_write_puts_in_place_while_it_runs(
         root: Path) -> None:
     """A decision's file is staged (`.tmp-`), its event line appended, then the file put

@@ -12,9 +12,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -402,7 +404,7 @@ def test_two_crashed_batches_are_cut_back_the_newest_first(store: Path) -> None:
     done = recovery.finish(store)
 
     assert [d.action for d in done] == ["cut back"] * 4
-    assert all((store / d).read_bytes() == b"" for d in days)
+    assert not any((store / d).exists() for d in days)  # made by the batches: gone
 
 
 def test_a_journal_naming_a_file_that_cannot_be_written_is_left_not_a_crash(
@@ -438,3 +440,84 @@ def test_a_task_update_builds_on_an_earlier_one_whose_file_was_left_staged(
     assert not list((store / "tasks").glob(".tmp-*"))
 
 
+
+
+_STOPPED_IN_BATCH = """
+import json, os, signal, sys
+from pathlib import Path
+import gitmem.recorder as recorder
+from gitmem.policies import load_policies
+
+real = recorder.append_locked
+def append_locked(*args, **kwargs):
+    done = real(*args, **kwargs)  # the first day file's lines are durable: stopped there,
+    print("appended", flush=True)  # its locks held, to be killed
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return done
+recorder.append_locked = append_locked
+store = Path(sys.argv[1])
+recorder.Recorder(store, load_policies(store)).record_many(json.loads(sys.argv[2]))
+"""
+
+
+def stopped_in_batch(store: Path, events: list[dict[str, Any]]) -> subprocess.Popen[str]:
+    """A writer of a batch across day files, stopped (holding its locks) once its first
+    day file's lines are durable; the caller kills it."""
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPED_IN_BATCH, str(store),
+                             json.dumps(events)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "appended\n"
+    return proc
+
+
+A_BATCH = [{"content": {"text": "A day one, never answered"}, "ts": "2026-10-01T10:00:00Z"},
+           {"content": {"text": "A day two, never answered"}, "ts": "2026-10-02T10:00:00Z"}]
+
+
+def test_a_write_waiting_for_a_crashed_batchs_lock_cuts_it_back_first(memory: Memory) -> None:
+    """The check for a crashed batch ran before a write took its locks: a write that was
+    waiting for them when the batch's writer died put its line after the crash's half
+    batch, which then stayed for good."""
+    memory.record({"content": {"text": "before"}, "ts": "2026-10-01T09:00:00Z"})
+    writer = stopped_in_batch(memory.store, A_BATCH)
+    waiting: list[Any] = []
+    thread = threading.Thread(target=lambda: waiting.append(memory.record(
+        {"content": {"text": "B, answered"}, "ts": "2026-10-01T11:00:00Z"})))
+    thread.start()
+    time.sleep(0.5)  # B waits for the day file's lock
+    assert not waiting
+    writer.kill()
+    writer.wait()
+    thread.join(timeout=30)
+    texts = [json.loads(line)["content"]["text"]
+             for line in (memory.store / OCT_1).read_text().splitlines()]
+    assert texts == ["before", "B, answered"]
+    assert not list((memory.store / "events").glob(".tmp-batch*"))
+
+
+def test_a_task_update_after_a_crashed_batch_never_places_its_task_file(
+        memory: Memory) -> None:
+    """A crashed batch's task update had its file staged and its line durable: the next
+    update put the file in place, then the batch's line was cut back, leaving the task
+    `done` by an update that never happened."""
+    first = memory.task("first task").content["task_id"]
+    second = memory.task("second task").content["task_id"]
+    writer = stopped_in_batch(memory.store, [
+        {"kind": "task_update", "content": {"task_id": first, "status": "done"},
+         "ts": "2026-10-01T10:00:00Z"}, A_BATCH[1]])
+    writer.kill()
+    writer.wait()
+    memory.task(task_id=second, status="doing")
+    text = (memory.store / "tasks" / f"{first}.md").read_text()
+    assert "status: open" in text
+    assert not list((memory.store / "tasks").glob(".tmp-*"))
+    assert verify_tree(memory.store, memory.policies) == []
+
+
+def test_a_journal_half_written_by_a_dead_writer_is_removed(store: Path) -> None:
+    """A journal is written under another name and renamed once whole: one killed while
+    being written (nothing was appended yet) goes once it is old."""
+    (store / "events").mkdir(exist_ok=True)
+    writing = store / "events" / (recovery.JOURNAL_WRITING + "k2x9q")
+    writing.write_text('{"files": [')
+    os.utime(writing, (OLD, OLD))
+    assert recovery.finish(store) == [] and not writing.exists()

@@ -378,6 +378,12 @@ def test_a_literal_redaction_pattern_does_not_make_privacy_yaml_a_secret(
     privacy.write_text(privacy.read_text().replace(
         "  redact_patterns:\n", "  redact_patterns:\n    - 'ProjectNightjar'\n", 1))
     assert "no problems" in cli("verify").output
+    with privacy.open("a") as handle:  # any other line is scanned as every file's is
+        handle.write("# deploy token ghp_abcdefghijklmnopqrstuvwxyz0123456789AB\n")
+    lines = privacy.read_text().count("\n")
+    assert f"memory/policies/privacy.yaml:{lines}: matches the redaction pattern" in cli(
+        "verify", ok=False).output
+    privacy.write_text("".join(privacy.read_text().splitlines(keepends=True)[:-1]))
     append(config.store / DAY, event_line("s", "the codename is ProjectNightjar")[1])
     out = cli("verify", ok=False).output
     assert f"memory/{DAY}:1: " in out and "matches the redaction pattern" in out
