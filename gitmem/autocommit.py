@@ -334,7 +334,8 @@ def describe(repo: git.Repo, prefix: str, paths: list[str], old: str | None,
             subject_parts.append(f"{len(items)} {label}{'s' * (len(items) != 1)}")
     others = {k: v for k, v in files.items() if k not in ("events", "decision", "task")}
     if others:
-        subject_parts.append(", ".join(f"{v} {k}" for k, v in sorted(others.items())))
+        subject_parts.append(", ".join(f"{v} {k}{'s' * (v != 1)}"
+                                       for k, v in sorted(others.items())))
     lines = ["gitmem: " + ("; ".join(subject_parts) or f"{len(paths)} file(s)"), ""]
     if kinds:
         lines.append("events: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))

@@ -79,6 +79,16 @@ os.ftruncate(fd, size)
 """
 
 
+def test_the_subject_counts_other_files_in_the_plural_too(root: Path) -> None:
+    store = root / "memory"
+    with Memory(Config(store=store)) as memory:
+        for n in range(2):  # a long output each: an artifact each
+            memory.record({"kind": "tool_result", "session_id": "s1", "content": {
+                "tool": "sh", "output": "".join(f"line {n}.{i}\n" for i in range(5000))}})
+    result = autocommit.commit(store)
+    assert result is not None and "; 2 artifacts" in result.message.splitlines()[0]
+
+
 def test_autocommit_never_commits_the_lines_of_a_write_in_flight(root: Path) -> None:
     """A batch's lines on disk during a slow fsync were committed; the batch then failed
     and cut them back, leaving HEAD with lines never answered and the file shorter than
