@@ -391,8 +391,9 @@ def parse_event(obj: Any) -> Event:
         raise ValidationError(f"unknown field(s) {', '.join(unknown)}; expected only "
                               f"{', '.join(EVENT_FIELDS)}", field=unknown[0])
     missing = [f for f in EVENT_FIELDS if f not in obj]
-    if missing:
-        raise ValidationError("missing required field", field=missing[0])
+    if missing:  # every one at once: a line written by hand is mended in one round
+        also = f" (also missing: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+        raise ValidationError(f"missing required field{also}", field=missing[0])
     actor = obj["actor"]
     if not isinstance(actor, dict) or set(actor) != {"type", "id"}:
         raise ValidationError('expected {"type": human|agent|tool, "id": NAME}', field="actor")

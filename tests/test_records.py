@@ -316,6 +316,18 @@ def test_decision_without_refs_is_refused() -> None:
     assert "at least one source id" in str(err)
 
 
+def test_a_line_missing_fields_names_them_all() -> None:
+    """A line written by hand named one missing field a run: tenant_id, then agent_id,
+    then hash..."""
+    from gitmem.records import parse_event
+
+    with pytest.raises(ValidationError) as caught:
+        parse_event({"id": "evt_01KHBYB0000000000000000001", "ts": "2026-03-01T10:00:00Z",
+                     "kind": "message", "content": {"text": "x"}})
+    assert caught.value.field == "tenant_id"
+    assert "(also missing: session_id, agent_id, channel, actor," in str(caught.value)
+
+
 def test_decision_with_refs_key_missing_still_names_a_line() -> None:
     err = decision_error(decision_text(refs=None))
     assert (err.path, err.line, err.field) == (DEC_PATH, 1, "refs")
