@@ -4,6 +4,7 @@ exist and are its tenant's. Each sees the files the same write staged before it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -28,6 +29,8 @@ from gitmem.policies import Policies
 from gitmem.records import SENSITIVITIES, find_event
 from gitmem.store import artifact_path, classify, day_file_rel, record_paths
 from gitmem.task_edits import edited_task
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -225,6 +228,10 @@ class RecordFiles:
             # nothing of it is `none`): lowering it is a person's edit of the file
             sensitivity = max(existing.sensitivity, full["sensitivity"],
                               key=SENSITIVITIES.index)
+            if full["sensitivity"] not in ("none", sensitivity):  # asked lower: said so
+                logger.warning("task %s keeps sensitivity %s: an update never lowers it "
+                               "(asked %s); edit its file to lower it", task_id, sensitivity,
+                               full["sensitivity"])
             task = replace(
                 existing, status=content.get("status", existing.status),
                 title=content.get("title", existing.title),

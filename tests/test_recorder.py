@@ -989,3 +989,15 @@ def test_a_ref_to_another_tenants_record_is_refused(memory: Memory) -> None:
             memory.create_handoff("coder", "t", tenant_id="alpha", refs=[ref])
     mine = memory.record({"content": {"text": "y"}, "tenant_id": "beta", "refs": [dec, task]})
     assert mine.refs == (dec, task)
+
+
+def test_an_update_asking_a_lower_sensitivity_says_it_kept_the_higher(
+        memory: Memory, caplog: pytest.LogCaptureFixture) -> None:
+    """It was kept high without a word, while the update's event line said low."""
+    task = memory.task("Rotate the keys", sensitivity="high").content["task_id"]
+    with caplog.at_level("WARNING", logger="gitmem.derived"):
+        memory.task(task_id=task, sensitivity="low")
+    text = (memory.store / "tasks" / f"{task}.md").read_text()
+    assert "sensitivity: high" in text
+    assert f"task {task} keeps sensitivity high: an update never lowers it (asked low)" in (
+        caplog.text)
