@@ -270,7 +270,8 @@ class Memory:
         tenant = name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id")
         channel = check_choice("private" if channel is None else channel, CHANNELS, "channel")
         if not ARTIFACT_ID.fullmatch(artifact_id):
-            raise NotFoundError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
+            raise ValidationError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex "
+                                  "digits)", field="artifact_id")
         self._caught_up()
         rule = self.policies.privacy.rule(channel)
         rows = self.db.fetchall("artifact_events", {"artifact": artifact_id, "tenant": tenant})

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from gitmem import ids
-from gitmem.errors import NotFoundError, StoreError
+from gitmem.errors import NotFoundError, StoreError, ValidationError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
 from gitmem.records import MAX_OFFSET, check_id
 
@@ -320,7 +320,8 @@ def artifact_path(store: Path, artifact_id: str) -> Path:
 def read_artifact(store: Path, artifact_id: str) -> bytes:
     """The bytes of an artifact, or NotFoundError naming the id."""
     if not re.fullmatch(r"art_[0-9a-f]{64}", artifact_id):
-        raise NotFoundError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex digits)")
+        raise ValidationError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex "
+                              "digits)", field="artifact_id")
     try:
         return artifact_path(store, artifact_id).read_bytes()
     except FileNotFoundError:

@@ -242,6 +242,10 @@ def test_artifacts_and_handoffs(served: Daemon) -> None:
     artifact = served.call("get_artifact", {"artifact_id": event["content"]["artifact_id"]})
     assert artifact["encoding"] == "utf-8" and artifact["data"] == output
     assert artifact["bytes"] == len(output.encode())
+    for scoped in ({}, {"tenant_id": "default"}):  # malformed: invalid params, not "not found"
+        with pytest.raises(RpcError) as caught:
+            served.call("get_artifact", {"artifact_id": "art_nope", **scoped})
+        assert caught.value.code == -32602 and "is not an artifact id" in str(caught.value)
     packet = served.call("create_handoff", {"to_agent": "reviewer", "task": "Review the diff",
                                             "open_questions": ["Is the cache needed?"]})
     assert packet["handoff_id"].startswith("hof_")
