@@ -373,6 +373,9 @@ def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str) -
     assert "1 of 2 scenario(s) failed" in bad.stderr
     missing = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file or directory" in missing.stderr
+    with runner.isolated_filesystem(temp_dir=tmp_path):  # no scenarios/ to default to
+        none = runner.invoke(main, ["--dsn", dsn, "scenario", "run"])
+    assert none.exit_code == 1 and "no PATHS given, and no scenarios/ in" in none.stderr
 
 
 def test_a_run_ended_with_sigterm_leaves_no_schema_or_directory(tmp_path: Path,

@@ -41,6 +41,7 @@ def scenario_run(obj: Context, paths: tuple[Path, ...], report_dir: Path) -> Non
     """
     from gitmem.config import STATE_DIRNAME
     from gitmem.embedded import embedded_dsn
+    from gitmem.errors import ScenarioError
     from gitmem.harness import format_failure
     from gitmem.scenario import run_scenarios
 
@@ -56,6 +57,9 @@ def scenario_run(obj: Context, paths: tuple[Path, ...], report_dir: Path) -> Non
     signal.signal(signal.SIGTERM, _terminated)
     with reported():
         dsn = obj.dsn_option or embedded_dsn(Path.cwd() / STATE_DIRNAME)
+        if not paths and not Path("scenarios").is_dir():
+            raise ScenarioError(f"no PATHS given, and no scenarios/ in {Path.cwd()} to run "
+                                "by default: pass scenario files or directories")
         report = run_scenarios(list(paths) or [Path("scenarios")], dsn, report_dir,
                                on_result=show)
     emit({"report": report.get("report_path"), "passed": report["passed"],
