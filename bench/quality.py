@@ -23,8 +23,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rank_bm25 import BM25Okapi
-
 from bench import pg
 from bench.context import Context
 from bench.stats import Metric, percentile
@@ -142,7 +140,7 @@ class _TenantIndex:
         self.chunk_ids: list[str] = []
         self.source_ids: list[str] = []
         self.postings: dict[str, array[int]] = {}
-        self.bm25 = BM25Okapi(self._documents(rows))
+        self.bm25 = _bm25()(self._documents(rows))
 
     def _documents(self, rows: Iterator[tuple[str, str, int, str]]) -> Iterator[list[str]]:
         for number, (chunk_id, source_id, _, tsv) in enumerate(rows):
@@ -270,3 +268,14 @@ def measure_gitmem(ctx: Context) -> list[Metric]:
     metrics[0].extra["pinned_tokens"] = {"median": percentile(pinned, 50),
                                                "max": max(pinned, default=0)}
     return metrics
+
+
+def _bm25() -> Any:
+    """`rank_bm25.BM25Okapi`, imported when the baseline is measured (the rest of the
+    benchmark, its --help included, runs without the `bench` extra)."""
+    try:
+        from rank_bm25 import BM25Okapi
+    except ImportError:
+        raise RuntimeError("the BM25 baseline needs rank_bm25: .venv/bin/pip install -e "
+                           "'.[bench]'") from None
+    return BM25Okapi
