@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gitmem.config import Config, find_store, load_config
-from gitmem.errors import ConfigError, StoreError
+from gitmem.errors import ConfigError, StoreError, ValidationError
 from gitmem.policies import load_policies
 from gitmem.store import (
     DIRECTORIES,
@@ -210,7 +210,7 @@ def test_stat_store_files_gives_each_indexed_file_its_stat(tmp_path: Path) -> No
 
 def test_read_artifact_errors(tmp_path: Path) -> None:
     store = init_store(tmp_path / "proj").store
-    with pytest.raises(StoreError, match="not an artifact id"):
+    with pytest.raises(ValidationError, match="not an artifact id"):  # never a path
         read_artifact(store, "art_../../etc/passwd")
     missing = "art_" + "a" * 64
     with pytest.raises(StoreError, match="not found"):
