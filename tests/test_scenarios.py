@@ -358,7 +358,8 @@ def test_each_run_gets_a_fresh_repository_and_schema_and_leaves_neither(
     assert left == []
 
 
-def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str) -> None:
+def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     runner = CliRunner()
     write(tmp_path, PASSING, "a.scenario.yaml")
     ok = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path),
@@ -373,8 +374,10 @@ def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str) -
     assert "1 of 2 scenario(s) failed" in bad.stderr
     missing = runner.invoke(main, ["--dsn", dsn, "scenario", "run", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file or directory" in missing.stderr
-    with runner.isolated_filesystem(temp_dir=tmp_path):  # no scenarios/ to default to
-        none = runner.invoke(main, ["--dsn", dsn, "scenario", "run"])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)  # no scenarios/ to default to
+    none = runner.invoke(main, ["--dsn", dsn, "scenario", "run"])
     assert none.exit_code == 1 and "no PATHS given, and no scenarios/ in" in none.stderr
 
 
