@@ -154,6 +154,8 @@ def test_stores_side_by_side_each_have_their_own_daemon(store_config: Config,
             assert second.pid != first.pid and log_path(other).exists()
         finally:
             second.stop()
+            with psycopg.connect(store_config.dsn or "", autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{other.schema}" CASCADE')
 
 
 def test_a_stopped_daemon_is_worked_around_not_waited_for(store_config: Config) -> None:
