@@ -176,6 +176,11 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
             if (store_path / STORE_DIRNAME / "manifest.json").is_file():
                 raise ConfigError(f"{store_path} is not a gitmem store but holds one: pass "
                                   f"--store {store_path / STORE_DIRNAME}")
+            inside = next((p for p in store_path.parents if (p / "manifest.json").is_file()),
+                          None)
+            if inside is not None:  # a directory of a store (decisions/), not a store
+                raise ConfigError(f"{store_path} is inside the gitmem store {inside}: pass "
+                                  f"--store {inside}")
             if store_path.name == STORE_DIRNAME:
                 hint = f"run `gitmem init {store_path.parent}` to create one"
             else:  # init makes DIR/memory: say where the store it makes would be

@@ -291,3 +291,14 @@ def test_store_path_that_is_not_a_store(tmp_path: Path) -> None:
         load_config("notes", env={}, cwd=tmp_path)
     assert (f"`gitmem init {tmp_path / 'notes'}` creates the store "
             f"{tmp_path / 'notes' / 'memory'} (pass that as --store)") in str(caught.value)
+
+
+
+def test_a_store_path_inside_a_store_names_the_store(tmp_path: Path) -> None:
+    """--store at a store's decisions/ suggested `gitmem init` there: a store nested in
+    a store."""
+    store = init_store(tmp_path / "proj").store
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(store / "decisions"), env={}, cwd=tmp_path)
+    assert str(caught.value) == (f"{store / 'decisions'} is inside the gitmem store {store}: "
+                                 f"pass --store {store}")
