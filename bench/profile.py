@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import args, pg, speed
+from bench import args as arg_types
+from bench import pg, speed
 from bench.bounded import prepare
 from bench.context import Context
 from bench.corpus import CACHE_DIR, ensure_corpus
@@ -41,12 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", choices=list(SHAPES), default="tiny")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dsn", default=None, help="as bench/run.py's --dsn")
-    parser.add_argument("--index-schema", type=args.schema, default=None, metavar="SCHEMA",
+    parser.add_argument("--index-schema", type=arg_types.schema, default=None, metavar="SCHEMA",
                         help="the corpus's index (built there first when missing; kept); "
                              "default: built in a schema of the run, dropped at the end")
-    parser.add_argument("--repeat", type=args.count, default=3,
+    parser.add_argument("--repeat", type=arg_types.count, default=3,
                         help="measured passes (default 3)")
-    parser.add_argument("--slowest", type=args.count, default=8,
+    parser.add_argument("--slowest", type=arg_types.count, default=8,
                         help="slowest requests to show")
     parser.add_argument("--out", type=Path, default=None, help="JSON of every request")
     speed.add_quiet_options(parser)

@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import args, pg, speed, summary
+from bench import args as arg_types
+from bench import pg, speed, summary
 from bench.context import Context, Skip
 from bench.corpus import CACHE_DIR, corpus_dir, ensure_corpus
 from bench.plan import SHAPES
@@ -50,13 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results file (default: bench/results/<size>-<time>.json)")
     parser.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
-    parser.add_argument("--repeat", type=args.count, default=1,
+    parser.add_argument("--repeat", type=arg_types.count, default=1,
                         help="repeat the reindex / raw COPY timing N times (median reported)")
     parser.add_argument("--only", default="",
                         help="comma-separated measurement names (see --list)")
     parser.add_argument("--list", action="store_true", help="list the measurements and exit")
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="corpus cache directory")
-    parser.add_argument("--index-schema", type=args.schema, default=None, metavar="SCHEMA",
+    parser.add_argument("--index-schema", type=arg_types.schema, default=None, metavar="SCHEMA",
                         help="use (and keep) an existing index of the corpus in SCHEMA instead "
                              "of building one in a schema of the run (for repeated runs)")
     speed.add_quiet_options(parser)

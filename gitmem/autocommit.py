@@ -209,8 +209,7 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
     if not events:
         return {}, candidates
     root = Path(str(repo.working_tree_dir))
-    with recovery.settled(root / prefix, []):  # a crashed write's lines cut back first
-        pass
+    recovery.settle(root / prefix)  # a crashed write's lines cut back first
     gone = {p for p in events if not os.path.lexists(root / p)}  # made by it: removed
     events = [p for p in events if p not in gone]
     candidates = [p for p in candidates if p not in gone]

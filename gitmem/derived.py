@@ -126,9 +126,10 @@ class RecordFiles:
         the tenant's: a line is never rewritten, so a typo in a ref would be a dangling
         reference for good. (Events cited: `Recorder._require_events`.)"""
         for ref in refs:
-            rels = [rel for rel in record_paths(ref)
+            paths = record_paths(ref)
+            rels = [rel for rel in paths
                     if self.store / rel in staging or (self.store / rel).exists()]
-            if record_paths(ref) and not rels:
+            if paths and not rels:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an id that exists", field="refs")
             parse = _PARSERS.get(classify(rels[0]) or "") if rels else None

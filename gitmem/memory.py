@@ -21,12 +21,11 @@ from gitmem.errors import (
     ValidationError,
     json_kind,
 )
-from gitmem.ids import ARTIFACT_ID
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorded, Recorder
 from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts, name_or
 from gitmem.rows import Announced, Appended
-from gitmem.store import RECORD_KINDS, Placed, classify, read_artifact
+from gitmem.store import RECORD_KINDS, Placed, check_artifact_id, classify, read_artifact
 
 if TYPE_CHECKING:  # the read path and the index are imported where they are first used:
     # a write needs neither, and importing them (psycopg among them) cost a `gitmem
@@ -269,9 +268,7 @@ class Memory:
             return read_artifact(self.store, artifact_id)
         tenant = name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id")
         channel = check_choice("private" if channel is None else channel, CHANNELS, "channel")
-        if not ARTIFACT_ID.fullmatch(artifact_id):
-            raise ValidationError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex "
-                                  "digits)", field="artifact_id")
+        check_artifact_id(artifact_id)
         self._caught_up()
         rule = self.policies.privacy.rule(channel)
         rows = self.db.fetchall("artifact_events", {"artifact": artifact_id, "tenant": tenant})
@@ -401,8 +398,9 @@ class Memory:
         state = {"schema": self.config.schema, "freshness": mode,
                  "caught_up_files": _shared(caught),
                  "catch_up_ms": round((time.perf_counter() - started) * 1000, 3)}
-        if deferred and _shared(deferred):  # being indexed, but nothing in them could
-            state["not_awaited_files"] = _shared(deferred)  # change this answer
+        not_awaited = _shared(deferred)
+        if not_awaited:  # being indexed, but nothing in them could change this answer
+            state["not_awaited_files"] = not_awaited
         try:
             built = retry_deadlocks(lambda: acb.build_acb(
                 request, self.policies, self.cache, lambda: self.db, state, encoded=encoded),

@@ -59,6 +59,7 @@ from gitmem.recovery import (
     begin_batch,
     end_batch,
     finish_tasks,
+    settle,
     settled,
     staged_prefix,
 )
@@ -189,9 +190,8 @@ class Recorder:
             except OSError as exc:
                 raise StoreError(f"cannot lock {directory} for a task update: "
                                  f"{exc.strerror or exc}; nothing was written") from exc
-            with settled(self.store, []):  # a crashed write's lines go first, then
-                pass                           # an earlier update's file left staged
-            finish_tasks(self.store)           # (placed only if its line stayed)
+            settle(self.store)  # a crashed write's lines go first, then an earlier
+            finish_tasks(self.store)  # update's file left staged (placed if its line stayed)
             yield
 
     def record_many(self, objs: Iterable[Mapping[str, Any]], source: str = "<input>",

@@ -129,7 +129,7 @@ def end_batch(journal: Path) -> None:
 
 def batches_pending(store: Path) -> bool:
     """Whether a journal of a write across day files is there (a write in flight, or
-    one a crash cut short): a write first has them undone (`settle_batches`)."""
+    one a crash cut short): one `scandir`, what every write pays (`settled`)."""
     try:
         with os.scandir(store / "events") as entries:
             return any(e.name.startswith((BATCH_PREFIX, JOURNAL_WRITING)) for e in entries)
@@ -149,13 +149,15 @@ def _journals(store: Path, out: list[Finished]) -> list[_Journal]:
     one's in any file both wrote to); one that does not read is reported in `out`. A
     journal being written (under its other name) for longer than GRACE_S is a dead
     writer's: nothing was appended before its journal was whole, so it goes."""
+    if not batches_pending(store):
+        return []
     events = store / "events"
     found: list[tuple[int, str, _Journal]] = []
-    for path in events.glob(JOURNAL_WRITING + "*") if events.is_dir() else []:
+    for path in events.glob(JOURNAL_WRITING + "*"):
         with contextlib.suppress(FileNotFoundError):
             if time.time() - path.stat().st_mtime > GRACE_S:
                 path.unlink()
-    for path in events.glob(BATCH_PREFIX + "*") if events.is_dir() else []:
+    for path in events.glob(BATCH_PREFIX + "*"):
         rel = path.relative_to(store).as_posix()
         try:
             mtime = path.stat().st_mtime_ns
@@ -208,7 +210,7 @@ def settled(store: Path, rels: Sequence[str]) -> Iterator[dict[str, int]]:
     are cut back before any line is written after them. {path: descriptor}."""
     for _ in range(3):  # a journal that appears meanwhile names more files: again
         out: list[Finished] = []
-        journals = _journals(store, out) if batches_pending(store) else []
+        journals = _journals(store, out)
         wanted = {*rels, *(f for j in journals for f, _, _ in j.files)}
         with ExitStack() as locks:
             fds: dict[str, int] = {}
@@ -218,7 +220,7 @@ def settled(store: Path, rels: Sequence[str]) -> Iterator[dict[str, int]]:
                 else:  # a journal's file, not this write's: never made
                     with contextlib.suppress(FileNotFoundError):
                         fds[path] = locks.enter_context(exclusive(store / path, os.O_RDWR))
-            now = _journals(store, []) if batches_pending(store) else []
+            now = _journals(store, [])
             if any(f not in wanted for j in now for f, _, _ in j.files):
                 continue
             for journal in now:  # all of its files held: its writer is gone
@@ -228,6 +230,14 @@ def settled(store: Path, rels: Sequence[str]) -> Iterator[dict[str, int]]:
             return
     raise StoreError(f"journals of writes across day files keep appearing in "
                      f"{store / 'events'}: nothing was written; try again")
+
+
+def settle(store: Path) -> None:
+    """Undo every journaled write a crash cut short, waiting for writers in flight
+    (`settled` for no day files of one's own): before a task update reads a task's
+    file, before autocommit reads the day files."""
+    with settled(store, []):
+        pass
 
 
 def _logged(out: list[Finished]) -> list[Finished]:

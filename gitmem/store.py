@@ -317,11 +317,17 @@ def artifact_path(store: Path, artifact_id: str) -> Path:
     return store / "artifacts" / digest[:2] / digest
 
 
-def read_artifact(store: Path, artifact_id: str) -> bytes:
-    """The bytes of an artifact, or NotFoundError naming the id."""
-    if not re.fullmatch(r"art_[0-9a-f]{64}", artifact_id):
+def check_artifact_id(artifact_id: str) -> None:
+    """A ValidationError unless `artifact_id` is one (never a path: `art_../..`)."""
+    if not ids.ARTIFACT_ID.fullmatch(artifact_id):
         raise ValidationError(f"{artifact_id!r} is not an artifact id (art_ + 64 hex "
                               "digits)", field="artifact_id")
+
+
+def read_artifact(store: Path, artifact_id: str) -> bytes:
+    """The bytes of an artifact, or NotFoundError naming the id (a ValidationError for
+    what is not an artifact id)."""
+    check_artifact_id(artifact_id)
     try:
         return artifact_path(store, artifact_id).read_bytes()
     except FileNotFoundError:
