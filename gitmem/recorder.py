@@ -2,17 +2,15 @@
 
 validate -> privacy (refuse `secret`, redact patterns) -> id, ts, hash -> excerpt
 large tool output into a content-addressed artifact -> append one line per event
-under an exclusive lock, flush, fsync. Files that come with an event (artifact,
+under an exclusive lock, flush, fsync (`recovery.append_batch`: all the lines of a
+write or none, across day files too). Files that come with an event (artifact,
 decision, task, summary) are staged as temporary files first and moved into
 place only after the line is durable, so a failed write changes nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -22,8 +20,6 @@ from typing import Any
 
 from gitmem import ids
 from gitmem.appends import (
-    append_locked,
-    cut_back,
     discard,
     place_staged,
     stage_file,
@@ -54,15 +50,7 @@ from gitmem.records import (
     parse_event,
     parse_ts,
 )
-from gitmem.recovery import (
-    GRACE_S,
-    begin_batch,
-    end_batch,
-    finish_tasks,
-    settle,
-    settled,
-    staged_prefix,
-)
+from gitmem.recovery import GRACE_S, append_batch, finish_tasks, settle, staged_prefix
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
@@ -507,46 +495,14 @@ class Recorder:
         encoded = {rel: [e.to_line().encode("utf-8") for e in events]
                    for rel, events in by_file.items()}
         temps = self._stage(_last_per_target(prepared))
-        appends: list[tuple[str, Appended]] = []
-        announced: list[str] = []
         try:
-            # Every day file of the write stays locked until all are appended, so a
-            # failed one can take the others back out: all lines or none. Locked in one
-            # order, so two writers never wait for each other; a crashed write's lines
-            # in them are cut back first (`recovery.settled`).
-            with settled(self.store, sorted(by_file)) as held:
-                files = sorted(held.items())
-                # across day files, a journal lets a crash's lines be cut back too
-                journal = None if len(files) < 2 else begin_batch(self.store, [
-                    (rel, os.fstat(fd).st_size, [e.id for e in by_file[rel]])
-                    for rel, fd in files])
-                done: list[tuple[int, Path, int]] = []  # appended: fd, path, where it began
-                try:
-                    for rel, fd in files:
-                        announce = (None if self.on_appending is None
-                                    else functools.partial(self.on_appending, rel))
-                        announced.append(rel)
-                        start, offset, data, before, stat = append_locked(
-                            fd, self.store / rel, encoded[rel], announce)
-                        done.append((fd, self.store / rel, start))
-                        appends.append((rel, Appended(offset, data, tuple(by_file[rel]), stat,
-                                                      before)))
-                    if journal is not None:
-                        end_batch(journal)
-                        journal = None
-                except BaseException:
-                    for fd, path, start in done:
-                        cut_back(fd, path, start)
-                    if journal is not None:
-                        with contextlib.suppress(OSError):  # nothing of it left to cut
-                            end_batch(journal)
-                    raise
+            ids_by_file = {rel: [e.id for e in events] for rel, events in by_file.items()}
+            written = append_batch(self.store, encoded, ids_by_file, self.on_appending)
         except BaseException:
             discard([tmp for tmp, _ in temps])
-            if self.on_appending is not None:
-                for rel in announced:  # none of these writes is answered
-                    self.on_appending(rel, None)
             raise
+        appends = [(rel, Appended(offset, data, tuple(by_file[rel]), stat, before))
+                   for rel, offset, data, before, stat in written]
         for target, reason in self._place(temps).items():  # the write has happened
             logger.error("the event is recorded, but putting %s in place failed: %s; "
                          "`gitmem sync` puts it in place once it is %.0f s old", target,

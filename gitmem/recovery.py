@@ -43,6 +43,7 @@ file before it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import mmap
@@ -50,15 +51,16 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitmem.appends import append_lock, fsync_dir, stage_file
+from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir, stage_file
 from gitmem.errors import StoreError
-from gitmem.store import classify, exclusive, try_exclusive, walk_files
+from gitmem.rows import Announced
+from gitmem.store import StatKey, classify, exclusive, try_exclusive, walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -230,6 +232,52 @@ def settled(store: Path, rels: Sequence[str]) -> Iterator[dict[str, int]]:
             return
     raise StoreError(f"journals of writes across day files keep appearing in "
                      f"{store / 'events'}: nothing was written; try again")
+
+
+def append_batch(store: Path, lines: Mapping[str, list[bytes]],
+                 ids: Mapping[str, Sequence[str]],
+                 on_appending: Callable[[str, Announced | None], None] | None = None,
+                 ) -> list[tuple[str, int, bytes, StatKey, StatKey]]:
+    """Append each day file's lines (`lines`, by path in the store; `ids`: their events'),
+    all or none, a crash included: every file stays locked until all are appended, so
+    a failed one takes the others back out, and a write across files is journaled (the
+    module's docstring). `on_appending(path, (stat before, size after))` is told before
+    each file's append, and `(path, None)` for each when the write fails. Per file, in
+    path order: where its bytes begin, where its lines do, the lines, the stats before
+    and after (`appends.append_locked`)."""
+    announced: list[str] = []
+    try:
+        with settled(store, sorted(lines)) as held:
+            files = sorted(held.items())
+            journal = None if len(files) < 2 else begin_batch(
+                store, [(rel, os.fstat(fd).st_size, ids[rel]) for rel, fd in files])
+            done: list[tuple[int, Path, int]] = []  # appended: fd, path, where it began
+            written: list[tuple[str, int, bytes, StatKey, StatKey]] = []
+            try:
+                for rel, fd in files:
+                    announce = (None if on_appending is None
+                                else functools.partial(on_appending, rel))
+                    announced.append(rel)
+                    start, offset, data, before, stat = append_locked(
+                        fd, store / rel, lines[rel], announce)
+                    done.append((fd, store / rel, start))
+                    written.append((rel, offset, data, before, stat))
+                if journal is not None:
+                    end_batch(journal)
+                    journal = None
+            except BaseException:
+                for fd, path, start in done:
+                    cut_back(fd, path, start)
+                if journal is not None:
+                    with contextlib.suppress(OSError):  # nothing of it left to cut
+                        end_batch(journal)
+                raise
+            return written
+    except BaseException:
+        if on_appending is not None:
+            for rel in announced:  # none of these writes is answered
+                on_appending(rel, None)
+        raise
 
 
 def settle(store: Path) -> None:

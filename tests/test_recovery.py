@@ -299,17 +299,17 @@ def test_a_running_daemon_finishes_another_writers_interrupted_write(daemon_conf
 _KILLED_IN_BATCH = """
 import os, signal, sys
 from pathlib import Path
-import gitmem.recorder as recorder
+import gitmem.recovery as recovery
 from gitmem.config import Config
 from gitmem.memory import Memory
 
-real, calls = recorder.append_locked, []
+real, calls = recovery.append_locked, []
 def append_locked(*args, **kwargs):
     calls.append(1)
     if len(calls) == 2:  # the first day file's lines are durable: the crash
         os.kill(os.getpid(), signal.SIGKILL)
     return real(*args, **kwargs)
-recorder.append_locked = append_locked
+recovery.append_locked = append_locked  # where a batch's files are appended
 with Memory(Config(store=Path(sys.argv[1]), dsn=sys.argv[2], schema=sys.argv[3])) as memory:
     memory.record_many([{"content": {"text": "part one"}, "ts": "2026-10-01T10:00:00Z"},
                         {"content": {"text": "part two"}, "ts": "2026-10-02T10:00:00Z"}])
@@ -446,15 +446,16 @@ _STOPPED_IN_BATCH = """
 import json, os, signal, sys
 from pathlib import Path
 import gitmem.recorder as recorder
+import gitmem.recovery as recovery
 from gitmem.policies import load_policies
 
-real = recorder.append_locked
+real = recovery.append_locked
 def append_locked(*args, **kwargs):
     done = real(*args, **kwargs)  # the first day file's lines are durable: stopped there,
     print("appended", flush=True)  # its locks held, to be killed
     os.kill(os.getpid(), signal.SIGSTOP)
     return done
-recorder.append_locked = append_locked
+recovery.append_locked = append_locked  # where a batch's files are appended
 store = Path(sys.argv[1])
 recorder.Recorder(store, load_policies(store)).record_many(json.loads(sys.argv[2]))
 """
