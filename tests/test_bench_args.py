@@ -42,6 +42,15 @@ def test_a_bad_argument_is_refused_before_any_work(module: str, argv: list[str],
     assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
 
 
+def test_an_unwritable_out_or_a_file_that_is_not_results_is_named(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "afile"
+    not_a_dir.write_text("x")
+    done = bench("--size", "tiny", "--out", str(not_a_dir / "out.json"))
+    assert done.returncode == 2 and f"--out {not_a_dir / 'out.json'}:" in done.stderr
+    done = bench(str(not_a_dir), module="bench.summary")
+    assert done.returncode == 2 and f"{not_a_dir} is not a results file (JSON)" in done.stderr
+
+
 def test_an_unreachable_server_is_said_before_the_corpus_is_made(tmp_path: Path) -> None:
     done = bench("--size", "tiny", "--dsn", "postgresql://postgres@127.0.0.1:1/none",
                  "--cache", str(tmp_path / "cache"))
