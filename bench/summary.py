@@ -53,11 +53,28 @@ class Check:
                 return "missed (none)"
             if self.limit / value >= 1.5:
                 return f"missed ({self.limit / value:.1f}x under)"
-            return f"missed by {1 - value / self.limit:.0%}"
+            return f"missed by {_share(1 - value / self.limit)}"
         if self.limit <= 0 or value / self.limit >= 1.5:
             return (f"missed ({value / self.limit:.1f}x over)" if self.limit > 0
                     else "missed")
-        return f"missed by {value / self.limit - 1:.0%}"
+        return f"missed by {_share(value / self.limit - 1)}"
+
+    def shown(self, value: float) -> str:
+        """The measured number with its unit, to as many digits as tell a miss from the
+        target (19.96 for 20 is `19.96 x`, not `20.0 x` beside `missed`)."""
+        text = _number(value)
+        if self.verdict(value) != "met":
+            digits = 3
+            while float(text.replace(",", "")) == self.limit or (
+                    self.verdict(float(text.replace(",", ""))) == "met"):
+                digits += 1
+                text = f"{value:.{digits}g}"
+        return f"{text} {self.unit}".strip()
+
+
+def _share(share: float) -> str:
+    """A share missed, as a whole percentage (`27%`), never `0%` (`<1%`)."""
+    return f"{share:.0%}" if share >= 0.005 else "<1%"
 
 
 def _quality_target(metrics: Metrics) -> float:
@@ -130,8 +147,7 @@ def rows(document: dict[str, Any]) -> list[tuple[str, str, str]]:
         if value is None:
             out.append((check.target, "not measured", ""))
             continue
-        out.append((check.target, f"{_number(value)} {check.unit}".strip(),
-                    check.verdict(value)))
+        out.append((check.target, check.shown(value), check.verdict(value)))
     baseline = _quality_target(metrics)
     for name in ("gitmem: evidence in first 2000 tokens",
                  "gitmem, ranked items only (pinned left out): evidence in first 2000 tokens"):

@@ -68,6 +68,17 @@ def test_a_far_miss_says_how_far_and_which_way() -> None:
     assert latency.verdict(latency.limit) == "met"
 
 
+def test_a_near_miss_never_reads_as_the_target() -> None:
+    """19.96x for 20x was shown `20.0 x` beside `missed by 0%`."""
+    naive = next(c for c in summary.CHECKS if c.higher_is_better and c.unit == "x")
+    assert (naive.shown(19.96), naive.verdict(19.96)) == ("19.96 x", "missed by <1%")
+    assert (naive.shown(25.31), naive.verdict(25.31)) == ("25.3 x", "met")
+    latency = next(c for c in summary.CHECKS if not c.higher_is_better and c.unit == "ms")
+    assert (latency.shown(latency.limit + 0.004), latency.verdict(latency.limit + 0.004)) == (
+        f"{latency.limit + 0.004:g} ms", "missed by <1%")
+    assert latency.shown(latency.limit) == f"{latency.limit:g} ms"  # met: as always
+
+
 def test_an_interrupt_while_a_daemon_starts_leaves_none_running(tmp_path: Path,
                                                                 dsn: str) -> None:
     """The daemon runs in a session of its own: a Ctrl-C in `daemon start` reached the
