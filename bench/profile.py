@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             schemas.drop_all()
     print(report(rows, args.slowest), end="")
     print(f"CPU probe (bench/speed.py): {before:.1f} ms before, {after:.1f} ms after"
-          + (f" (waited {waited:.0f} s for a quiet machine)" if waited else ""))
+          + (f" ({waited.said()})" if waited.said() else ""))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -80,7 +80,8 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet | None = None,
     Each metric records the 1-minute load average and the CPU probe's time
     (`bench/speed.py`) at the start and the end of its measurement
     (`extra.load_avg_1m`, `extra.cpu_probe_ms`), and how long the run waited for
-    the machine to become quiet first (`--quiet-load`, `--quiet-probe`)."""
+    the machine to become quiet first (`--quiet-load`, `--quiet-probe`), and whether
+    it gave up (`speed.Waited.noted`)."""
     quiet = quiet or speed.Quiet()  # by default, waits for nothing
     metrics: list[Metric] = []
     skipped: list[dict[str, str]] = []
@@ -102,7 +103,7 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet | None = None,
         waited = speed.wait_quiet(quiet)
         load, probe = round(os.getloadavg()[0], 2), quiet.note(speed.probe_ms())
         _say(f"· {m.name}: {m.description} (load {load}, CPU probe {probe:.0f} ms"
-             + (f", after waiting {waited:.0f} s)" if waited else ")"))
+             + (f", {waited.said()})" if waited.said() else ")"))
         try:
             with timed() as clock:
                 found = m.run(ctx)
@@ -119,8 +120,7 @@ def run_all(ctx: Context, only: set[str], quiet: speed.Quiet | None = None,
         for metric in found:
             metric.extra.setdefault("load_avg_1m", [load, load_end])
             metric.extra.setdefault("cpu_probe_ms", [probe, probe_end])
-            if waited:
-                metric.extra.setdefault("waited_for_quiet_s", waited)
+            waited.noted(metric.extra)
         metrics.extend(found)
         if taken is not None:
             taken(outcome)

@@ -86,16 +86,39 @@ class Quiet:
         return reading
 
 
-def wait_quiet(quiet: Quiet) -> float:
-    """Wait until the machine is quiet (at most `quiet.longest` s); the seconds waited."""
+@dataclass(frozen=True)
+class Waited:
+    """How long a measurement waited for a quiet machine, and whether it came."""
+
+    seconds: float = 0.0
+    reached: bool = True
+
+    def said(self) -> str:
+        """For a line about the measurement: `after waiting 12 s`, `gave up waiting for
+        a quiet machine after 180 s`, or nothing when it did not wait."""
+        if not self.reached:
+            return f"gave up waiting for a quiet machine after {self.seconds:.0f} s"
+        return f"after waiting {self.seconds:.0f} s" if self.seconds else ""
+
+    def noted(self, extra: dict[str, object]) -> None:
+        """Recorded in a metric's `extra` (`waited_for_quiet_s`, and `quiet_not_reached`
+        when the wait gave up: the number was taken on a machine not quiet)."""
+        if self.seconds:
+            extra.setdefault("waited_for_quiet_s", self.seconds)
+        if not self.reached:
+            extra.setdefault("quiet_not_reached", True)
+
+
+def wait_quiet(quiet: Quiet) -> Waited:
+    """Wait until the machine is quiet, at most `quiet.longest` s."""
     if quiet.reached():  # at once when nothing is waited for
-        return 0.0
+        return Waited()
     started = time.monotonic()
     while time.monotonic() - started < quiet.longest:
         time.sleep(2.0)
         if quiet.reached():
-            break
-    return round(time.monotonic() - started, 1)
+            return Waited(round(time.monotonic() - started, 1))
+    return Waited(round(time.monotonic() - started, 1), reached=False)
 
 
 def add_quiet_options(parser: argparse.ArgumentParser) -> None:

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"cores daemon {cores['daemon']} postgres {cores['postgres']} "
                   f"clients {cores['clients']}, index catch-up "
                   f"{metric.extra['index_catch_up_s']} s, CPU probe {probe:.0f} ms"
-                  + (f" (after waiting {waited:.0f} s)" if waited else ""), flush=True)
+                  + (f" ({waited.said()})" if waited.said() else ""), flush=True)
         writer = daemon.call("daemon_status").get("writer") or {}
         if writer.get("batches"):
             print(f"writer: {writer['events'] / writer['batches']:.1f} events per batch")

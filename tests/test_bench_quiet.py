@@ -44,7 +44,13 @@ def test_auto_waits_for_a_reading_near_the_fastest_seen() -> None:
     far = speed.Quiet(probe_ms=speed.AUTO, longest=0.0)
     assert far.note(0.001) == 0.001  # a reading no real probe comes within 1.25x of
     assert not far.reached()
-    assert speed.wait_quiet(far) == 0.0  # waits at most `longest`, then goes on
+    waited = speed.wait_quiet(far)  # waits at most `longest`, then goes on, and says so
+    assert waited == speed.Waited(0.0, reached=False)
+    assert waited.said() == "gave up waiting for a quiet machine after 0 s"
+    extra: dict[str, object] = {}
+    waited.noted(extra)
+    assert extra == {"quiet_not_reached": True}
+    assert speed.wait_quiet(speed.Quiet()).said() == ""
 
 
 def test_a_bound_in_ms_and_no_bound() -> None:
