@@ -49,21 +49,36 @@ def append_lines(path: Path, lines: list[bytes],
     return offset, data, stat
 
 
+def make_dirs(directory: Path) -> None:
+    """`directory` and its missing parents made, each new one's entry durable (a new
+    month's folder of day files, say: fsyncing the file's own folder alone leaves the
+    folder's name in its parent to the next flush)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for made in reversed(missing):
+        made.mkdir(exist_ok=True)
+        fsync_dir(made.parent)
+
+
 @contextmanager
 def append_lock(path: Path) -> Iterator[int]:
-    """A descriptor of `path` (created if need be) for appending, under an exclusive lock."""
+    """A descriptor of `path` (created if need be, its name made durable before any line
+    is written: a journaled write across day files counts on that) for appending, under
+    an exclusive lock."""
     created = not path.exists()
     with ExitStack() as held:
         try:
             if created:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_dirs(path.parent)
             fd = held.enter_context(exclusive(path, os.O_RDWR | os.O_APPEND | os.O_CREAT))
+            if created:
+                fsync_dir(path.parent)
         except OSError as exc:
             raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
                              "nothing was written") from exc
         yield fd
-    if created:
-        fsync_dir(path.parent)
 
 
 def append_locked(fd: int, path: Path, lines: list[bytes],
@@ -120,7 +135,7 @@ def stage_file(target: Path, data: bytes, prefix: str) -> Path:
     name, and is a StoreError naming `target`: nothing of the write is on disk yet."""
     name: str | None = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(target.parent)
         fd, name = staging_file(target.parent, prefix)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

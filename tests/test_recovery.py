@@ -365,6 +365,34 @@ def test_a_finished_batch_leaves_no_journal_and_a_stale_one_cuts_nothing_else(
     journal.unlink()
 
 
+def test_a_new_day_files_name_is_durable_before_its_batchs_journal_goes(
+        memory: Memory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that made a day file in a new month's folder: the folder's name and the
+    file's were fsynced only after the journal was removed, so a power loss between
+    could lose that file's lines and keep the other's, with no journal to undo them."""
+    from gitmem import appends
+
+    synced: list[tuple[str, bool]] = []  # (folder fsynced, whether a journal was there)
+    real = appends.fsync_dir
+
+    def fsync_dir(directory: Path) -> None:
+        events = memory.store / "events"
+        synced.append((str(directory.relative_to(memory.store)),
+                       bool(list(events.glob(recovery.BATCH_PREFIX + "*")))))
+        real(directory)
+
+    monkeypatch.setattr(appends, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(recovery, "fsync_dir", fsync_dir)
+    memory.record_many([{"content": {"text": "one"}, "ts": "2026-10-01T10:00:00Z"},
+                        {"content": {"text": "two"}, "ts": "2026-11-01T10:00:00Z"}])
+    assert (memory.store / "events" / "2026-11" / "2026-11-01.jsonl").exists()
+    journal = next(i for i, (_, there) in enumerate(synced) if there)
+    before = [where for where, _ in synced[:journal]]
+    assert before.count("events") == 2  # the two months' folders' names, then their files'
+    assert {"events/2026-10", "events/2026-11"} <= set(before)
+    assert synced[-1] == ("events", False)  # the journal's removal, the last
+
+
 def test_a_write_after_a_crash_cuts_the_crashed_batch_back_first(memory: Memory,
                                                                   config: Config) -> None:
     """Recovery ran only at a sync or a daemon's start: a write in between put its line
