@@ -203,7 +203,7 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
         state = cursor.fetchone()
         found = assess(store, rel, kind, None if force else state, policies, appended)
         if found.action == "rewrite" and state is not None:
-            found = kept_prefix(db, conn, found, state)
+            found = kept_prefix(db, conn, found, state, policies.privacy)
         if not force and (found.action == "unchanged" or (
                 found.action == "touched" and state is not None
                 and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode")))):
@@ -389,8 +389,10 @@ def reindex(db: Database, store: Path, policies: Policies,
 # `records.content_key`); 3: a line giving a key twice, or a number beyond a float's
 # range, is refused (it was served with the key's last value, or null), and a number
 # joined to a word by a hyphen is searchable unsigned (`folding.joined_numbers`); 4: a
-# version written with its `v` is searchable without it (`folding.bare_versions`).
-ROW_RULES = 4
+# version written with its `v` is searchable without it (`folding.bare_versions`); 5: an
+# event's row and its chunks' tags are redacted too (`rows.stored_event`), not only the
+# text served.
+ROW_RULES = 5
 
 
 def row_policies(policies: Policies) -> str:

@@ -16,13 +16,14 @@ import psycopg
 from gitmem.db import Database, Row
 from gitmem.errors import FormatError
 from gitmem.freshness import Assessment
+from gitmem.policies import Privacy
 from gitmem.records import Event, iter_events, parse_ts
-from gitmem.rows import repeated_id
+from gitmem.rows import repeated_id, stored_event
 from gitmem.store import at_home
 
 
 def kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
-                 state: Row) -> Assessment:
+                 state: Row, privacy: Privacy) -> Assessment:
     """`found` (an events file to read again whole) read again only from its first line
     that is not what the index made of it: the lines before it, each event compared
     field by field with its row (content included; a line that failed or was a repeat,
@@ -57,7 +58,7 @@ def kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
                 if named != (None if first[2] == event.hash else repeated_id(
                         event.id, first[0], first[1], found.path, number).to_dict()):
                     break
-            elif not same_event(event, row, found.path):
+            elif not same_event(event, row, found.path, privacy):
                 break
             else:
                 held.setdefault(event.id, (found.path, number, row["hash"]))
@@ -83,10 +84,12 @@ def kept_prefix(db: Database, conn: psycopg.Connection[Row], found: Assessment,
                    kept=tuple(i for i, n in ids.items() if n <= kept))
 
 
-def same_event(event: Event, row: Row, path: str) -> bool:
+def same_event(event: Event, row: Row, path: str, privacy: Privacy) -> bool:
     """Whether an events row is what `event_rows` makes of `event`, read from `path`
-    (content included, and whether the line is at home: the ts's text says, not only
-    its instant)."""
+    (content included, in its stored form: a line whose secret was redacted by hand as
+    the index redacts it keeps its rows; and whether the line is at home: the ts's text
+    says, not only its instant)."""
+    event = stored_event(event, privacy)
     return bool(event.id == row["event_id"] and event.tenant_id == row["tenant_id"]
             and at_home(event.id, path, event.ts) == row["home"]
             and parse_ts(event.ts) == row["ts"] and event.session_id == row["session_id"]

@@ -27,7 +27,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError
 from gitmem.folding import fold, search_text
-from gitmem.policies import Policies
+from gitmem.policies import Policies, Privacy
 from gitmem.records import (
     Event,
     check_storable,
@@ -235,11 +235,30 @@ def event_row(event: Event, path: str, line: int) -> tuple[Any, ...]:
             path, line, at_home(event.id, path, event.ts))
 
 
+def stored_event(event: Event, privacy: Privacy) -> Event:
+    """An event read from a file as the index keeps it: its content and tags redacted as
+    the write path redacts them (`Privacy.redact_value`), and so are the names a pattern
+    matches (the write path refuses those; verify names them), so that no row holds a
+    secret a line written by hand, by a merge or under other patterns holds. The tenant
+    is kept: it is what isolates one tenant's rows from another's. An event the write
+    path made is its own stored form."""
+    redact = privacy.redact
+    actor = event.actor if redact(event.actor.id) == event.actor.id else replace(
+        event.actor, id=redact(event.actor.id))
+    return replace(event, content=privacy.redact_value(event.content),
+                   tags=tuple(map(redact, event.tags)), session_id=redact(event.session_id),
+                   agent_id=redact(event.agent_id), actor=actor)
+
+
 def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows,
                written: bool = False) -> None:
-    """Rows of one event: the event, its chunks, its artifact reference. The chunks'
-    text, what an ACB shows, goes through the redaction patterns unless the event is
-    one the write path just made (`written`: redacted already)."""
+    """Rows of one event: the event, its chunks, its artifact reference. Every row holds
+    its stored form (`stored_event`), and the chunks' text, what an ACB shows, goes
+    through the redaction patterns, unless the event is one the write path just made
+    (`written`: redacted already)."""
+    privacy = policies.privacy
+    if not written:  # a line from a file, written under other patterns, by hand, by a merge
+        event = stored_event(event, privacy)
     tags = list(event.tags)
     refs = list(event.refs)
     out.tables["events"].append(event_row(event, path, line))
@@ -248,13 +267,10 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
                                         int(event.content.get("bytes", 0)), path))
     if event.kind in FILE_BACKED_KINDS:
         return
-    privacy = policies.privacy
     if written:  # the write path redacted its content and tags, and refuses secret names
         text, extra = event_chunk_text(event), search_extra(event.actor.id, event.tags)
-    else:  # a line from a file, written under other patterns, by hand, by a merge
-        shown = event if event.kind == "message" else replace(  # keys naming a secret
-            event, content=privacy.redact_value(event.content))
-        text = privacy.redact(event_chunk_text(shown))
+    else:  # fields joined may make a match none of them holds (`token` + `: value`)
+        text = privacy.redact(event_chunk_text(event))
         extra = search_extra(event.actor.id, event.tags, privacy.redact)
     same = content_key(event.kind, event.content)  # the dedupe key: never the line's `hash`
     parts = split_counted(text, policies.budgets.chunk_max_tokens)

@@ -341,6 +341,41 @@ def test_a_day_file_changed_from_some_line_on_is_read_again_from_there(
     assert_reindex_equal(memory, dsn, schema)
 
 
+def _holding(dsn: str, schema: str, text: str) -> list[str]:
+    """The tables of the index with a row whose text holds `text`."""
+    tables = [r[0] for r in rows(dsn, schema, "SELECT table_name FROM information_schema.tables"
+                                 " WHERE table_schema = %s", (schema,))]
+    return [t for t in tables if rows(dsn, schema, f'SELECT count(*) FROM "{t}" r'
+                                      " WHERE r::text LIKE %s", (f"%{text}%",)) != [(0,)]]
+
+
+def test_no_row_holds_a_secret_of_a_line_written_by_hand(memory: Memory, store: Path,
+                                                         dsn: str, schema: str) -> None:
+    """A line gitmem did not write (by hand, a merge, an older pattern set) may hold a
+    secret in its content, under a key naming one, in a tag or a name: what the index
+    keeps of it is redacted as the write path would have, every row of every table, and
+    the line still reads as indexed when a later one changes (`reread.same_event`)."""
+    key = "sk-" + "Z" * 30
+    secret = line(1, content={"text": f"deploy with {key} today"}, tags=[f"k:{key}"],
+                  session_id=key, agent_id=key, actor={"type": "human", "id": key})
+    pin = line(2, kind="tool_call", content={"tool": "unlock", "args": {"password": 98765432}})
+    write(store, DAY, secret + pin + line(3))
+    assert memory.sync().errors == []
+    assert _holding(dsn, schema, key) == [] and _holding(dsn, schema, "98765432") == []
+    assert rows(dsn, schema, "SELECT content->>'text', tags, session_id, actor_id FROM events"
+                " WHERE line = 1") == [("deploy with [REDACTED] today", ["k:[REDACTED]"],
+                                         "[REDACTED]", "[REDACTED]")]
+    [(tags, text)] = rows(dsn, schema, "SELECT tags, text FROM chunks WHERE line = 1")
+    assert tags == ["k:[REDACTED]"] and text == "[REDACTED]: deploy with [REDACTED] today"
+    before = rows(dsn, schema, "SELECT line, xmin::text FROM events ORDER BY line")
+    write(store, DAY, secret + pin + line(3, tags=["edited"]))
+    report = memory.sync()
+    assert report.changed[0]["reason"].startswith("lines from 3 on changed")
+    assert rows(dsn, schema, "SELECT line, xmin::text FROM events ORDER BY line")[:2] == before[:2]
+    assert _holding(dsn, schema, key) == []
+    assert_reindex_equal(memory, dsn, schema)
+
+
 def test_cut_lines_keep_the_errors_and_repeats_of_the_lines_left(
         memory: Memory, store: Path, dsn: str, schema: str) -> None:
     write(store, DAY, line(1) + "not json\n" + line(1) + line(2) + "{bad\n" + line(3))
