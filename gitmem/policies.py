@@ -98,6 +98,7 @@ DEFAULT_REDACT_KEYS = (r"\b(api ?keys?|access ?keys?|private ?keys?|secrets?|tok
                        r"|passwd|passphrase|credentials?|authorization)\b",)
 _KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _KEY_CACHE_MAX = 4096  # keys remembered by Privacy._key
+_NAME_CACHE_MAX = 16384  # names remembered by Privacy.redact_name, forgotten all at once
 
 
 def key_words(key: str) -> str:
@@ -131,6 +132,25 @@ class Privacy:
         for pattern in self.patterns:
             text = pattern.sub(self.redaction, text)
         return text
+
+    def redact_name(self, name: str) -> str:
+        """`redact` for the short texts that repeat from line to line (a session's,
+        agent's or actor's name, a tag, an event's names joined): those that hold no
+        secret are remembered (never one that does), and a reindex of a million lines
+        looks most of them up instead of running every pattern on each."""
+        names = self._names
+        if name in names:
+            return name
+        redacted = self.redact(name)
+        if redacted == name:
+            if len(names) >= _NAME_CACHE_MAX:
+                names.clear()
+            names.add(name)
+        return redacted
+
+    @cached_property
+    def _names(self) -> set[str]:
+        return set()
 
     @cached_property
     def _screens(self) -> tuple[re.Pattern[str], ...]:

@@ -242,12 +242,15 @@ def stored_event(event: Event, privacy: Privacy) -> Event:
     secret a line written by hand, by a merge or under other patterns holds. The tenant
     is kept: it is what isolates one tenant's rows from another's. An event the write
     path made is its own stored form."""
-    redact = privacy.redact
-    actor = event.actor if redact(event.actor.id) == event.actor.id else replace(
-        event.actor, id=redact(event.actor.id))
-    return replace(event, content=privacy.redact_value(event.content),
-                   tags=tuple(map(redact, event.tags)), session_id=redact(event.session_id),
-                   agent_id=redact(event.agent_id), actor=actor)
+    redact = privacy.redact_name
+    content = privacy.redact_value(event.content)
+    tags = tuple(map(redact, event.tags))
+    names = (event.session_id, event.agent_id, event.actor.id)
+    stored = tuple(map(redact, names))
+    if stored == names and tags == event.tags and content == event.content:
+        return event  # the common case: nothing to redact
+    return replace(event, content=content, tags=tags, session_id=stored[0],
+                   agent_id=stored[1], actor=replace(event.actor, id=stored[2]))
 
 
 def event_rows(event: Event, path: str, line: int, policies: Policies, out: FileRows,
@@ -271,7 +274,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
         text, extra = event_chunk_text(event), search_extra(event.actor.id, event.tags)
     else:  # fields joined may make a match none of them holds (`token` + `: value`)
         text = privacy.redact(event_chunk_text(event))
-        extra = search_extra(event.actor.id, event.tags, privacy.redact)
+        extra = search_extra(event.actor.id, event.tags, privacy.redact_name)
     same = content_key(event.kind, event.content)  # the dedupe key: never the line's `hash`
     parts = split_counted(text, policies.budgets.chunk_max_tokens)
     weight = importance(event.kind, event.tags, event.actor.type)

@@ -59,6 +59,15 @@ def _privacy(*patterns: str) -> str:
     return f"version: 1\nstore:\n  redact_patterns:\n{lines}"
 
 
+def test_names_redact_as_text_and_only_those_without_a_secret_are_remembered() -> None:
+    p = parse_privacy(_privacy(r"\bsk-[a-z]{20,}\b"))
+    key = "sk-" + "q" * 24
+    for _ in range(2):  # the second time from memory
+        assert p.redact_name("alice") == "alice"
+        assert p.redact_name(f"proj:{key}") == "proj:[REDACTED]"
+    assert "alice" in p._names and all(key not in name for name in p._names)
+
+
 @pytest.mark.parametrize("text", [
     "Token: abc and sk-aaaaaaaaaaaaaaaaaaaaaaaa",   # both flagged patterns
     "TOKEN=xyz",                                     # the case-insensitive one alone
