@@ -105,14 +105,15 @@ class Checker:
              field_name: str | None = None) -> None:
         """Record one problem (a value it quotes that looks like a secret, redacted: the
         report is printed, by the pre-commit hook too)."""
-        self.problems.append(ValidationError(self.policies.privacy.redact(message),
+        self.problems.append(ValidationError(self.policies.privacy.redact_message(message),
                                              path=self.display + rel, line=line,
                                              field=field_name))
 
     def located(self, exc: FormatError, rel: str) -> None:
         """Record a parser's error, each problem it stands for (a record file's every
         one), named as the user sees the file."""
-        self.problems += [p.redacted(self.policies.privacy.redact, self.display + (p.path or rel))
+        redact = self.policies.privacy.redact_message
+        self.problems += [p.redacted(redact, self.display + (p.path or rel))
                           for p in exc.problems]
 
     # ------------------------------------------------------------------ files

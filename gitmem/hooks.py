@@ -204,7 +204,8 @@ def _staged_problems(store: Path) -> list[FormatError]:
             prefix = gitops.store_prefix(repo, store)
         listed = {(p.path, p.line, p.field, p.detail) for p in problems}
         for error in broken:  # named as git names them, a value they quote redacted
-            for problem in error.redacted(policies.privacy.redact, prefix + error.path).problems:
+            redacted = error.redacted(policies.privacy.redact_message, prefix + error.path)
+            for problem in redacted.problems:
                 if (problem.path, problem.line, problem.field, problem.detail) not in listed:
                     problems.append(problem)
     return problems

@@ -98,6 +98,7 @@ DEFAULT_REDACT_KEYS = (r"\b(api ?keys?|access ?keys?|private ?keys?|secrets?|tok
                        r"|passwd|passphrase|credentials?|authorization)\b",)
 _KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _KEY_CACHE_MAX = 4096  # keys remembered by Privacy._key
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")  # a repr'd string
 _NAME_CACHE_MAX = 16384  # names remembered by Privacy.redact_name, forgotten all at once
 
 
@@ -132,6 +133,15 @@ class Privacy:
         for pattern in self.patterns:
             text = pattern.sub(self.redaction, text)
         return text
+
+    def redact_message(self, message: str) -> str:
+        """`redact` for a message that quotes values (`'...'`, `"..."`, as repr does):
+        each quoted value is redacted on its own first, so a pattern that runs to the
+        next space (`password=\\S+`) leaves the quote that closes it (`'[REDACTED]'`, not
+        `'[REDACTED]`); then the whole message, for what no quote holds."""
+        quoted = _QUOTED.sub(lambda found: found[0][0] + self.redact(found[0][1:-1])
+                             + found[0][-1], message)
+        return self.redact(quoted)
 
     def redact_name(self, name: str) -> str:
         """`redact` for the short texts that repeat from line to line (a session's,

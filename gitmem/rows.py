@@ -375,7 +375,7 @@ def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
     status show them to any caller, as verify's to whoever commits).
     """
     out = _parse_file(path, kind, data, policies, start_line, offset, appended)
-    out.errors = [e.redacted(policies.privacy.redact) for e in out.errors]
+    out.errors = [e.redacted(policies.privacy.redact_message) for e in out.errors]
     return out
 
 

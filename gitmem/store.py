@@ -165,7 +165,7 @@ def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
         check_name(default_tenant, "default_tenant")  # before anything is made
     except FormatError as exc:  # the value it quotes may be a secret
         privacy = parse_privacy(template("policies/privacy.yaml").decode(), "privacy.yaml")
-        raise exc.redacted(privacy.redact) from None
+        raise exc.redacted(privacy.redact_message) from None
     try:
         return _init_store(directory.resolve(), default_tenant)
     except OSError as exc:

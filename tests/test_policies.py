@@ -59,6 +59,28 @@ def _privacy(*patterns: str) -> str:
     return f"version: 1\nstore:\n  redact_patterns:\n{lines}"
 
 
+@pytest.mark.parametrize(("message", "shown"), [
+    ("session_id 'password=hunter2' is not a name", "session_id '[REDACTED]' is not a name"),
+    ('tag "x token: abc" and api_key=abc123 bare', 'tag "x [REDACTED]" and [REDACTED] bare'),
+    ("can't read 'password=abc'", "can't read '[REDACTED]"),  # an apostrophe: no worse
+])
+def test_a_value_an_error_quotes_keeps_its_closing_quote(message: str, shown: str) -> None:
+    """`password=\\S+` took the quote that closed a value an error quotes."""
+    assert parse_privacy(PRIVACY).redact_message(message) == shown
+
+
+def test_a_line_errors_value_is_redacted_inside_its_quotes(tmp_path: Path) -> None:
+    from gitmem.rows import parse_file
+    from gitmem.store import init_store
+    init_store(tmp_path)
+    policies = load_policies(tmp_path / "memory")
+    from tests.daemons import event_line
+    _, bad = event_line("password=hunter2", "a session that is no name")
+    [error] = parse_file("events/2026-03/2026-03-01.jsonl", "events", bad.encode(),
+                         policies).errors
+    assert "hunter2" not in error.detail and "'[REDACTED]'" in error.detail
+
+
 def test_names_redact_as_text_and_only_those_without_a_secret_are_remembered() -> None:
     p = parse_privacy(_privacy(r"\bsk-[a-z]{20,}\b"))
     key = "sk-" + "q" * 24
