@@ -459,6 +459,7 @@ def test_reindex_sync_status(cli: Cli) -> None:
     cli("record", "one")
     status = json.loads(cli("status", "--json").stdout)
     assert status["clean"] is False and status["index"]["events"] == 0
+    assert ", last full sync at (never)\n" in cli("status").stdout
     report = json.loads(cli("reindex").stdout)
     assert report["errors"] == [] and report["files"] == 5
     assert json.loads(cli("status", "--json").stdout)["clean"] is True
@@ -470,6 +471,9 @@ def test_reindex_sync_status(cli: Cli) -> None:
     assert status["clean"] is True and status["index"]["events"] == 2
     human = cli("status").stdout
     assert "clean: the index reflects every file" in human
+    head = status["git"]["head"] or "(no commit yet)"
+    synced = status["git"]["head"] or "no commit (before the first)"
+    assert f"git     HEAD {head}, last full sync at {synced}\n" in human
 
 
 def test_a_store_whose_manifest_was_deleted_is_named_as_such(cli: Cli, tmp_path: Path) -> None:

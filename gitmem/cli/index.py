@@ -86,8 +86,9 @@ def status(obj: Context, as_json: bool) -> None:
     click.echo(f"store   {report['store']}")
     click.echo(f"index   {counts}")
     git = report["git"]
-    click.echo(f"git     HEAD {git['head'] or '(none)'}, "
-               f"indexed at {git['indexed_head'] or '(none)'}")
+    synced = git["indexed_head"]
+    click.echo(f"git     HEAD {git['head'] or '(no commit yet)'}, last full sync at "
+               + (synced or ("no commit (before the first)" if synced == "" else "(never)")))
     broken = len({p.get("path") for p in report["errors"]})
     left_out = (f"; {broken} file(s) hold errors, left out of it as listed below"
                 if broken else "")
