@@ -131,8 +131,14 @@ class Privacy:
         if not any(screen.search(text) for screen in self._screens):
             return text  # the common case: nothing to redact, a quick scan per pattern
         for pattern in self.patterns:
-            text = pattern.sub(self.redaction, text)
+            text = pattern.sub(self._replacement, text)
         return text
+
+    @cached_property
+    def _replacement(self) -> str:
+        """`redaction` as `re.sub` takes it literally: `\\g<0>` in it would have put the
+        secret back, and a `\\s` failed every write."""
+        return self.redaction.replace("\\", "\\\\")
 
     def redact_message(self, message: str) -> str:
         """`redact` for a message that quotes values (`'...'`, `"..."`, as repr does):
@@ -420,6 +426,11 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml",
     r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
     r.known(store, "store", STORE_KEYS)
+    if store.get("redact_patterns") is None:  # never a silent "redact nothing"
+        r.problem("store.redact_patterns" if "redact_patterns" in store else "store",
+                  "no redact_patterns: nothing would be redacted (an empty file, or one "
+                  "cut short while being saved?); `redact_patterns: []` redacts nothing "
+                  "on purpose")
     patterns = _regexes(r, store, "redact_patterns")
     key_patterns = (_regexes(r, store, "redact_keys") if "redact_keys" in store
                     else [re.compile(source) for source in DEFAULT_REDACT_KEYS])
@@ -577,6 +588,9 @@ def read_policies(store: Path) -> tuple[Policies, list[FormatError]]:
         except FileNotFoundError:
             problems.append(FormatError("missing; run `gitmem init` to create the default",
                                         path=rel))
+            return default
+        except OSError as exc:  # a directory in its place, a file that cannot be read
+            problems.append(FormatError(f"cannot be read: {exc.strerror or exc}", path=rel))
             return default
         hashes[rel] = file_hash(data)
         try:

@@ -194,6 +194,34 @@ def test_negative_weight() -> None:
     assert (err.line, err.field) == (line_of(text, "alpha"), "retrieval.weights.alpha")
 
 
+@pytest.mark.parametrize(("setting", "value", "said"), [
+    ("recent_window_events: 40", "99999999999999999999", "expected an integer <= 2147483647"),
+    ("decisions_max: 100", "99999999999999999999", "expected an integer <= 2147483647"),
+    ("alpha: 0.7", ".nan", "expected a finite number >= 0, got nan"),
+    ("recency_tau_days: 14", ".inf", "expected a finite number >= 0, got inf"),
+])
+def test_a_number_beyond_what_a_build_takes_is_refused(setting: str, value: str,
+                                                        said: str) -> None:
+    """Beyond 64 bits PostgreSQL and islice crashed every build; NaN weights scored
+    nothing, with no word."""
+    key = setting.split(":")[0]
+    err = budgets_error(BUDGETS.replace(setting, f"{key}: {value}"))
+    assert said in str(err) and err.field is not None and err.field.endswith(key)
+
+
+def test_aliases_that_expand_beyond_reason_are_refused_at_once() -> None:
+    """Nine levels of ten aliases: a message's repr of the value hung every command."""
+    levels = ["a: &l0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 10)}]" for n in range(1, 9)]
+    bomb = "\n".join(levels) + "\nacb_total_max_tokens: *l8\n"
+    with pytest.raises(FormatError) as caught:
+        parse_budgets("version: 1\n" + bomb)
+    assert "its aliases (*name) expand to 2,345,679,023 values, more than 1,000,000" in str(
+        caught.value) and caught.value.line == 1
+    small = "version: 1\nx: &w [1, 2]\ny: *w\n"  # a few aliases are YAML like any other
+    assert "unknown field 'x'" in str(budgets_error(small))
+
+
 def test_excerpt_limit_too_small() -> None:
     text = BUDGETS.replace("max_excerpt_bytes: 8192", "max_excerpt_bytes: 10")
     err = budgets_error(text)
@@ -289,6 +317,27 @@ def privacy_error(text: str) -> ValidationError:
         parse_privacy(text)
     assert caught.value.path == "policies/privacy.yaml"
     return caught.value
+
+
+@pytest.mark.parametrize("text", [
+    "", "version: 1\n", "version: 1\nstore:\n  redaction: '[X]'\n",
+    "version: 1\nstore:\n  redact_patterns:\n",
+])
+def test_a_privacy_file_without_patterns_is_refused_not_read_as_redact_nothing(
+        text: str) -> None:
+    """An empty privacy.yaml (an editor's save caught half way) redacted nothing: a
+    running daemon wrote 43 of 150 secrets to disk during saves of the same file."""
+    err = privacy_error(text)
+    assert "no redact_patterns: nothing would be redacted" in str(err)
+    assert parse_privacy("version: 1\nstore:\n  redact_patterns: []\n").patterns == ()
+
+
+@pytest.mark.parametrize("redaction", ["<secret removed: \\g<0>>", "[REDACTED\\secret]", "\\1"])
+def test_the_redaction_is_written_as_given_never_as_a_template(redaction: str) -> None:
+    """`\\g<0>` put the secret back; `\\s` failed every write and the indexer."""
+    privacy = parse_privacy(f"version: 1\nstore:\n  redaction: '{redaction}'\n"
+                            "  redact_patterns: ['password=\\S+']\n")
+    assert privacy.redact("password=hunter2 now") == f"{redaction} now"
 
 
 def test_bad_regex_names_the_pattern_line() -> None:
