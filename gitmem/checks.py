@@ -136,7 +136,10 @@ class Checker:
             return
         data = self.tree.read(rel)
         if data is None:
-            if kind == "policy":
+            if kind == "policy" and isinstance(self.tree, WorkTree) and (
+                    self.tree.store / rel).is_dir():
+                self.fail(rel, None, "cannot be read: Is a directory")  # as the loader says
+            elif kind == "policy":
                 self.fail(rel, None, "missing; run `gitmem init` to create the default")
             elif kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "

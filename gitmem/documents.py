@@ -43,6 +43,12 @@ class SafeLoader(_BASE_LOADER):  # type: ignore[misc]
 
     def construct_document(self, node: yaml.Node) -> Any:
         self._root = node  # to name the key of a value that cannot be built
+        size = _expanded_size(node, {})
+        if size > EXPANDED_MAX:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"its aliases (*name) expand to {size:,} values, more than "
+                f"{EXPANDED_MAX:,}: write the values out, or use fewer aliases",
+                node.start_mark)
         return super().construct_document(node)
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
@@ -92,16 +98,47 @@ class _Unbuildable(yaml.constructor.ConstructorError):
         self.key = key
 
 
-def _key_path(node: yaml.Node, target: yaml.Node, path: str = "") -> str | None:
-    """The dotted keys from `node` down to `target` (a list's items share its key)."""
+# The values a document may hold with its aliases expanded: a policy, record or scenario
+# is small, and a "billion laughs" (nine levels of ten aliases) is 10^9 values that any
+# walk, a message's repr or a JSON dump, would take hours over.
+EXPANDED_MAX = 1_000_000
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many nodes `node` stands for with every alias expanded; each node's size is
+    counted once (`sizes`, by id), so this is linear in the document's own nodes."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # a node that holds itself (`&a [*a]`) counts once
+    if isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    else:
+        children = []
+    size = 1 + sum(_expanded_size(child, sizes) for child in children)
+    sizes[id(node)] = size
+    return size
+
+
+def _key_path(node: yaml.Node, target: yaml.Node, path: str = "",
+              seen: set[int] | None = None) -> str | None:
+    """The dotted keys from `node` down to `target` (a list's items share its key). Each
+    node is visited once: aliases make a graph of a tree (nine levels of `*a` repeated
+    ten times are 10^9 paths to one node, which hung every command)."""
     if node is target:
         return path or None
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         pairs = [(f"{path}.{k.value}" if path else str(k.value), v) for k, v in node.value]
     else:
         pairs = [(path, v) for v in node.value] if isinstance(node, yaml.SequenceNode) else []
     return next((found for sub, child in pairs
-                 if (found := _key_path(child, target, sub)) is not None), None)
+                 if (found := _key_path(child, target, sub, seen)) is not None), None)
 
 
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)

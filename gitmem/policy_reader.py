@@ -9,6 +9,7 @@ problem, or, given a list for them, adds each to it and goes on with the default
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ import yaml
 
 from gitmem.documents import load_yaml
 from gitmem.errors import FormatError, ValidationError
+
+INTEGER_MAX = 2**31 - 1  # PostgreSQL's integer
 
 
 class PolicyReader:
@@ -70,16 +73,23 @@ class PolicyReader:
 
     def integer(self, src: Mapping[str, Any], key: str, name: str, default: int,
                 lo: int = 0) -> int:
+        """An integer from `lo` to INTEGER_MAX (a count or a number of tokens: one past
+        what PostgreSQL and `islice` take crashed every build)."""
         value = src.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             self.problem(name, f"expected an integer >= {lo}, got {value!r}")
             return default
+        if value > INTEGER_MAX:
+            self.problem(name, f"expected an integer <= {INTEGER_MAX}, got {value!r}")
+            return default
         return value
 
     def number(self, src: Mapping[str, Any], key: str, name: str, default: float) -> float:
+        """A finite number >= 0 (`.nan` and `.inf` are YAML's floats too)."""
         value = src.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            self.problem(name, f"expected a number >= 0, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not 0 <= value < math.inf):
+            self.problem(name, f"expected a finite number >= 0, got {value!r}")
             return float(default)
         return float(value)
 

@@ -93,7 +93,7 @@ def _policy_text(store: Path, rel: str) -> str | None:
     try:
         text = (store / rel).read_text(encoding="utf-8")
         load_yaml(text, rel)
-    except (FileNotFoundError, UnicodeDecodeError, FormatError):
+    except (OSError, UnicodeDecodeError, FormatError):
         return None
     return text
 
@@ -113,7 +113,7 @@ def views_missing(store: Path, paths: Iterable[str], display: str) -> list[Forma
         try:
             text = (store / rel).read_text(encoding="utf-8")
             data = load_yaml(text, rel)
-        except (FileNotFoundError, UnicodeDecodeError, FormatError):
+        except (OSError, UnicodeDecodeError, FormatError):
             continue  # no file: the defaults apply; a broken one: its own check says so
         for steps, name in _view_lists(rel, data):
             value = _at(data, steps)

@@ -32,6 +32,18 @@ def test_a_fresh_store_with_records_has_no_problems(cli: Cli, memory: Memory) ->
     assert result.output.rstrip().endswith(": no problems")  # no warning either
 
 
+def test_a_directory_in_place_of_a_policy_file_is_named_not_a_traceback(
+        cli: Cli, config: Config) -> None:
+    budgets = config.store / "policies" / "budgets.yaml"
+    budgets.unlink()
+    budgets.mkdir()
+    for command in (("verify",), ("status",), ("record", "hello")):
+        result = cli(*command, ok=False)
+        assert result.exit_code == 1, command
+        assert "policies/budgets.yaml: cannot be read: Is a directory" in result.output, command
+        assert "Traceback" not in result.output
+
+
 def test_every_problem_is_listed_as_path_line(cli: Cli, config: Config,
                                                repo: Path) -> None:
     store = config.store
@@ -560,7 +572,7 @@ def test_verify_reports_every_policy_problem_and_still_checks_the_records(
     for where in [f"budgets.yaml:{line('budgets.yaml', 'acb_total')}: field "
                   "'acb_total_max_tokens': expected an integer >= 1, got -1",
                   f"budgets.yaml:{line('budgets.yaml', 'alpha: x')}: field "
-                  "'retrieval.weights.alpha': expected a number >= 0, got 'x'",
+                  "'retrieval.weights.alpha': expected a finite number >= 0, got 'x'",
                   f"privacy.yaml:{line('privacy.yaml', '(unclosed')}: field "
                   "'store.redact_patterns': invalid regular expression '(unclosed'",
                   f"privacy.yaml:{line('privacy.yaml', 'radio')}: field "
