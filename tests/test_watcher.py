@@ -255,6 +255,19 @@ def test_a_new_redaction_pattern_applies_to_the_very_next_write(daemon: Daemon) 
     assert "PROJECT-1234" not in line and "codename [REDACTED] ok" in line
 
 
+def test_a_privacy_file_emptied_by_a_save_keeps_the_last_good_patterns(daemon: Daemon) -> None:
+    """An editor that truncates before it writes: between the two, the file redacted
+    nothing, and the daemon wrote the secrets of the writes in between to disk."""
+    privacy = daemon.config.store / "policies" / "privacy.yaml"
+    privacy.write_text("")
+    recorded = daemon.call("record_event", {"content": {"text": "password=hunter2xyz ok"}})
+    day = next(daemon.config.store.glob("events/*/*.jsonl"))
+    line = next(x for x in day.read_text().splitlines() if recorded["event_id"] in x)
+    assert "hunter2xyz" not in line and "[REDACTED] ok" in line
+    assert any("no redact_patterns" in e["message"]
+               for e in daemon.call("status", {})["errors"])
+
+
 def test_git_checkout_of_an_older_commit_and_back(daemon: Daemon, index: Index) -> None:
     root = daemon.config.root
     ts = "2026-03-01T09:00:00+00:00"
