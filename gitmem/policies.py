@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gitmem.errors import FormatError, ValidationError, malformed_json
+from gitmem.patterns import pattern_problem, screened
 from gitmem.policy_reader import PolicyReader
 from gitmem.records import CHANNELS, SENSITIVITIES, decode_json, valid_name
 
@@ -85,12 +86,6 @@ class ChannelRule:
         have no channel: their sensitivity decides)."""
         return sensitivity not in self.suppress_sensitivity
 
-
-# What a redaction screen may drop from the front of a pattern so that it begins with a
-# literal (`Privacy._screens`): a word boundary, a one-character class (`[Bb]earer`), or
-# a lookbehind of a literal (`(?<=://)`, searched as the literal itself).
-_SCREEN_LEADS = (re.compile(r"\[[^\]\\^]+\]"), re.compile(r"\(\?<=([\w:/@.-]+)\)"))
-_LITERAL_FIRST = re.compile(r"[\w:/@-]")  # a pattern that begins with a literal character
 
 # `store.redact_keys` when privacy.yaml has none (a store made before the setting existed
 # keeps this protection): object keys whose words name a secret.
@@ -179,7 +174,7 @@ class Privacy:
         finds has nothing to redact."""
         screens = []
         for pattern in self.patterns:
-            screen = _screen(pattern.pattern)
+            screen = screened(pattern.pattern)
             if screen is not None:
                 with contextlib.suppress(re.error):  # else the pattern itself
                     pattern = re.compile(screen, pattern.flags)
@@ -276,21 +271,6 @@ class Privacy:
                 if found is not None:
                     return found
         return None
-
-
-def _screen(source: str) -> str | None:
-    r"""A pattern's source begun at its first literal, or None: a leading `\b` dropped,
-    then a one-character class (`[Bb]earer` as `earer`) or a lookbehind of a literal
-    (`(?<=://)x` as `://x`). Neither is a group, so back-references keep their numbers."""
-    rest = source[2:] if source.startswith("\\b") else source
-    for lead in _SCREEN_LEADS:
-        found = lead.match(rest)
-        if found is not None:
-            rest = (found.group(1) if found.groups() else "") + rest[found.end():]
-            break
-    if rest == source or not _LITERAL_FIRST.match(rest):
-        return None
-    return rest
 
 
 def _unique(key: str, taken: set[str]) -> str:
@@ -469,20 +449,6 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml",
                    channel_rules=rules, key_patterns=tuple(key_patterns))
 
 
-# What a pattern that can match the empty string would do: `sub` puts the redaction at
-# every empty match, and `search` finds one in every key.
-_MATCHING_EMPTY = {
-    "redact_patterns": "the redaction pattern {!r} matches the empty string, so it would "
-                       "redact everything (the redaction would go between the characters of "
-                       "every text and key)",
-    "redact_keys": "the pattern {!r} matches the empty string, so every key would name a "
-                   "secret and every value be redacted",
-}
-# The empty text finds `a*` (there search and fullmatch agree); one that matches only
-# between characters (`\b`, `(?m)^`, `\S*` at a space) needs ordinary text around it.
-_EMPTY_PROBES = ("", "Hello, world: x_1 = 'y'.\nNext line")
-
-
 def _regexes(r: PolicyReader, store: Mapping[str, Any], key: str) -> list[re.Pattern[str]]:
     """`store.<key>`: a list of regular expressions, each compiled."""
     patterns = []
@@ -492,9 +458,9 @@ def _regexes(r: PolicyReader, store: Mapping[str, Any], key: str) -> list[re.Pat
         except re.error as exc:
             r.problem(f"store.{key}", f"invalid regular expression {source!r}: {exc}", number)
             continue
-        if any(m.start() == m.end() for probe in _EMPTY_PROBES for m in pattern.finditer(probe)):
-            r.problem(f"store.{key}", _MATCHING_EMPTY[key].format(source) + "; make it "
-                      "match at least one character (`x+`, not `x*`)", number)
+        problem = pattern_problem(pattern, key)
+        if problem is not None:
+            r.problem(f"store.{key}", problem, number)
             continue
         patterns.append(pattern)
     return patterns

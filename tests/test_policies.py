@@ -332,6 +332,21 @@ def test_a_privacy_file_without_patterns_is_refused_not_read_as_redact_nothing(
     assert parse_privacy("version: 1\nstore:\n  redact_patterns: []\n").patterns == ()
 
 
+@pytest.mark.parametrize("pattern", ["(x+x+)+y", "(\\w+\\s?)+:", "(?:a|b+)*c", "(?=(a+)+)b"])
+def test_a_pattern_that_can_backtrack_for_ever_is_refused_naming_its_line(pattern: str) -> None:
+    """`(x+x+)+y` on 58 x's and a `!` hung a write, and the daemon with it."""
+    text = _privacy("sk-[a-z]{20,}", pattern)
+    err = privacy_error(text)
+    assert err.line == line_of(text, pattern) and err.field == "store.redact_patterns"
+    assert "repeats what holds a repeat of its own" in str(err) and "(?>...)" in str(err)
+
+
+@pytest.mark.parametrize("pattern", ["(?>x+x+)+y", "(x++x++)+y", "(\\d{1,3}\\.)+\\d", "(a|b)+c"])
+def test_a_repeat_that_cannot_backtrack_for_ever_is_kept(pattern: str) -> None:
+    privacy = parse_privacy(_privacy(pattern))
+    assert privacy.redact("x" * 58 + "!") == "x" * 58 + "!"  # at once
+
+
 @pytest.mark.parametrize("redaction", ["<secret removed: \\g<0>>", "[REDACTED\\secret]", "\\1"])
 def test_the_redaction_is_written_as_given_never_as_a_template(redaction: str) -> None:
     """`\\g<0>` put the secret back; `\\s` failed every write and the indexer."""
