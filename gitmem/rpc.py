@@ -156,10 +156,12 @@ class Methods:
     """The JSON-RPC methods, each a function of its params."""
 
     def __init__(self, memory: Memory, sync: Callable[[list[str] | None], dict[str, Any]],
-                 daemon_status: Callable[[], dict[str, Any]]) -> None:
+                 daemon_status: Callable[[], dict[str, Any]],
+                 before_write: Callable[[], None] | None = None) -> None:
         self.memory = memory
         self._sync = sync
         self._daemon_status = daemon_status
+        self._before_write = before_write  # a policy edit applies to the very next write
         self.table: dict[str, Handler] = {
             "build_acb": self.build_acb, "query_decisions": self.query_decisions,
             "get_artifact": self.get_artifact, "create_handoff": self.create_handoff,
@@ -167,6 +169,10 @@ class Methods:
             "decide": self.decide, "task": self.task, "sync": self.sync,
             "daemon_status": self.daemon_status,
         }
+
+    def _prepare_write(self) -> None:
+        if self._before_write is not None:
+            self._before_write()
 
     def build_acb(self, params: Any) -> Any:
         """The ACB (`acb.REQUEST_FIELDS`); the index catches up with the files first. A
@@ -205,6 +211,7 @@ class Methods:
             "required_files": ("list of strings", False),
             "open_questions": ("list of strings", False), "refs": ("list of strings", False),
             "tenant_id": ("string", False), "ts": ("string", False)})
+        self._prepare_write()
         packet = self.memory.create_handoff(args.pop("to_agent"), args.pop("task"), **args)
         fields = dataclasses.asdict(packet)
         return {"handoff_id": packet.id, "path": f"handoffs/{packet.id}.yaml", **{
@@ -227,6 +234,7 @@ class Methods:
         if lines is not None and len(lines) != len(args["events"]):
             raise Fault(INVALID_PARAMS, "field 'lines': needs one line number per event",
                         {"field": "lines"})
+        self._prepare_write()
         events = self.memory.record_many(args["events"], args.get("source", "<input>"), lines)
         return {"event_ids": [e.id for e in events]}
 
@@ -242,6 +250,7 @@ class Methods:
             "sensitivity": ("string", False),
             "session_id": ("string", False), "agent_id": ("string", False),
             "tenant_id": ("string", False), "ts": ("string", False)})
+        self._prepare_write()
         event = self.memory.decide(args.pop("text"), args.pop("refs"), **args)
         return {"event_id": event.id, "decision_id": event.content["decision_id"]}
 
@@ -254,6 +263,7 @@ class Methods:
             "tags": ("list of strings", False),
             "sensitivity": ("string", False), "session_id": ("string", False),
             "agent_id": ("string", False), "tenant_id": ("string", False)})
+        self._prepare_write()
         event = self.memory.task(args.pop("title", None), **args)
         return {"event_id": event.id, "task_id": event.content["task_id"]}
 

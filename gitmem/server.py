@@ -459,7 +459,7 @@ class Server:
         self.options = options or ServerOptions()
         self.writer = GroupWriter(memory, max_batch=self.options.max_batch,
                                   on_written=on_written, before_write=before_write)
-        self.methods = Methods(memory, sync, daemon_status)
+        self.methods = Methods(memory, sync, daemon_status, before_write)
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = os.pipe()
         self._connections: set[_Connection] = set()

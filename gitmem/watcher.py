@@ -115,6 +115,7 @@ class Watcher:
         self._logged: dict[str, set[str]] = {}
         self._problems_lock = threading.RLock()
         self._policy_seen: dict[str, StatKey | None] = {}
+        self._policy_lock = threading.Lock()  # a write waits for another's reload
         self._links: dict[str, StatKey | None] = {}  # symlinked files: their targets' stats
         # Starts the database again when its process has gone (the daemon's embedded one)
         self.revive: Callable[[], object] | None = None
@@ -241,19 +242,23 @@ class Watcher:
         """Before a write: apply a policy edit whose file events are still on their way.
 
         A redaction pattern added a moment ago must already apply to the next
-        event; a stat of the few policy files costs microseconds.
+        event; a stat of the few policy files costs microseconds. Every kind of write
+        calls it (the group writer's events, a batch, a decision, a task, a handoff),
+        from any thread: one that comes while another reloads waits for the reload.
         """
-        stats = self._policy_stats()
-        if stats == self._policy_seen:
-            return
-        changed = sorted(rel for rel in stats.keys() | self._policy_seen.keys()
-                         if stats.get(rel) != self._policy_seen.get(rel))
-        self._policy_seen = stats
-        try:
-            self.memory.invalidate(changed)
-        except FormatError as exc:
-            logger.warning("policy change not applied (the last good policies stay): %s", exc)
-            self._problem(str(exc))
+        with self._policy_lock:
+            stats = self._policy_stats()
+            if stats == self._policy_seen:
+                return
+            changed = sorted(rel for rel in stats.keys() | self._policy_seen.keys()
+                             if stats.get(rel) != self._policy_seen.get(rel))
+            self._policy_seen = stats
+            try:
+                self.memory.invalidate(changed)
+            except FormatError as exc:
+                logger.warning("policy change not applied (the last good policies stay): %s",
+                               exc)
+                self._problem(str(exc))
 
     def _policy_stats(self) -> dict[str, StatKey | None]:
         stats: dict[str, StatKey | None] = {}

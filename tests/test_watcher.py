@@ -255,6 +255,27 @@ def test_a_new_redaction_pattern_applies_to_the_very_next_write(daemon: Daemon) 
     assert "PROJECT-1234" not in line and "codename [REDACTED] ok" in line
 
 
+def test_a_new_redaction_pattern_applies_to_every_kind_of_write_at_once(daemon: Daemon) -> None:
+    """Only record_event's writer looked at the policies before it wrote: a batch, a
+    decision, a task and a handoff waited for the watcher, seconds behind a busy one."""
+    store = daemon.config.store
+    privacy = store / "policies" / "privacy.yaml"
+    base = daemon.call("record_event", {"content": {"text": "a fact to cite"}})["event_id"]
+    for n, write in enumerate((
+            lambda w: daemon.call("record_events", {"events": [{"content": {"text": w}}]}),
+            lambda w: daemon.call("decide", {"text": f"Use {w}", "refs": [base]}),
+            lambda w: daemon.call("task", {"title": f"Rotate {w}"}),
+            lambda w: daemon.call("create_handoff", {"to_agent": "bob", "task": f"Mind {w}"}))):
+        word = f"CODENAME{n}X"
+        text = privacy.read_text()
+        privacy.write_text(text.replace("  redact_patterns:\n",
+                                        f"  redact_patterns:\n    - '{word}'\n"))
+        write(word)
+        held = [p for p in store.rglob("*") if p.is_file() and word in p.read_text()
+                and p != privacy]
+        assert held == [], (word, held)
+
+
 def test_a_privacy_file_emptied_by_a_save_keeps_the_last_good_patterns(daemon: Daemon) -> None:
     """An editor that truncates before it writes: between the two, the file redacted
     nothing, and the daemon wrote the secrets of the writes in between to disk."""
