@@ -169,10 +169,20 @@ def decode_json(text: str) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError as exc:
-        if "integer string conversion" in str(exc):  # Python's 4,300-digit limit
-            raise ValueError("an integer of more than 4,300 digits; write it as a "
-                             "string") from None
+        if _TOO_MANY_DIGITS in str(exc):
+            raise ValueError(json_problem(exc)) from None
         raise
+
+
+_TOO_MANY_DIGITS = "integer string conversion"  # Python's 4,300-digit limit, as it says
+
+
+def json_problem(exc: ValueError) -> str:
+    """What a JSON parser's ValueError says, for the user: `json.loads` raises a bare
+    ValueError (no JSONDecodeError) for an integer of more than 4,300 digits."""
+    if _TOO_MANY_DIGITS in str(exc):
+        return "an integer of more than 4,300 digits; write it as a string"
+    return str(exc)
 
 
 def check_storable(value: Any, field_name: str = "") -> None:

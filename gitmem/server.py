@@ -30,6 +30,7 @@ import orjson
 
 from gitmem.client import socket_address
 from gitmem.errors import DaemonError, FormatError, GitmemError, PrivacyError, json_kind
+from gitmem.records import json_problem
 from gitmem.rpc import (
     BUSY,
     INTERNAL_ERROR,
@@ -350,9 +351,9 @@ class _Connection:
     def _handle_line(self, line: bytes) -> None:
         try:
             message = json.loads(line.decode("utf-8"))  # bytes alone: UTF-16 guessed too
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except ValueError as exc:  # not JSON, not UTF-8, or an integer json.loads refuses
             self.send(response(None, error={"code": PARSE_ERROR,
-                                             "message": f"parse error: {exc}"}))
+                                             "message": f"parse error: {json_problem(exc)}"}))
             return
         except RecursionError:  # else it ends this connection's reader, unanswered
             self.send(response(None, error={"code": PARSE_ERROR, "message": "parse error: "

@@ -460,6 +460,10 @@ def test_gitmem_call_prints_the_result_and_reports_errors(store_config: Config) 
         assert wrong.returncode == 1 and "-32602" in wrong.stderr and "channel" in wrong.stderr
         usage = daemon.cli("call", "status", "{not json", check=False)
         assert usage.returncode == 2 and "not JSON" in usage.stderr
+        long = daemon.cli("call", "build_acb", '{"max_tokens": 1' + "0" * 5000 + "}",
+                          check=False)  # json.loads' own ValueError: it was a traceback
+        assert long.returncode == 2 and "an integer of more than 4,300 digits" in long.stderr
+        assert "Traceback" not in long.stderr
 
 
 def test_a_warm_fast_path_build_acb_needs_no_database_round_trip(store_config: Config) -> None:

@@ -82,6 +82,12 @@ def test_malformed_json_gets_a_parse_error_and_the_connection_keeps_serving(
                              b'{"jsonrpc": "2.0", "id": 8, "method": "daemon_status"}\n')
     assert nested["error"]["code"] == -32700 and "nested too deeply" in nested["error"]["message"]
     assert after["id"] == 8  # the same connection goes on
+    long = b'{"jsonrpc": "2.0", "id": 1, "method": "status", "params": {"x": 1' + b"0" * 5000
+    digits, then = exchange(served, long + b"}}\n",  # a bare ValueError ended the reader
+                            b'{"jsonrpc": "2.0", "id": 9, "method": "daemon_status"}\n')
+    assert digits["error"]["code"] == -32700 and "more than 4,300 digits" in digits["error"][
+        "message"]
+    assert then["id"] == 9
 
 
 @pytest.mark.parametrize("line, needle", [

@@ -11,6 +11,7 @@ import click
 
 from gitmem.cli.base import Context, F, emit, fail, main, reported, say
 from gitmem.errors import GitmemError
+from gitmem.records import json_problem
 
 if TYPE_CHECKING:
     from gitmem.config import Config
@@ -217,6 +218,8 @@ def call(obj: Context, method: str, params: str | None) -> None:
         except json.JSONDecodeError as exc:
             raise click.UsageError(f"PARAMS is not JSON: {exc.msg} at column {exc.colno}") \
                 from None
+        except ValueError as exc:  # an integer json.loads refuses
+            raise click.UsageError(f"PARAMS: {json_problem(exc)}") from None
     with reported():
         result = client.ask(obj.config().socket_path, method, value)
     emit(result)
