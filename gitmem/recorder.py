@@ -329,6 +329,8 @@ class Recorder:
         for name, value in (("to_agent", to_agent), ("task", task), ("from_agent", from_agent)):
             if not isinstance(value, str):
                 raise ValidationError(f"expected a string, got {json_kind(value)}", field=name)
+            if not value.strip() and name != "from_agent":  # as the file would be refused
+                raise ValidationError("expected a non-empty string, got ''", field=name)
         constraints, decisions = _texts(constraints, "constraints"), _texts(decisions, "decisions")
         required_files = _texts(required_files, "required_files")
         open_questions, refs = _texts(open_questions, "open_questions"), _texts(refs, "refs")
@@ -476,13 +478,16 @@ class Recorder:
 
     # ------------------------------------------------------------------ commit
 
-    def _commit(self, prepared: list[_Prepared]) -> None:
+    def _require_store(self) -> None:
+        """Refuse to write where the store was: moved or deleted under a long-lived
+        writer (the daemon), a write would make a new, partial store there."""
         if not (self.store / "manifest.json").is_file():
-            # moved or deleted under a long-lived writer (the daemon): writing would make
-            # a new, partial store where the old one was
             raise StoreError(f"the store {self.store} is gone (moved or deleted?): nothing "
                              "was written; stop the daemon serving it (`gitmem daemon "
                              "stop`) and start one from where the store is now")
+
+    def _commit(self, prepared: list[_Prepared]) -> None:
+        self._require_store()
         by_file: dict[str, list[Event]] = {}
         days: dict[str, str] = {}  # the timestamp's date part -> its day file
         for p in prepared:
@@ -517,6 +522,7 @@ class Recorder:
     def _publish(self, staged: list[Staged]) -> None:
         """Put files that come with no event in place (a handoff). With no event line to
         commit them, a file that cannot be put in place is removed and the call fails."""
+        self._require_store()
         temps = self._stage([(item, staged_prefix(item.target)) for item in staged])
         failed = self._place(temps)
         if failed:

@@ -487,10 +487,21 @@ def test_a_write_to_a_store_that_was_moved_away_is_refused(served: Daemon) -> No
     try:
         with pytest.raises(RpcError, match="is gone \\(moved or deleted\\?\\): nothing was"):
             served.call("record_event", {"content": {"text": "into the void"}})
+        with pytest.raises(RpcError, match="is gone"):  # a handoff comes with no event
+            served.call("create_handoff", {"to_agent": "bob", "task": "into the void"})
         assert not store.exists()
     finally:
         moved.rename(store)
     assert "event_id" in served.call("record_event", {"content": {"text": "back again"}})
+
+
+@pytest.mark.parametrize("field", ["to_agent", "task"])
+def test_a_handoff_to_no_one_or_of_nothing_names_the_field(served: Daemon, field: str) -> None:
+    """It named a file never written, and called the empty field missing."""
+    params = {"to_agent": "bob", "task": "Ship it", field: " "}
+    with pytest.raises(RpcError, match=f"field '{field}': expected a non-empty string") as caught:
+        served.call("create_handoff", params)
+    assert "handoffs/" not in str(caught.value)
 
 
 def test_a_write_the_disk_refused_is_not_a_not_found() -> None:
