@@ -10,7 +10,11 @@ id is kept, the batches, the COPY) to itself.
 
 Workers come from multiprocessing's fork server (not forked from the caller,
 which holds database connections and threads), which imports this module only,
-never the caller's `__main__`; they are handed the store and the policies once.
+never the caller's `__main__`: multiprocessing would run the caller's script again
+in each (a script without an `if __name__ == "__main__":` guard that reindexed
+ran its own writes there, and waited for good on the schema's lock the reindex
+held), so a placeholder stands for `__main__` while workers start (`_main_unseen`).
+They are handed the store and the policies once.
 At most READ_AHEAD tasks per worker wait to be taken back, so the rows in
 flight stay a few files' worth. Should a worker die (the kernel's OOM killer,
 a kill), the files not yet taken back are read in the calling process: a
@@ -31,9 +35,11 @@ import logging
 import multiprocessing
 import os
 import pickle
+import sys
 import tempfile
 import threading
 import time
+import types
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -101,13 +107,32 @@ def _in_workers(store: Path, policies: Policies, count: int,
                                 initargs=(store, policies, os.getpid(), spool)) as pool:
         pending: deque[Future[str]] = deque()
         for task in list(left)[:count * READ_AHEAD]:
-            pending.append(pool.submit(_work, task))
+            pending.append(_submit(pool, task))
         while pending:
             reads = _taken(pending.popleft().result())
             if len(left) > len(pending) + 1:
-                pending.append(pool.submit(_work, left[len(pending) + 1]))
+                pending.append(_submit(pool, left[len(pending) + 1]))
             left.popleft()
             yield from reads
+
+
+def _submit(pool: ProcessPoolExecutor, task: list[tuple[str, str]]) -> Future[str]:
+    """`pool.submit`, which starts a worker (and the fork server) when it needs one."""
+    with _main_unseen():
+        return pool.submit(_work, task)
+
+
+@contextlib.contextmanager
+def _main_unseen() -> Iterator[None]:
+    """An empty module as `__main__` for the block: multiprocessing hands a worker it
+    starts the path or name of the caller's `__main__`, which the worker runs again."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 def _workers(total_bytes: int) -> int:

@@ -61,6 +61,37 @@ def test_workers_make_the_index_one_process_makes(memory: Memory, dsn: str,
     assert shared == alone and sum(shared) > 0
 
 
+_UNGUARDED = """
+import sys
+print("the script ran", flush=True)  # at the top level: no `if __name__ == "__main__":`
+from gitmem import indexer
+from gitmem.config import Config
+from gitmem.memory import Memory
+from pathlib import Path
+with Memory(Config(store=Path(sys.argv[1]), dsn=sys.argv[2], schema=sys.argv[3])) as memory:
+    memory.record({"content": {"text": "one line to read"}})
+    indexer.reindex(memory.db, memory.store, memory.policies, workers=2)
+    print("reindexed", flush=True)
+"""
+
+
+def test_workers_never_run_the_callers_script_again(memory: Memory, dsn: str, schema: str,
+                                                    tmp_path: Path) -> None:
+    """multiprocessing ran a script's top level again in every worker it started: an
+    unguarded script's writes there, and a wait for good on the schema's lock."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(_UNGUARDED)
+    other = f"{schema}_s"
+    try:
+        done = subprocess.run([sys.executable, str(script), str(memory.store), dsn, other],
+                              capture_output=True, text=True, timeout=60,
+                              cwd=Path(__file__).parent.parent)
+    finally:
+        rows(dsn, schema, f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["the script ran", "reindexed"]
+
+
 def test_files_left_by_a_killed_worker_are_read_in_this_process(
         memory: Memory, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
