@@ -382,13 +382,16 @@ def chunk_order(chunk_id: str) -> tuple[str, int]:
     return (base, int(part or 0))
 
 
-def _reading_order(item: dict[str, Any]) -> tuple[str, str, int]:
-    """Oldest event first; a long event's chunks (`evt_x#2`, ...) in order. A view the
-    section loads (`section: recent_window` in its front matter) has no time: views lead,
-    in the order they were packed (the sort is stable)."""
+def _reading_order(item: dict[str, Any]) -> tuple[str, str, int, int]:
+    """Oldest event first, and of events at the same instant the earlier line of its
+    file (as they were written: ids minted by two processes have no order); a long
+    event's chunks (`evt_x#2`, ...) in order. A view the section loads (`section:
+    recent_window` in its front matter) has no time: views lead, in the order they were
+    packed (the sort is stable)."""
     if "ts" not in item:
-        return ("", "", 0)
-    return (item["ts"], *chunk_order(item["id"]))
+        return ("", "", 0, 0)
+    path, _, line = item["source"].rpartition(":")
+    return (item["ts"], path, int(line), chunk_order(item["id"])[1])
 
 
 # --------------------------------------------------------------------------- handoff

@@ -160,34 +160,35 @@ WHERE CASE WHEN a.chunk_id = ANY (%(anchors)s) AND a.source_type = 'event'
 
 -- name: session_recent
 -- The chunks of the session's latest %(limit)s events other than tool results (and
--- the kinds whose Markdown file is the record), newest event first.
+-- the kinds whose Markdown file is the record), newest event first; of events at the
+-- same instant, the later line first (ids minted apart have no order).
 WITH latest AS (
-  SELECT event_id, ts FROM events
+  SELECT event_id, ts, path, line FROM events
   WHERE tenant_id = %(tenant)s AND session_id = %(session)s
     AND kind NOT IN ('tool_result', 'decision', 'summary', 'task_update')
-  ORDER BY ts DESC, event_id DESC
+  ORDER BY ts DESC, path DESC, line DESC
   LIMIT %(limit)s
 )
 SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
        c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
        NULL::text AS artifact_id
 FROM latest l JOIN chunks c ON c.source_id = l.event_id
-ORDER BY l.ts DESC, l.event_id DESC, length(c.chunk_id), c.chunk_id
+ORDER BY l.ts DESC, l.path DESC, l.line DESC, length(c.chunk_id), c.chunk_id
 
 -- name: session_tools
 -- The chunks of the session's latest %(limit)s tool results, newest result first,
 -- each result's chunks in order (the first carries the tool and path).
 WITH latest AS (
-  SELECT event_id, ts, content ->> 'artifact_id' AS artifact_id FROM events
+  SELECT event_id, ts, path, line, content ->> 'artifact_id' AS artifact_id FROM events
   WHERE tenant_id = %(tenant)s AND session_id = %(session)s AND kind = 'tool_result'
-  ORDER BY ts DESC, event_id DESC
+  ORDER BY ts DESC, path DESC, line DESC
   LIMIT %(limit)s
 )
 SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,
        c.session_id, c.sensitivity, c.tags, c.refs, c.hash, c.token_est, c.importance, c.text,
        l.artifact_id
 FROM latest l JOIN chunks c ON c.source_id = l.event_id
-ORDER BY l.ts DESC, l.event_id DESC, length(c.chunk_id), c.chunk_id
+ORDER BY l.ts DESC, l.path DESC, l.line DESC, length(c.chunk_id), c.chunk_id
 
 -- name: pinned_chunks
 SELECT c.chunk_id, c.source_type, c.source_id, c.path, c.line, c.ts, c.kind, c.channel,

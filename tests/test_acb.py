@@ -564,6 +564,28 @@ def test_the_recent_window_keeps_every_turn_in_order(memory: Memory, query: str)
         assert acb["provenance"]["retrieved"] == 3
 
 
+@pytest.mark.parametrize("query", ["", "turn"])
+def test_turns_at_the_same_instant_read_in_the_order_they_were_written(
+        memory: Memory, query: str) -> None:
+    """Ids minted by two processes have no order: turns recorded at one ts (a script's,
+    an import's) came out shuffled, and a window cut kept a random few of them."""
+    from tests.daemons import append, event_line
+
+    day = memory.store / "events" / "2026-03" / "2026-03-01.jsonl"
+    for n in range(1, 7):  # each id smaller than the one before
+        append(day, event_line("eq", f"turn {n}", number=100 - n)[1])
+    memory.sync()
+    acb = memory.build_acb({"session_id": "eq", "now": NOW, "query_text": query})
+    assert [i["text"] for i in section(acb, "recent_window")] == [
+        f"alice: turn {n}" for n in range(1, 7)]
+    budgets = memory.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("recent_window_events: 40",
+                                                   "recent_window_events: 3"))
+    acb = memory.build_acb({"session_id": "eq", "now": NOW})
+    assert [i["text"] for i in section(acb, "recent_window")] == [
+        f"alice: turn {n}" for n in (4, 5, 6)]
+
+
 def test_a_retrieved_copy_of_a_turn_gives_way_to_the_turn(memory: Memory) -> None:
     elsewhere = say(memory, "The staging database is read-only until Friday", session_id="s9",
                     ts="2026-03-01T11:00:00+00:00")
