@@ -203,13 +203,16 @@ def _fit(paragraph: str, max_tokens: int,
         if end <= pos:  # one character of more tokens than the limit: keep it whole
             end = next((s for s in starts[last:] if s > pos), len(paragraph))
         head = paragraph[pos:end]
-        cut = head.rfind("\n")
-        if cut > len(head) // 2:
-            head = head[:cut]
+        if end < len(paragraph):  # not the last piece: a line's end, else a word's
+            cut = head.rfind("\n")
+            if cut <= len(head) // 2 and not paragraph[end].isspace():
+                cut = max(head.rfind(" "), head.rfind("\t"))  # a word cut in two is
+            if cut > len(head) // 2:                          # found by neither half
+                head = head[:cut]
         if head.strip("\n"):
             out.append(head.strip("\n"))
         pos += len(head)
-        while pos < len(paragraph) and paragraph[pos] == "\n":
+        while pos < len(paragraph) and paragraph[pos] in "\n \t":
             pos += 1
     return [(piece, tokens.count(piece)) for piece in out]
 

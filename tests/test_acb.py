@@ -19,6 +19,7 @@ from gitmem.memory import Memory
 from gitmem.packing import within_caps
 from gitmem.prompt import ARTIFACT_NOTE, render_text
 from gitmem.records import content_hash
+from gitmem.sections import chunk_order
 from tests.conftest import Cli, git
 
 NOW = "2026-03-01T12:00:00+00:00"
@@ -584,6 +585,22 @@ def test_turns_at_the_same_instant_read_in_the_order_they_were_written(
     acb = memory.build_acb({"session_id": "eq", "now": NOW})
     assert [i["text"] for i in section(acb, "recent_window")] == [
         f"alice: turn {n}" for n in (4, 5, 6)]
+
+
+def test_every_word_of_a_long_one_line_message_finds_it(memory: Memory) -> None:
+    """Chunks of a line with no line breaks were cut inside words, which then matched
+    no query."""
+    words = [f"{chr(97 + n % 26)}{'qzxv' * 2}{n:04d}word" for n in range(1500)]
+    event = say(memory, " ".join(words), session_id="long")
+    memory.sync()
+    rows = memory.db.fetchall("event_chunks", {"tenant": "default", "ids": [event]})
+    chunks = [r["text"] for r in sorted(rows, key=lambda r: chunk_order(r["chunk_id"]))]
+    edges = {w for text in chunks[1:] for w in (text.split(" ")[0],)} | {
+        text.split(" ")[-1] for text in chunks[:-1]}
+    assert len(chunks) > 5 and edges <= set(words)  # every chunk begins and ends a word
+    for word in sorted(edges):
+        acb = memory.build_acb({"session_id": "other", "now": NOW, "query_text": word})
+        assert {i["source_id"] for i in section(acb, "retrieved_evidence")} == {event}, word
 
 
 def test_a_retrieved_copy_of_a_turn_gives_way_to_the_turn(memory: Memory) -> None:

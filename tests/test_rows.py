@@ -40,6 +40,18 @@ def test_a_huge_paragraph_is_split_in_linear_time() -> None:
     assert "".join(parts).replace(" ", "") == text.replace(" ", "")
 
 
+def test_a_paragraph_of_one_line_is_cut_between_words() -> None:
+    """A cut at any token split `ECONNREFUSED` into `E` and `CONNREFUSED`, and no search
+    found the word (36 of 41 cuts of long words fell inside one)."""
+    words = [f"{'ECONNREFUSED' if n % 7 == 0 else 'zrckcixdkc'}{n}" for n in range(3000)]
+    text = " ".join(words)
+    parts = split_text(text, 100)
+    assert len(parts) > 10 and all(tokens.count(p) <= 100 for p in parts)
+    assert [w for p in parts for w in p.split(" ")] == words
+    unspaced = "x" * 5000  # no word to keep whole: cut where a token starts
+    assert "".join(split_text(unspaced, 100)) == unspaced
+
+
 def test_lines_are_preferred_cut_points() -> None:
     text = "\n".join(f"line {i}: " + "x" * (i % 50) for i in range(3000))
     parts = split_text(text, 100)
