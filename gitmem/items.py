@@ -66,7 +66,7 @@ def decision_item(row: Row, score: float | None) -> dict[str, Any]:
         "rationale": list(r["rationale"]), "supersedes": list(r["supersedes"])}, score)
 
 
-CUT_MIN_TOKENS = 8  # a pinned item is cut to fit when at least this much of it shows
+CUT_MIN_TOKENS = 16  # a pinned item is cut to fit when at least this much of it shows
 
 
 def cut_to_fit(item: dict[str, Any], limit: int) -> dict[str, Any] | None:
@@ -78,32 +78,39 @@ def cut_to_fit(item: dict[str, Any], limit: int) -> dict[str, Any] | None:
     better than nothing, and the note keeps the reader from taking the start for the
     whole."""
     full = item["token_est"]
-    note = f"\n[cut to fit: {{}} of {full} tokens shown; the whole is {item['source']}]"
-    room = limit - tokens.count(note.format(full))
-    while room >= CUT_MIN_TOKENS:
-        head = cut_text(item["text"], room)
-        text = head + note.format(tokens.count(head))
-        size = tokens.count(text)
-        if size <= limit:
-            return {**item, "text": text, "token_est": size, "truncated": True,
-                    "full_token_est": full}
-        room -= size - limit  # a join of the pieces counted more than each alone
+    for note in (f"\n[cut to fit: {{}} of {full} tokens shown; the whole is {item['source']}]",
+                 f"\n[cut: {{}} of {full} tokens]"):  # where the room is small: its source
+        room = limit - tokens.count(note.format(full))  # is the item's, `truncated` says it
+        while room >= CUT_MIN_TOKENS:
+            head = cut_text(item["text"], room)
+            text = head + note.format(tokens.count(head))
+            size = tokens.count(text)
+            if size <= limit:
+                return {**item, "text": text, "token_est": size, "truncated": True,
+                        "full_token_est": full}
+            room -= size - limit  # a join of the pieces counted more than each alone
     return None
+
+
+# Where a cut may end, best first, and how much of the mark stays: a paragraph break, a
+# line break, the end of a sentence (in scripts written without spaces too), a space.
+_CUT_MARKS = (("\n\n", 0), ("\n", 0), (". ", 1), ("\u3002", 1), ("\uff01", 1), ("\uff1f", 1),
+              (" ", 0))  # the ideographic full stop, full-width ! and ?: no space after
 
 
 def cut_text(text: str, limit: int) -> str:
     """The longest start of `text` of at most `limit` tokens that ends at a paragraph
-    break, else a line break, else the end of a sentence, where one keeps at least half
-    of it; else at a space; else anywhere (not inside a character)."""
+    break, else a line break, else the end of a sentence, else a space, where one keeps
+    at least half of it; else anywhere (not inside a character): a text of no spaces
+    (Chinese, Japanese, Thai) was cut at its heading's `# `, to nothing."""
     encoded = tokens.encode(text)
     if len(encoded) <= limit:
         return text
     head = tokens.encoding().decode(encoded[:limit])
     while head and not text.startswith(head):  # a character cut in two: decoded as U+FFFD
         head = head[:-1]
-    for mark in ("\n\n", "\n", ". "):
+    for mark, kept in _CUT_MARKS:
         at = head.rfind(mark)
         if at >= len(head) // 2:
-            return head[:at + (1 if mark == ". " else 0)].rstrip()
-    at = head.rfind(" ")
-    return (head[:at] if at > 0 else head).rstrip()
+            return head[:at + kept].rstrip()
+    return head.rstrip()

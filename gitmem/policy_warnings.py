@@ -23,6 +23,7 @@ from typing import Any
 
 from gitmem.documents import field_line, load_yaml
 from gitmem.errors import FormatError
+from gitmem.items import cut_to_fit
 from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import SECTIONS, Budgets, Policies, parse_privacy
 from gitmem.policy_reader import yaml_line
@@ -179,15 +180,20 @@ def pinned_view_too_big(rows: FileRows, budgets: Budgets, text: str,
         if section not in budgets.sections:
             continue  # no cap to compare with: `sections_unbudgeted` (or the file's problem)
         cap = budgets.sections[section].max_tokens
+        chunks = [c for c in rows.tables["view_chunks"] if c[0] == path]
         cost = header_tokens(section) + sum(
-            size + ITEM_SEPARATOR_TOKENS
-            for size in _loaded([c[6] for c in rows.tables["view_chunks"] if c[0] == path],
-                                max_tokens))
+            size + ITEM_SEPARATOR_TOKENS for size in _loaded([c[6] for c in chunks], max_tokens))
         if pinned and cost > cap:
+            room = cap - header_tokens(section) - ITEM_SEPARATOR_TOKENS
+            first = {"text": chunks[0][5], "token_est": chunks[0][6],
+                     "source": f"{path}#{chunks[0][1]}"} if chunks else None
+            shown = ("leaves it out: a cut to that cap would show too little of it"
+                     if first is not None and first["token_est"] > room
+                     and cut_to_fit(first, room) is None else "shows it cut to fit")
             problems.append(FormatError(
                 f"a pinned view of {cost} tokens, but its section {section} holds {cap} "
                 f"(sections.{section}.max_tokens in policies/budgets.yaml): every bundle "
-                "shows it cut to fit; shorten it, move a part of it to a view of its own, "
+                f"{shown}; shorten it, move a part of it to a view of its own, "
                 "or raise that cap", path=display, line=field_line(text, "pinned"),
                 field="pinned", severity="warning"))
     return problems

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from gitmem import tokens
+from gitmem.items import cut_text
 from gitmem.memory import Memory
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, within_caps
 from gitmem.prompt import header_tokens, overhead
@@ -162,3 +163,12 @@ def test_a_pinned_item_with_no_room_for_a_useful_part_is_left_out_for_budget(
     assert not section(acb, "identity")
     assert "views/identity.md#identity" in omitted(acb, "budget")
     assert not omitted(acb, "truncated_pinned")
+
+
+def test_a_text_without_spaces_is_cut_near_the_room_not_at_its_headings_space() -> None:
+    """A Chinese view was cut at the space of `# `: `#` alone shown of 6,000 tokens."""
+    chinese = "# 部署规则\n\n" + "我们决定只在法兰克福集群部署。" * 800
+    head = cut_text(chinese, 6000)
+    assert tokens.count(head) > 5000 and head.endswith("\u3002")
+    russian = "## Второй\n\n" + "оченьдлинноеслово" * 500
+    assert tokens.count(cut_text(russian, 100)) > 90

@@ -6,6 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from gitmem import tokens
 from gitmem.config import Config
 from gitmem.documents import field_line
@@ -611,3 +613,24 @@ def test_a_pinned_view_larger_than_its_sections_cap_gets_a_warning(cli: Cli,
     assert "warning" not in cli("verify").output
     identity.write_text("---\nsection: identity\npinned: true\n---\n# Identity\n\nYou are Atlas.\n")
     assert "warning" not in cli("verify").output
+
+
+@pytest.mark.parametrize(("cap", "said"), [(36, "shows it cut to fit"), (24, "leaves it out")])
+def test_a_pinned_view_a_little_over_a_small_cap_is_cut_or_named_as_left_out(
+        cli: Cli, config: Config, memory: Memory, cap: int, said: str) -> None:
+    """The note of a cut alone took ~24 tokens: a view of 48 under a cap of 36 was left
+    out of every bundle while verify said it was shown cut to fit. A short note now
+    leaves room; where even that leaves too little, verify says the view is left out."""
+    identity = config.store / "views" / "identity.md"
+    identity.write_text("---\nsection: identity\npinned: true\n---\n# Identity\n\n"
+                        + "You are Atlas, the billing assistant of the Acme company. " * 3)
+    budgets = config.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("identity:           {max_tokens: 1200",
+                                                   f"identity:           {{max_tokens: {cap}"))
+    assert f"every bundle {said}" in cli("verify").output
+    memory.sync()
+    shown = memory.build_acb({"now": "2026-03-01T12:00:00+00:00"})["sections"]
+    identity_items = next(s["items"] for s in shown if s["name"] == "identity")
+    assert bool(identity_items) == (said == "shows it cut to fit")
+    assert all(i["truncated"] and i["text"].startswith("# Identity\n\nYou are Atlas")
+               for i in identity_items)
