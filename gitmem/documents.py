@@ -574,11 +574,30 @@ def handoff_to_text(handoff: Handoff) -> str:
         ("decisions", handoff.decisions), ("required_files", handoff.required_files),
         ("open_questions", handoff.open_questions), ("refs", handoff.refs),
     ])
-    return str(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=88))
+    return dump_yaml(meta)
 
 
 def _dump(meta: dict[str, Any], body: str) -> str:
-    head = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=88)
-    return f"---\n{head}---\n{body.strip()}\n"
+    return f"---\n{dump_yaml(meta)}---\n{body.strip()}\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    """YAML as gitmem writes it: a text holding a character YAML reads as a line break
+    (NEL, U+2028, U+2029) is double-quoted, where it is written as an escape: in a
+    single-quoted or plain scalar NEL was written as itself and read back as a space."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = '"' if any(ch in value for ch in "\x85\u2028\u2029") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(value: Any, **options: Any) -> str:
+    """`value` as YAML, keys in their order, text as written (`_Dumper`)."""
+    return str(yaml.dump(value, Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                         **{"width": 88, **options}))
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import yaml
 
-from gitmem.documents import Task
+from gitmem.documents import Task, dump_yaml
 from gitmem.errors import FormatError
 
 _SCALARS = ("title", "status", "owner", "sensitivity")
@@ -50,8 +50,7 @@ def edited_task(current: str, old: Task, new: Task,
 
 def _scalar(value: str) -> str:
     """`value` as YAML writes a plain or quoted scalar on one line."""
-    dumped = yaml.safe_dump(value, default_flow_style=True, allow_unicode=True,
-                            width=float("inf"))
+    dumped = dump_yaml(value, default_flow_style=True, width=float("inf"))
     return dumped.removesuffix("\n...\n").removesuffix("\n")
 
 

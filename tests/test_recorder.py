@@ -548,6 +548,23 @@ def test_another_tenants_task_or_decision_is_never_written_through(
     recorder.decide("Use Kafka", [ref], supersedes=[dec_id], tenant_id="acme")
 
 
+@pytest.mark.parametrize("breaking", ["\x85", "\u2028", "\u2029"])
+def test_a_line_break_yaml_knows_and_json_does_not_is_kept_in_a_record_file(
+        recorder: Recorder, store: Path, breaking: str) -> None:
+    """NEL was written as itself in a quoted scalar, and read back as a space: the file
+    and the index said one title, the decision's event line another."""
+    ref = recorder.record({"content": {"text": "why"}}).id
+    title, reason = f"T nel{breaking}x", f"r nel{breaking}y"
+    event = recorder.decide("Use it", [ref], title=title, rationale=[reason])
+    rel = f"decisions/{event.content['decision_id']}.md"
+    decision = parse_decision((store / rel).read_text(), rel, "default")
+    assert (decision.title, decision.rationale) == (title, (reason,))
+    task = recorder.task(f"nel{breaking}title", details="d").content["task_id"]
+    recorder.task(None, task_id=task, owner=f"o{breaking}wner")  # an edit of the file
+    parsed = parse_task((store / f"tasks/{task}.md").read_text(), f"tasks/{task}.md", "default")
+    assert (parsed.title, parsed.owner) == (f"nel{breaking}title", f"o{breaking}wner")
+
+
 def test_superseding_a_decision_whose_file_does_not_parse_is_refused(
         recorder: Recorder, repo: Path, store: Path) -> None:
     """A superseded decision's file must be read for its tenant: one that does not parse
