@@ -26,7 +26,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError, ValidationError, shown
 from gitmem.policies import Policies
-from gitmem.records import SENSITIVITIES, find_event
+from gitmem.records import SENSITIVITIES, find_event, parse_ts
 from gitmem.store import artifact_path, classify, day_file_rel, record_paths
 from gitmem.task_edits import edited_task
 
@@ -162,7 +162,7 @@ class RecordFiles:
         return None
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
-                         staging: Staging) -> None:
+                         staging: Staging) -> Decision:
         """A decision cited as superseded or handed over must be one of the tenant's."""
         rel = f"decisions/{dec}.md"
         text = self.current(rel, staging)
@@ -170,13 +170,14 @@ class RecordFiles:
             raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
                                   field=field_name)
         try:
-            owner = parse_decision(text, rel, self.policies.manifest.default_tenant).tenant_id
+            found = parse_decision(text, rel, self.policies.manifest.default_tenant)
         except FormatError as exc:
             raise ValidationError(f"decision {dec} cannot be read: {exc}",
                                   field=field_name) from None
-        if owner != tenant:
+        if found.tenant_id != tenant:
             raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
                                   field=field_name)
+        return found
 
     def decision(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
         content = full["content"]
@@ -197,7 +198,13 @@ class RecordFiles:
         text = _valid(decision_to_text(decision), rel, full["tenant_id"], parse_decision,
                       "decision_id")
         for dec in decision.supersedes:
-            self.require_decision(dec, "content.supersedes", decision.tenant_id, staging)
+            older = self.require_decision(dec, "content.supersedes", decision.tenant_id,
+                                          staging)
+            if parse_ts(older.ts) > parse_ts(decision.ts):  # verify would blame the older
+                raise ValidationError(
+                    f"decision {dec} is dated {older.ts}, after this one ({decision.ts}): a "
+                    "decision supersedes older ones; give this one a later ts",
+                    field="content.supersedes")
         if (self.store / rel).exists() or self.store / rel in staging:
             raise ValidationError(f"decision {decision.id} already exists and is never "
                                   "rewritten; record a new decision that supersedes it",

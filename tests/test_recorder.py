@@ -565,6 +565,22 @@ def test_a_line_break_yaml_knows_and_json_does_not_is_kept_in_a_record_file(
     assert (parsed.title, parsed.owner) == (f"nel{breaking}title", f"o{breaking}wner")
 
 
+def test_a_decision_never_supersedes_a_newer_one(recorder: Recorder, store: Path) -> None:
+    """Accepted, it made a chain verify blamed on the write path's own entry once the
+    other decision named it back."""
+    ref = recorder.record({"content": {"text": "why"}}).id
+    newer = recorder.decide("alpha", [ref], ts="2026-04-10T12:00:00Z").content["decision_id"]
+    before = sorted(p.name for p in (store / "decisions").iterdir())
+    with pytest.raises(ValidationError, match=f"decision {newer} is dated 2026-04-10T12:00:00Z"
+                       r", after this one \(2026-04-05T12:00:00Z\): a decision "
+                       "supersedes older ones") as caught:
+        recorder.decide("beta", [ref], supersedes=[newer], ts="2026-04-05T12:00:00Z")
+    assert caught.value.field == "content.supersedes"
+    assert sorted(p.name for p in (store / "decisions").iterdir()) == before
+    same = recorder.decide("gamma", [ref], supersedes=[newer], ts="2026-04-10T12:00:00Z")
+    assert same.content["supersedes"] == [newer]  # the same instant: a coarse clock's
+
+
 def test_superseding_a_decision_whose_file_does_not_parse_is_refused(
         recorder: Recorder, repo: Path, store: Path) -> None:
     """A superseded decision's file must be read for its tenant: one that does not parse
