@@ -413,7 +413,7 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     used: set[str] = set()      # every anchor given: each is a chunk's key
     heading, anchor, start = "", "", first_line
     lines: list[str] = []
-    in_fence = False
+    fence = ""  # the code fence open, as written (``` or ~~~, maybe longer)
 
     def flush() -> None:
         text = "\n".join(lines).strip()
@@ -421,9 +421,8 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=start))
 
     for offset, line in enumerate(body.split("\n")):
-        if line.lstrip().startswith("```"):
-            in_fence = not in_fence
-        match = None if in_fence else re.match(r"^(#{1,6})\s+(.+?)\s*#*\s*$", line)
+        fence = _fence_after(line, fence)
+        match = None if fence else re.match(r"^(#{1,6})\s+(.+?)\s*#*\s*$", line)
         if match:
             flush()
             heading = match.group(2)
@@ -439,6 +438,24 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             lines.append(line)
     flush()
     return tuple(chunks)
+
+
+_FENCE_MARK = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _fence_after(line: str, fence: str) -> str:
+    """The code fence open after `line` ("" for none), as CommonMark reads fences: three
+    or more backticks or tildes, closed by a line of at least as many of the same alone
+    (a `~~~` block, or a ```` block holding ```, had its `# comment` lines taken for
+    headings)."""
+    mark = _FENCE_MARK.match(line)
+    if mark is None:
+        return fence
+    run, rest = mark.group(1), line[mark.end():]
+    if not fence:
+        return "" if run[0] == "`" and "`" in rest else run  # `` ```a` `` is inline code
+    closes = run[0] == fence[0] and len(run) >= len(fence) and not rest.strip()
+    return "" if closes else fence
 
 
 def parse_view(text: str, path: str, default_section: str) -> View:

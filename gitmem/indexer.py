@@ -391,7 +391,8 @@ def reindex(db: Database, store: Path, policies: Policies,
 # joined to a word by a hyphen is searchable unsigned (`folding.joined_numbers`); 4: a
 # version written with its `v` is searchable without it (`folding.bare_versions`); 5: an
 # event's row and its chunks' tags are redacted too (`rows.stored_event`), not only the
-# text served, and a paragraph of one line is cut between words (`rows.split_counted`).
+# text served, a paragraph of one line is cut between words (`rows.split_counted`), and
+# a view's code fences are read as CommonMark reads them (`~~~`, longer runs).
 ROW_RULES = 5
 
 

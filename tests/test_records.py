@@ -585,6 +585,15 @@ def test_view_chunks_at_headings_with_their_lines() -> None:
     assert "# not a heading" in view.chunks[1].text
 
 
+def test_code_fences_of_tildes_and_longer_runs_hold_no_heading() -> None:
+    body = ("---\nsection: rules\n---\n# Rules\n\n~~~python\n# a comment\n~~~\n\n"
+            "````md\n```\n# an example heading\n```\n````\n\n  ```\n# indented fence\n  ```\n"
+            "\n## After\n\nText.\n")
+    view = parse_view(body, "views/rules.md", "rules")
+    assert [c.anchor for c in view.chunks] == ["rules", "after"]
+    assert "# a comment" in view.chunks[0].text and "# an example heading" in view.chunks[0].text
+
+
 def test_every_heading_of_a_view_gets_an_anchor_of_its_own() -> None:
     """`Notes` twice gives notes and notes-1, and a heading `Notes 1` slugifies to
     notes-1 too: each anchor is a chunk's key in the index (a clash failed every
