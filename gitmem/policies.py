@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from gitmem.errors import FormatError, ValidationError, malformed_json
 from gitmem.patterns import pattern_problem, screened
 from gitmem.policy_reader import PolicyReader
-from gitmem.records import CHANNELS, SENSITIVITIES, decode_json, valid_name
+from gitmem.records import CHANNELS, SENSITIVITIES, RepeatedKey, decode_json, valid_name
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
             "recent_window", "tool_state", "handoff")
@@ -474,8 +474,8 @@ def parse_channels(text: str, path: str = "policies/channels.yaml",
     r = PolicyReader(text, path, errors)
     r.known(r.data, "", ("version", "channels"))
     views: dict[str, tuple[str, ...]] = {}
-    entries = r.data.get("channels") or {}
-    if isinstance(entries, list):  # seed 002 §4.2 form: [{name: private, default_load_views}]
+    entries = r.data.get("channels")
+    if isinstance(entries, list):  # seed 002 §4.2 form: [{name: private, ...}], or []
         pairs = []
         for number, entry in enumerate(entries):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
@@ -484,7 +484,7 @@ def parse_channels(text: str, path: str = "policies/channels.yaml",
                 continue
             pairs.append((entry["name"], {k: v for k, v in entry.items() if k != "name"}))
     else:
-        pairs = list(r.mapping(r.data, "channels", "channels").items())
+        pairs = list(r.mapping(r.data, "channels", "channels").items())  # None: {}
     for channel, spec in pairs:
         if channel not in CHANNELS:
             r.problem(f"channels.{channel}", f"unknown channel; expected one of "
@@ -499,9 +499,10 @@ def parse_channels(text: str, path: str = "policies/channels.yaml",
     return Channels(default_views=views)
 
 
-def _json_key_line(text: str, key: str) -> int:
-    match = re.search(rf'"{re.escape(key)}"\s*:', text)
-    return text.count("\n", 0, match.start()) + 1 if match else 1
+def _json_key_line(text: str, key: str, nth: int = 1) -> int:
+    """The line of the `nth` place `text` gives `key` a value (1 where it does not)."""
+    found = list(re.finditer(rf'"{re.escape(key)}"\s*:', text))
+    return text.count("\n", 0, found[nth - 1].start()) + 1 if len(found) >= nth else 1
 
 
 def parse_manifest(text: str, path: str = "manifest.json",
@@ -509,8 +510,11 @@ def parse_manifest(text: str, path: str = "manifest.json",
     """Parse and validate manifest.json."""
     found: list[FormatError] = []
     data: Any = {}
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write
     try:
         data = decode_json(text)
+    except RepeatedKey as exc:  # named at its second place
+        found.append(malformed_json(exc, path=path, line=_json_key_line(text, exc.key, 2)))
     except ValueError as exc:
         found.append(malformed_json(exc, path=path, line=getattr(exc, "lineno", None)))
     if not isinstance(data, dict):

@@ -68,8 +68,10 @@ def channels_unruled(store: Path, policies: Policies, display: str) -> list[Form
     line = yaml_line(text, ["load", "channel_rules"])
     return [FormatError(
         f"channel {name!r} has no rule in load.channel_rules: an ACB for it loads only "
-        f"events of {name!r} and 'public' channels, and nothing of sensitivity high or "
-        "secret; give it a rule", path=display + PRIVACY, line=line,
+        + (f"events of {name!r} and 'public' channels" if name != "public"
+           else "events of the 'public' channel")
+        + ", and nothing of sensitivity high or secret; give it a rule",
+        path=display + PRIVACY, line=line,
         field="load.channel_rules", severity="warning")
         for name in CHANNELS if name not in policies.privacy.channel_rules]
 

@@ -152,8 +152,16 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(obj) != len(pairs):
         twice = next(key for n, (key, _) in enumerate(pairs)
                      if any(key == other for other, _ in pairs[:n]))
-        raise ValueError(f"key {twice!r} is given twice in one object; keep one")
+        raise RepeatedKey(twice)
     return obj
+
+
+class RepeatedKey(ValueError):
+    """An object of a JSON text gives a key twice."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"key {key!r} is given twice in one object; keep one")
+        self.key = key
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite,

@@ -465,6 +465,31 @@ def test_malformed_manifest_json() -> None:
         str(caught.value))
 
 
+def test_a_manifest_as_editors_save_it_and_a_key_given_twice_named_at_its_line() -> None:
+    """A byte-order mark (Notepad's) was `Expecting value at column 1`; a key given twice
+    had no line."""
+    assert parse_manifest("\ufeff" + manifest_text("acme")).default_tenant == "acme"
+    with pytest.raises(FormatError) as caught:
+        parse_manifest('{\n  "default_tenant": "acme",\n  "default_tenant": "globex"\n}')
+    assert caught.value.line == 3
+
+
+def test_no_channels_as_an_empty_list_and_a_public_channel_without_a_rule(
+        tmp_path: Path) -> None:
+    from gitmem.policy_warnings import channels_unruled
+    from gitmem.store import init_store
+
+    assert parse_channels("version: 1\nchannels: []\n").default_views == {}
+    init_store(tmp_path)
+    store = tmp_path / "memory"
+    privacy = store / "policies" / "privacy.yaml"
+    text = privacy.read_text()
+    privacy.write_text(text[:text.index("load:")] + "load:\n  channel_rules: {}\n")
+    warned = {w.detail for w in channels_unruled(store, load_policies(store), "")}
+    assert any("loads only events of the 'public' channel, and nothing" in w for w in warned)
+    assert not any("'public' and 'public'" in w for w in warned)
+
+
 def test_missing_policy_file_says_how_to_fix(tmp_path: Path) -> None:
     from gitmem.store import init_store
 
