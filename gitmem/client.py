@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,14 +81,35 @@ class Client:
         self._ids = itertools.count(1)
 
     def connect(self) -> Client:
-        """Open the connection; DaemonError when nothing listens on the socket."""
+        """Open the connection; DaemonError when nothing listens on the socket. Where
+        the daemon's queue of connections it has not accepted yet is full (a burst of
+        clients), the connection is tried again until `connect_timeout`."""
         if self._sock is not None:
             return self
+        deadline = time.monotonic() + self.connect_timeout
+        sock = self._attempt()
+        while sock is None:
+            if time.monotonic() >= deadline:
+                raise DaemonError(f"the daemon at {self.socket_path} did not accept a "
+                                  f"connection within {self.connect_timeout}s (its queue of "
+                                  "connections is full); see .gitmem/daemon.log")
+            time.sleep(0.01)
+            sock = self._attempt()
+        sock.settimeout(self.timeout)
+        self._sock = sock
+        self._reader = sock.makefile("rb")
+        return self
+
+    def _attempt(self) -> socket.socket | None:
+        """A socket connected to the daemon; None where its queue is full (EAGAIN)."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.connect_timeout)
         try:
             with socket_address(self.socket_path) as address:
                 sock.connect(address)
+        except BlockingIOError:
+            sock.close()
+            return None
         except TimeoutError:
             sock.close()
             raise DaemonError(f"the daemon at {self.socket_path} did not accept a connection "
@@ -98,10 +120,10 @@ class Client:
                 raise DaemonError(f"no daemon answers on {self.socket_path}; start one with "
                                   "`gitmem daemon start`") from None
             raise DaemonError(f"cannot connect to {self.socket_path}: {exc.strerror}") from None
-        sock.settimeout(self.timeout)
-        self._sock = sock
-        self._reader = sock.makefile("rb")
-        return self
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def set_timeout(self, timeout: float | None) -> None:
         """How long the next answers may take (None: no limit)."""
@@ -131,8 +153,25 @@ class Client:
         try:
             self._sock.sendall(data)
         except OSError as exc:
+            said = self._parting_answer()
             self.close()
+            if said is not None:  # turned away (too many connections): it says so
+                result_of(said)
             raise RequestNotSent(f"lost the connection to {self.socket_path}: {exc}") from None
+
+    def _parting_answer(self) -> dict[str, Any] | None:
+        """The error the daemon sent before it closed a connection it would not serve
+        (-32005, too many connections), where the send failed because it closed: that
+        answer, not the broken pipe, says why."""
+        try:
+            assert self._sock is not None and self._reader is not None
+            self._sock.settimeout(0.5)
+            found = orjson.loads(self._reader.readline())
+        except (OSError, ValueError, AssertionError):
+            return None
+        if isinstance(found, dict) and found.get("id") is None and "error" in found:
+            return found
+        return None
 
     def read_response(self) -> Any:
         """The next response object (or batch list) from the daemon."""

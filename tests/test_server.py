@@ -504,6 +504,66 @@ def test_a_handoff_to_no_one_or_of_nothing_names_the_field(served: Daemon, field
     assert "handoffs/" not in str(caught.value)
 
 
+def test_a_client_turned_away_is_told_why_not_a_broken_pipe(served: Daemon) -> None:
+    """At the connection limit the daemon sends -32005 and closes: a client whose send
+    came after the close read `Broken pipe` (8 of 300), not the answer waiting for it."""
+    held = []
+    try:
+        for _ in range(256):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(served.config.socket_path))
+            held.append(sock)
+        for attempt in range(40):
+            with Client(served.config.socket_path, timeout=5) as client:
+                if attempt % 2:
+                    time.sleep(0.05)  # the close comes before the send
+                with pytest.raises(RpcError) as caught:
+                    client.call("daemon_status")
+                assert caught.value.code == -32005 and "too many connections" in str(
+                    caught.value)
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 10
+    while True:  # the daemon forgets the connections held as it sees them close
+        try:
+            assert served.call("daemon_status")["pid"] == served.pid
+            break
+        except RpcError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_a_client_waits_while_the_queue_of_connections_is_full(served: Daemon) -> None:
+    """A connect to a full queue (a burst of clients, a daemon that has not accepted
+    them yet) fails at once with EAGAIN: it read `Resource temporarily unavailable`."""
+    import os
+    import signal
+
+    held = []
+    os.kill(served.pid, signal.SIGSTOP)  # it accepts nothing: the queue fills
+    try:
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(str(served.config.socket_path))
+            except BlockingIOError:
+                sock.close()
+                break
+            held.append(sock)
+        threading.Timer(0.3, os.kill, (served.pid, signal.SIGCONT)).start()
+        with Client(served.config.socket_path, connect_timeout=5, timeout=10) as client:
+            for sock in held:  # room for the daemon to answer: it serves 256 at most
+                sock.close()
+            held.clear()
+            assert client.call("daemon_status")["pid"] == served.pid
+    finally:
+        os.kill(served.pid, signal.SIGCONT)
+        for sock in held:
+            sock.close()
+
+
 def test_a_write_the_disk_refused_is_not_a_not_found() -> None:
     from gitmem.errors import NotFoundError, StoreError
     from gitmem.rpc import error_object
