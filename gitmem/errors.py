@@ -132,6 +132,17 @@ class FormatError(GitmemError):
                    severity=problem.get("severity") or "error")
 
 
+TOO_MANY_DIGITS = "integer string conversion"  # Python's 4,300-digit limit, as it says
+
+
+def json_problem(exc: ValueError) -> str:
+    """What a JSON parser's ValueError says, for the user: `json.loads` raises a bare
+    ValueError (no JSONDecodeError) for an integer of more than 4,300 digits."""
+    if TOO_MANY_DIGITS in str(exc):
+        return "an integer of more than 4,300 digits; write it as a string"
+    return str(exc)
+
+
 def malformed_json(exc: ValueError, *, path: str, line: int | None) -> FormatError:
     """A FormatError for JSON that does not parse, naming the column: "malformed JSON:
     Expecting ',' delimiter at column 12" (json's messages that end in "at" take the

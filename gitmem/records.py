@@ -17,7 +17,15 @@ from typing import Any
 
 import orjson
 
-from gitmem.errors import FormatError, ValidationError, json_kind, malformed_json, shown
+from gitmem.errors import (
+    TOO_MANY_DIGITS,
+    FormatError,
+    ValidationError,
+    json_kind,
+    json_problem,
+    malformed_json,
+    shown,
+)
 from gitmem.ids import ARTIFACT_ID, ULID_ID
 
 KINDS = ("message", "tool_call", "tool_result", "decision", "summary", "task_update",
@@ -177,20 +185,11 @@ def decode_json(text: str) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError as exc:
-        if _TOO_MANY_DIGITS in str(exc):
+        if TOO_MANY_DIGITS in str(exc):
             raise ValueError(json_problem(exc)) from None
         raise
 
 
-_TOO_MANY_DIGITS = "integer string conversion"  # Python's 4,300-digit limit, as it says
-
-
-def json_problem(exc: ValueError) -> str:
-    """What a JSON parser's ValueError says, for the user: `json.loads` raises a bare
-    ValueError (no JSONDecodeError) for an integer of more than 4,300 digits."""
-    if _TOO_MANY_DIGITS in str(exc):
-        return "an integer of more than 4,300 digits; write it as a string"
-    return str(exc)
 
 
 def check_storable(value: Any, field_name: str = "") -> None:

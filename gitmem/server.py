@@ -29,8 +29,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gitmem.client import socket_address
-from gitmem.errors import DaemonError, FormatError, GitmemError, PrivacyError, json_kind
-from gitmem.records import json_problem
+from gitmem.errors import (
+    DaemonError,
+    FormatError,
+    GitmemError,
+    PrivacyError,
+    json_kind,
+    json_problem,
+)
 from gitmem.rpc import (
     BUSY,
     INTERNAL_ERROR,

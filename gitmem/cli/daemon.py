@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gitmem.cli.base import Context, F, emit, fail, main, reported, say
-from gitmem.errors import GitmemError
-from gitmem.records import json_problem
+from gitmem.errors import GitmemError, json_problem
 
 if TYPE_CHECKING:
     from gitmem.config import Config
