@@ -52,13 +52,19 @@ import re
 import unicodedata
 
 # Combining marks of alphabetic scripts (Latin, Greek, Cyrillic): the accents that
-# NFD takes off their letters. Kana's voicing marks (U+3099, U+309A) are not here.
-_ACCENTS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+# NFD takes off their letters; Hebrew's points and cantillation and Arabic's vowel
+# marks (harakat), which most text leaves out (`שלום` finds `שָׁלוֹם`); and what is
+# invisible inside a word: a soft hyphen, a word joiner, a byte-order mark. Kana's
+# voicing marks (U+3099, U+309A) are not here; a zero-width space breaks words (_LETTERS).
+_ACCENTS = re.compile("[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+                      "\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"
+                      "\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4"
+                      "\u06e7\u06e8\u06ea-\u06ed\u00ad\u2060\ufeff]+")
 # Letters that carry their stroke in themselves, as PostgreSQL's unaccent rules fold them.
 _LETTERS = str.maketrans({"ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE",
                           "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D",
                           "ð": "d", "Ð": "D", "þ": "th", "Þ": "TH", "\u0131": "i", "ħ": "h",
-                          "Ħ": "H"})
+                          "Ħ": "H", "\u200b": " "})  # a zero-width space: a word break
 # The longest run without a space kept whole: 4 bytes a character at most, plus the
 # tenant's tag (8) and a time stamp (10), stays under PostgreSQL's 2,047-byte lexemes.
 LONGEST_RUN = 500

@@ -392,7 +392,8 @@ def reindex(db: Database, store: Path, policies: Policies,
 # version written with its `v` is searchable without it (`folding.bare_versions`); 5: an
 # event's row and its chunks' tags are redacted too (`rows.stored_event`), not only the
 # text served, a paragraph of one line is cut between words (`rows.split_counted`), and
-# a view's code fences are read as CommonMark reads them (`~~~`, longer runs).
+# a view's code fences are read as CommonMark reads them (`~~~`, longer runs), and
+# Hebrew's points, Arabic's vowel marks and a soft hyphen are folded away.
 ROW_RULES = 5
 
 

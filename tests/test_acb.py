@@ -603,6 +603,20 @@ def test_every_word_of_a_long_one_line_message_finds_it(memory: Memory) -> None:
         assert {i["source_id"] for i in section(acb, "retrieved_evidence")} == {event}, word
 
 
+@pytest.mark.parametrize(("written", "asked"), [
+    ("\u05e9\u05c1\u05b8\u05dc\u05d5\u05b9\u05dd \u05e2\u05d5\u05dc\u05dd",  # with points
+     "\u05e9\u05dc\u05d5\u05dd"),
+    ("\u0643\u064e\u062a\u064e\u0628\u064e \u0627\u0644\u0631\u0633\u0627\u0644\u0629",
+     "\u0643\u062a\u0628"),  # with harakat
+    ("the soft\u00adhyphen rule", "softhyphen"),
+])
+def test_marks_most_text_leaves_out_do_not_keep_a_word_from_being_found(
+        memory: Memory, written: str, asked: str) -> None:
+    event = say(memory, written, session_id="marks")
+    acb = memory.build_acb({"session_id": "other", "now": NOW, "query_text": asked})
+    assert [i["source_id"] for i in section(acb, "retrieved_evidence")] == [event]
+
+
 def test_a_retrieved_copy_of_a_turn_gives_way_to_the_turn(memory: Memory) -> None:
     elsewhere = say(memory, "The staging database is read-only until Friday", session_id="s9",
                     ts="2026-03-01T11:00:00+00:00")

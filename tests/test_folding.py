@@ -19,6 +19,10 @@ from gitmem.folding import bare_versions, compound_parts, compounds, fold, searc
     ("데이터베이스를 사용", " 데이 이터 터베 베이 이스 스를   사용 "),  # syllables, not jamo
     ("Привет, Ёлка", "Привет, Елка"),
     ("plain ascii stays as it is", "plain ascii stays as it is"),
+    ("\u05e9\u05c1\u05b8\u05dc\u05d5\u05b9\u05dd", "\u05e9\u05dc\u05d5\u05dd"),  # points
+    ("\u0643\u064e\u062a\u064e\u0628\u064e", "\u0643\u062a\u0628"),  # Arabic's harakat
+    ("soft\u00adhyphen word\u2060joiner", "softhyphen wordjoiner"),  # invisible in a word
+    ("zero\u200bwidth", "zero width"),  # a zero-width space breaks words
 ])
 def test_fold(text: str, folded: str) -> None:
     assert fold(text) == folded
