@@ -275,8 +275,11 @@ class Recorder:
         for event_id in named.keys() & known.keys():
             event = prepared[named[event_id]].event
             if not _retried(objs[named[event_id]], event, known[event_id], event.hash):
+                tenant, ts, held = known[event_id]
+                other = (f"at another time ({ts.isoformat()})" if (tenant, held) == (
+                    event.tenant_id, event.hash) else "with other content")
                 raise _Repeated(named[event_id], ValidationError(
-                    f"{event_id} is already recorded with other content; event ids never "
+                    f"{event_id} is already recorded {other}; event ids never "
                     "repeat (leave `id` out and one is assigned)", field="id"))
         return [p for p in prepared if p.event.id not in known or p.event.id not in named]
 

@@ -660,6 +660,11 @@ def test_the_same_event_again_is_written_once(memory: Memory) -> None:
     assert again[0].id == first.id and again[0].hash == first.hash
     assert [e["content"]["text"] for e in events_on_disk(
         memory.store, "events/2026-03/2026-03-01.jsonl")] == ["retried", "new"]
+    with pytest.raises(ValidationError, match=f"{EVT} is already recorded at another time "
+                       r"\(2026-03-01T10:00:00\+00:00\); event ids never repeat"):
+        memory.record({**obj, "ts": "2026-03-01T10:00:01+00:00"})  # it said "other content"
+    with pytest.raises(ValidationError, match="already recorded with other content"):
+        memory.record({**obj, "content": {"text": "another"}})
 
 
 def test_the_same_decision_or_summary_event_again_is_written_once(memory: Memory) -> None:
