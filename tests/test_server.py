@@ -418,6 +418,22 @@ def test_an_event_that_fails_fails_alone_in_its_batch(memory: Memory) -> None:
     assert len(on_disk) == 2 + 6  # the cited event and the summary, then the six
 
 
+def test_a_batch_takes_each_connections_events_in_turn(memory: Memory) -> None:
+    """One client's 20,000 events went whole before another's single one (8 s)."""
+    batches: list[list[str]] = []
+    writer = GroupWriter(memory, max_batch=4,
+                         on_written=lambda events: batches.append(
+                             [e.content["text"] for e in events]))
+    bulk = [writer.submit({"content": {"text": f"bulk {n}"}}, source=1) for n in range(20)]
+    single = writer.submit({"content": {"text": "single"}}, source=2)
+    writer.start()
+    writer.stop()
+    assert single.result(timeout=0).content["text"] == "single"
+    assert batches[0] == ["bulk 0", "bulk 1", "single", "bulk 2"]
+    assert [t for b in batches for t in b if t != "single"] == [f"bulk {n}" for n in range(20)]
+    assert all(f.result(timeout=0) for f in bulk) and len(batches) == 6
+
+
 def test_a_bad_event_over_the_socket_leaves_the_others_of_its_batch_written(
         served: Daemon) -> None:
     cited = served.call("record_event", {"content": {"text": "cited"}})["event_id"]
