@@ -211,7 +211,7 @@ def test_a_restarted_daemon_puts_right_the_index_its_killed_autocommit_left(
         assert path.startswith("memory/events/")  # staged as deleted: the crash
         daemon.start()
         wait_for(lambda: git(root, "diff", "--cached", "--name-only") == "", timeout=10)
-        assert "an autocommit that died" in daemon.log()
+        wait_for(lambda: "an autocommit that died" in daemon.log(), timeout=10)  # said after
         assert git(root, "status", "--porcelain") == ""
     finally:
         if running_pid(daemon_root) is not None:
