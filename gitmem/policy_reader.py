@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from gitmem.documents import load_yaml
 from gitmem.errors import FormatError, ValidationError
+from gitmem.yamlio import load_yaml
 
 INTEGER_MAX = 2**31 - 1  # PostgreSQL's integer
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gitmem.documents import field_line, load_yaml
+from gitmem.documents import field_line
 from gitmem.errors import FormatError
 from gitmem.items import cut_to_fit
 from gitmem.packing import ITEM_SEPARATOR_TOKENS
@@ -31,6 +31,7 @@ from gitmem.prompt import header_tokens
 from gitmem.records import CHANNELS
 from gitmem.rows import FileRows
 from gitmem.store import classify, template
+from gitmem.yamlio import load_yaml
 
 PRIVACY = "policies/privacy.yaml"
 BUDGETS = "policies/budgets.yaml"

@@ -195,26 +195,39 @@ def _fit(paragraph: str, max_tokens: int,
     # Encode once and cut where a token starts a character: a token may hold part of
     # a multi-byte character, and decoding such a prefix would invent U+FFFD.
     starts = tokens.char_starts(encoded)
-    out: list[str] = []
+    out: list[tuple[str, int]] = []
     pos = 0
+    limit = max_tokens - 1
     while pos < len(paragraph):
-        last = bisect.bisect_left(starts, pos) + max_tokens - 1
-        end = starts[last] if last < len(starts) else len(paragraph)
-        if end <= pos:  # one character of more tokens than the limit: keep it whole
-            end = next((s for s in starts[last:] if s > pos), len(paragraph))
-        head = paragraph[pos:end]
-        if end < len(paragraph):  # not the last piece: a line's end, else a word's
-            cut = head.rfind("\n")
-            if cut <= len(head) // 2 and not paragraph[end].isspace():
-                cut = max(head.rfind(" "), head.rfind("\t"))  # a word cut in two is
-            if cut > len(head) // 2:                          # found by neither half
-                head = head[:cut]
+        first, budget = bisect.bisect_left(starts, pos), limit
+        while True:  # a piece that begins after a space begins inside the token the
+            head = _head(paragraph, starts, pos, first + budget)  # space began: its
+            size = tokens.count(head.strip("\n"))                # count is taken again
+            if size <= limit or budget <= 1:
+                break
+            budget = max(1, budget - (size - limit))
         if head.strip("\n"):
-            out.append(head.strip("\n"))
+            out.append((head.strip("\n"), size))
         pos += len(head)
         while pos < len(paragraph) and paragraph[pos] in "\n \t":
             pos += 1
-    return [(piece, tokens.count(piece)) for piece in out]
+    return out
+
+
+def _head(paragraph: str, starts: list[int], pos: int, last: int) -> str:
+    """The piece of `paragraph` from `pos` to the start of token `last`, ended at a
+    line's end, else a word's, where one keeps at least half of it."""
+    end = starts[last] if last < len(starts) else len(paragraph)
+    if end <= pos:  # one character of more tokens than the limit: keep it whole
+        end = next((s for s in starts[last:] if s > pos), len(paragraph))
+    head = paragraph[pos:end]
+    if end < len(paragraph):  # not the last piece: a line's end, else a word's
+        cut = head.rfind("\n")
+        if cut <= len(head) // 2 and not paragraph[end].isspace():
+            cut = max(head.rfind(" "), head.rfind("\t"))  # a word cut in two is found
+        if cut > len(head) // 2:                          # by neither half
+            head = head[:cut]
+    return head
 
 
 def event_chunk_text(event: Event) -> str:

@@ -24,11 +24,11 @@ from typing import Any
 import yaml
 
 from gitmem.consistency import CONFLICT_KINDS
-from gitmem.documents import SafeLoader, yaml_problem
 from gitmem.errors import GitmemError, ScenarioError
 from gitmem.packing import OMISSION_REASONS
 from gitmem.policies import SECTIONS
 from gitmem.records import CHANNELS, KINDS, SENSITIVITIES, parse_ts
+from gitmem.yamlio import SafeLoader, yaml_problem
 
 PRINCIPLES = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "G1")
 TOP_KEYS = ("id", "title", "principles", "budget_tokens", "now", "description", "defaults",

@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 import yaml
 
-from gitmem.documents import Task, dump_yaml
+from gitmem.documents import Task
 from gitmem.errors import FormatError
+from gitmem.yamlio import dump_yaml
 
 _SCALARS = ("title", "status", "owner", "sensitivity")
 

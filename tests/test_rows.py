@@ -50,6 +50,9 @@ def test_a_paragraph_of_one_line_is_cut_between_words() -> None:
     assert [w for p in parts for w in p.split(" ")] == words
     unspaced = "x" * 5000  # no word to keep whole: cut where a token starts
     assert "".join(split_text(unspaced, 100)) == unspaced
+    for repeated in (" ".join(["ECONNREFUSED"] * 3000),  # a part that begins after a
+                     " ".join(f"supercalifragilistic{n}" for n in range(2000))):  # space
+        assert max(tokens.count(p) for p in split_text(repeated, 600)) <= 600  # was 601
 
 
 def test_lines_are_preferred_cut_points() -> None:
