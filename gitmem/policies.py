@@ -202,8 +202,9 @@ class Privacy:
         tool, args), so the answers for keys that hold no secret are kept."""
         known = self._keys.get(key)
         if known is None:
-            words = key_words(key)
-            known = (self.redact(key), any(p.search(words) for p in self.key_patterns))
+            stored = self.redact(key)  # what it names once stored counts too: redacted
+            words = {key_words(key), key_words(stored)}  # again it must not change
+            known = (stored, any(p.search(w) for p in self.key_patterns for w in words))
             if known[0] == key and len(self._keys) < _KEY_CACHE_MAX:
                 self._keys[key] = known
         return known
@@ -420,6 +421,11 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml",
     if not isinstance(redaction, str):
         r.problem("store.redaction", "expected a string")
         redaction = "[REDACTED]"
+    matched = Privacy(patterns=tuple(patterns)).find_secret(redaction)
+    if matched is not None:  # what is read again must read the same (the index redacts
+        r.problem("store.redaction", f"{redaction!r} matches the redaction pattern "  # lines
+                  f"{matched!r}: a text redacted twice would differ from one redacted "
+                  "once; choose a redaction no pattern matches")
     rules: dict[str, ChannelRule] = {}
     load = r.mapping(r.data, "load", "load")
     r.known(load, "load", ("channel_rules",))

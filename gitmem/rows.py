@@ -27,6 +27,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError
 from gitmem.folding import fold, search_text
+from gitmem.ids import ANY_REF
 from gitmem.policies import Policies, Privacy
 from gitmem.records import (
     Event,
@@ -251,6 +252,12 @@ def event_row(event: Event, path: str, line: int) -> tuple[Any, ...]:
             path, line, at_home(event.id, path, event.ts))
 
 
+# The ids the write path adds to an event's content after it redacted the rest (an
+# artifact's digest, a decision's or task's id): never redacted (a pattern of long hex
+# matched an artifact's, and the ACB lost its link to the output).
+MINTED_IDS = ("artifact_id", "decision_id", "task_id", "summary_id")
+
+
 def stored_event(event: Event, privacy: Privacy) -> Event:
     """An event read from a file as the index keeps it: its content and tags redacted as
     the write path redacts them (`Privacy.redact_value`), and so are the names a pattern
@@ -259,7 +266,11 @@ def stored_event(event: Event, privacy: Privacy) -> Event:
     is kept: it is what isolates one tenant's rows from another's. An event the write
     path made is its own stored form."""
     redact = privacy.redact_name
-    content = privacy.redact_value(event.content)
+    minted = {key: value for key in MINTED_IDS
+              if isinstance(value := event.content.get(key), str) and ANY_REF.match(value)}
+    content = privacy.redact_value({k: v for k, v in event.content.items() if k not in minted}
+                                   if minted else event.content)
+    content.update(minted)
     tags = tuple(map(redact, event.tags))
     names = (event.session_id, event.agent_id, event.actor.id)
     stored = tuple(map(redact, names))

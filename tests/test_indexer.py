@@ -376,6 +376,29 @@ def test_no_row_holds_a_secret_of_a_line_written_by_hand(memory: Memory, store: 
     assert_reindex_equal(memory, dsn, schema)
 
 
+def test_ids_gitmem_mints_are_never_redacted_and_a_line_reads_as_it_was_written(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """A pattern of long hex matched an artifact's id in rows made from the file (not in
+    those the write path made), so the ACB lost its link to the output; and a redaction
+    a key pattern names (`[secret]`) redacted a value again on the second reading."""
+    privacy = store / "policies" / "privacy.yaml"
+    privacy.write_text(privacy.read_text().replace(
+        "  redact_patterns:\n", "  redact_patterns:\n    - '[0-9a-f]{40,}'\n").replace(
+        'redaction: "[REDACTED]"', 'redaction: "[secret]"'))
+    memory.invalidate(["policies/privacy.yaml"])
+    output = "".join(f"line {n}: nothing to see\n" for n in range(3000))
+    result = memory.record({"kind": "tool_result", "content": {"tool": "sh", "output": output}})
+    keyed = memory.record({"kind": "tool_call", "content": {
+        "tool": "vault", "args": {"sk-abcdefghijklmnopqrstuvwxyz12": "plain value"}}})
+    memory.sync()
+    artifact = result.content["artifact_id"]
+    assert rows(dsn, schema, "SELECT artifact_id FROM artifacts") == [(artifact,)]
+    [(args,)] = rows(dsn, schema, "SELECT content->'args' FROM events WHERE event_id = %s",
+                     (keyed.id,))
+    assert args == {"[secret]": "[secret]"}
+    assert_reindex_equal(memory, dsn, schema)
+
+
 def test_cut_lines_keep_the_errors_and_repeats_of_the_lines_left(
         memory: Memory, store: Path, dsn: str, schema: str) -> None:
     write(store, DAY, line(1) + "not json\n" + line(1) + line(2) + "{bad\n" + line(3))

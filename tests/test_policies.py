@@ -347,6 +347,13 @@ def test_a_repeat_that_cannot_backtrack_for_ever_is_kept(pattern: str) -> None:
     assert privacy.redact("x" * 58 + "!") == "x" * 58 + "!"  # at once
 
 
+def test_a_redaction_a_pattern_matches_is_refused() -> None:
+    """Redacted twice (a line read again by the index), its text would change."""
+    err = privacy_error(PRIVACY.replace('redaction: "[REDACTED]"', 'redaction: "token=x"'))
+    assert err.field == "store.redaction" and "'token=x' matches the redaction pattern" in str(
+        err)
+
+
 @pytest.mark.parametrize("redaction", ["<secret removed: \\g<0>>", "[REDACTED\\secret]", "\\1"])
 def test_the_redaction_is_written_as_given_never_as_a_template(redaction: str) -> None:
     """`\\g<0>` put the secret back; `\\s` failed every write and the indexer."""
