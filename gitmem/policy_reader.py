@@ -9,7 +9,6 @@ problem, or, given a list for them, adds each to it and goes on with the default
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from gitmem.errors import FormatError, ValidationError
 from gitmem.yamlio import load_yaml
 
 INTEGER_MAX = 2**31 - 1  # PostgreSQL's integer
+NUMBER_MAX = 1e6  # a weight or a number of days
 
 
 class PolicyReader:
@@ -85,11 +85,13 @@ class PolicyReader:
         return value
 
     def number(self, src: Mapping[str, Any], key: str, name: str, default: float) -> float:
-        """A finite number >= 0 (`.nan` and `.inf` are YAML's floats too)."""
+        """A number from 0 to NUMBER_MAX (`.nan` and `.inf` are YAML's floats too; a
+        weight of 1e300 overflowed PostgreSQL's scores, 1 and 400 zeros a float)."""
         value = src.get(key, default)
         if (isinstance(value, bool) or not isinstance(value, int | float)
-                or not 0 <= value < math.inf):
-            self.problem(name, f"expected a finite number >= 0, got {value!r}")
+                or not 0 <= value <= NUMBER_MAX):
+            self.problem(name, f"expected a number from 0 to {NUMBER_MAX:,.0f}, "
+                               f"got {value!r}")
             return float(default)
         return float(value)
 

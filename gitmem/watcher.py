@@ -255,10 +255,15 @@ class Watcher:
             self._policy_seen = stats
             try:
                 self.memory.invalidate(changed)
-            except FormatError as exc:
-                logger.warning("policy change not applied (the last good policies stay): %s",
-                               exc)
-                self._problem(str(exc))
+            except Exception as exc:  # a FormatError, or a bug: the last good ones stay
+                self._policy_problem(exc)
+
+    def _policy_problem(self, exc: Exception) -> None:
+        """A policy edit that could not be applied: logged, and named by `status`."""
+        said = str(exc) if isinstance(exc, FormatError) else f"{type(exc).__name__}: {exc}"
+        logger.warning("policy change not applied (the last good policies stay): %s", said,
+                       exc_info=None if isinstance(exc, FormatError) else exc)
+        self._problem(said)
 
     def _policy_stats(self) -> dict[str, StatKey | None]:
         stats: dict[str, StatKey | None] = {}
@@ -474,9 +479,8 @@ class Watcher:
         if policies:
             try:
                 self.memory.invalidate(policies)
-            except FormatError as exc:
-                logger.warning("policy change not applied: %s", exc)
-                self._problem(str(exc))
+            except Exception as exc:  # a FormatError, or a bug: the last good ones stay
+                self._policy_problem(exc)
         report: SyncReport | None
         if full or policies:  # a policy may change how rows are made: every file checked
             self._note_links()

@@ -197,8 +197,10 @@ def test_negative_weight() -> None:
 @pytest.mark.parametrize(("setting", "value", "said"), [
     ("recent_window_events: 40", "99999999999999999999", "expected an integer <= 2147483647"),
     ("decisions_max: 100", "99999999999999999999", "expected an integer <= 2147483647"),
-    ("alpha: 0.7", ".nan", "expected a finite number >= 0, got nan"),
-    ("recency_tau_days: 14", ".inf", "expected a finite number >= 0, got inf"),
+    ("alpha: 0.7", ".nan", "expected a number from 0 to 1,000,000, got nan"),
+    ("recency_tau_days: 14", ".inf", "expected a number from 0 to 1,000,000, got inf"),
+    ("alpha: 0.7", "1.0e+300", "expected a number from 0 to 1,000,000, got 1e+300"),
+    ("beta: 0.2", "1" + "0" * 400, "expected a number from 0 to 1,000,000, got 1000"),
 ])
 def test_a_number_beyond_what_a_build_takes_is_refused(setting: str, value: str,
                                                         said: str) -> None:

@@ -574,7 +574,7 @@ def test_verify_reports_every_policy_problem_and_still_checks_the_records(
     for where in [f"budgets.yaml:{line('budgets.yaml', 'acb_total')}: field "
                   "'acb_total_max_tokens': expected an integer >= 1, got -1",
                   f"budgets.yaml:{line('budgets.yaml', 'alpha: x')}: field "
-                  "'retrieval.weights.alpha': expected a finite number >= 0, got 'x'",
+                  "'retrieval.weights.alpha': expected a number from 0 to 1,000,000, got 'x'",
                   f"privacy.yaml:{line('privacy.yaml', '(unclosed')}: field "
                   "'store.redact_patterns': invalid regular expression '(unclosed'",
                   f"privacy.yaml:{line('privacy.yaml', 'radio')}: field "
