@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import re
+import time
+from functools import cache
 from typing import Any
 
 # The parsed form `re` compiles a pattern from: no public API gives it (and no stubs).
@@ -37,44 +39,117 @@ _MATCHING_EMPTY = {
 _EMPTY_PROBES = ("", "Hello, world: x_1 = 'y'.\nNext line")
 
 _REPEATS = (sre.MAX_REPEAT, sre.MIN_REPEAT)
+_LONG_REPEAT = 16  # an inner repeat of more than this many is as bad as an unbounded one
+
+# The probe's texts: runs of each character a pattern names (and of pairs of them),
+# ended by one that makes a match fail there, where backtracking explodes; each run
+# tried at growing lengths, so that a pattern whose time explodes is caught at a short
+# one, after milliseconds (re cannot be stopped: a long run would hang the check too).
+PROBE_LENGTHS = (8, 12, 16, 20, 24, 28, 32, 40, 48)
+PROBE_SLOW_S = 0.05  # a search of a text this short takes microseconds
+_PROBE_CHARS = ("a", " ", "1")
+_PROBE_ENDS = ("!", "\x00")
+_SLOW = ("on a text that almost matches, it tries exponentially (or hugely) many ways, "
+         "and re holds the process while it does: one write would hang the daemon")
 
 
 def pattern_problem(pattern: re.Pattern[str], key: str) -> str | None:
-    """Why a compiled pattern of `store.<key>` cannot be used, or None."""
+    """Why a compiled pattern of `store.<key>` cannot be used, or None: it matches the
+    empty string, it nests a repeat in a repeat, or, tried on the texts that make
+    backtracking explode (`_probes`), it takes more than PROBE_SLOW_S. The check of
+    the nesting is quick and says why; the trial catches what it cannot see (`(a|a)+`,
+    six `(x+)` in a row)."""
     if any(m.start() == m.end() for probe in _EMPTY_PROBES for m in pattern.finditer(probe)):
         return (_MATCHING_EMPTY[key].format(pattern.pattern)
                 + "; make it match at least one character (`x+`, not `x*`)")
-    if _nested_repeat(sre_parse.parse(pattern.pattern, pattern.flags).data, inside=False):
+    parsed = sre_parse.parse(pattern.pattern, pattern.flags).data
+    if _nested_repeat(parsed, inside=False):
         return (f"the pattern {pattern.pattern!r} repeats what holds a repeat of its own "
-                "(`(x+x+)+`, `(\\w+\\s?)*`): on a text that almost matches, it tries "
-                "exponentially many ways and hangs every write; make the inner repeat "
-                "possessive (`x++`) or the group atomic (`(?>...)`), or drop the nesting")
+                f"(`(x+x+)+`, `(\\w+\\s?){{2,30}}`): {_SLOW}; make the inner repeat "
+                "possessive (`x++`), or drop the nesting")
+    slow = _slow_probe(pattern.pattern, pattern.flags)
+    if slow is not None:
+        return (f"the pattern {pattern.pattern!r} takes {slow[1] * 1000:.0f} ms already on "
+                f"{slow[0]!r}, and more with every character: {_SLOW}; write it so that "
+                "one way of matching is tried (no two repeats or alternatives that can "
+                "take the same characters)")
     return None
 
 
 def _nested_repeat(items: Any, inside: bool) -> bool:
-    """Whether parsed pattern `items` holds an unbounded repeat within another (`inside`:
-    within one already), where backtracking can take exponential time."""
+    """Whether parsed pattern `items` holds a long repeat (unbounded, or of more than
+    _LONG_REPEAT) within a repeat (`inside`: within one already), where backtracking can
+    take exponential time. A possessive repeat never gives back what it took: what it
+    holds is not looked into; an atomic group's inside still backtracks."""
     for op, value in items:
         deeper = inside
         if op in _REPEATS:
-            unbounded = value[1] == sre.MAXREPEAT
-            if unbounded and inside:
+            long = value[1] == sre.MAXREPEAT or value[1] > _LONG_REPEAT
+            if long and inside:
                 return True
-            parts, deeper = [value[2]], inside or unbounded
+            parts, deeper = [value[2]], inside or value[1] > 1
         elif op == sre.SUBPATTERN:
             parts = [value[-1]]
+        elif op == sre.ATOMIC_GROUP:
+            parts = [value]
         elif op == sre.BRANCH:
             parts = value[1]
         elif op in (sre.ASSERT, sre.ASSERT_NOT):
             parts = [value[1]]
         elif op == sre.GROUPREF_EXISTS:
             parts = [branch for branch in value[1:] if branch]
-        else:  # a character, a class, or what is never tried again (`x++`, `(?>...)`)
+        else:  # a character, a class, or what never gives back (`x++`)
             continue
         if any(_nested_repeat(part, deeper) for part in parts):
             return True
     return False
+
+
+@cache
+def _slow_probe(source: str, flags: int) -> tuple[str, float] | None:
+    """A probe text (shown short) the pattern takes more than PROBE_SLOW_S on, and how
+    long, else None. Remembered per pattern: a process checks each once."""
+    pattern = re.compile(source, flags)
+    for base, end in _probes(sre_parse.parse(source, flags).data):
+        for length in PROBE_LENGTHS:
+            text = base * (length // len(base)) + end
+            started = time.perf_counter()
+            pattern.search(text)
+            took = time.perf_counter() - started
+            if took > PROBE_SLOW_S:
+                return (text if len(text) <= 20 else f"{text[:12]}...{text[-4:]}"), took
+    return None
+
+
+def _probes(parsed: Any) -> list[tuple[str, str]]:
+    """(what is repeated, the end that fails): each character the pattern names (its
+    literals, a member of each of its classes) and each pair of its first six."""
+    named = list(dict.fromkeys(_named_chars(parsed)))
+    chars = list(dict.fromkeys([*named, *_PROBE_CHARS]))[:12]
+    pairs = [a + b for a in named[:6] for b in named[:6] if a != b]
+    return [(base, end) for base in [*chars, *pairs] for end in _PROBE_ENDS]
+
+
+def _named_chars(items: Any) -> list[str]:
+    """A character of each literal and class of parsed pattern `items`, in order."""
+    found: list[str] = []
+    for op, value in items:
+        if op == sre.LITERAL:
+            found.append(chr(value))
+        elif op == sre.IN:
+            found += [chr(v) if k == sre.LITERAL else chr(v[0]) if k == sre.RANGE else
+                      {sre.CATEGORY_DIGIT: "1", sre.CATEGORY_SPACE: " "}.get(v, "a")
+                      for k, v in value[:2] if k in (sre.LITERAL, sre.RANGE, sre.CATEGORY)]
+        elif op in _REPEATS or op == sre.POSSESSIVE_REPEAT:
+            found += _named_chars(value[2])
+        elif op == sre.SUBPATTERN:
+            found += _named_chars(value[-1])
+        elif op == sre.ATOMIC_GROUP:
+            found += _named_chars(value)
+        elif op == sre.BRANCH:
+            for branch in value[1]:
+                found += _named_chars(branch)
+    return found
 
 
 def screened(source: str) -> str | None:
