@@ -63,7 +63,8 @@ def _privacy(*patterns: str) -> str:
 @pytest.mark.parametrize(("message", "shown"), [
     ("session_id 'password=hunter2' is not a name", "session_id '[REDACTED]' is not a name"),
     ('tag "x token: abc" and api_key=abc123 bare', 'tag "x [REDACTED]" and [REDACTED] bare'),
-    ("can't read 'password=abc'", "can't read '[REDACTED]"),  # an apostrophe: no worse
+    ("can't read 'password=abc'", "can't read '[REDACTED]'"),  # an apostrophe opens none
+    ("the store's name 'password=hunter2' is bad", "the store's name '[REDACTED]' is bad"),
 ])
 def test_a_value_an_error_quotes_keeps_its_closing_quote(message: str, shown: str) -> None:
     """`password=\\S+` took the quote that closed a value an error quotes."""
