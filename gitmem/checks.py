@@ -180,6 +180,7 @@ class Checker:
             self.fail(rel, start + data.count(b"\n"), "the last line has no newline "
                       "(a torn write?); finish or remove it")
         lines = data.split(b"\n")
+        held: set[bytes] | None = None  # the ids the committed lines hold, read once
         for number, event in iter_events(data, rel, start):
             if isinstance(event, FormatError):
                 self.located(event, rel)
@@ -195,7 +196,10 @@ class Checker:
                 self.fail(rel, number, f"sensitivity {event.sensitivity!r} is never stored "
                           "(policies/privacy.yaml); remove this line", "sensitivity")
             if committed and event.id not in self.event_ids:
-                self._committed_line(rel, committed, event.id)
+                if held is None:  # one pass, not a search of them all for each new line
+                    held = set(ANY_EVENT_ID.findall(committed))  # (20,001 took 33 s)
+                if event.id.encode() in held:
+                    self._committed_line(rel, committed, event.id)
             self.event_ids.add(event.id, Copy(rel, number, event.hash, number <= kept, event.ts))
             home = day_file_rel(event.when)
             if home != rel:
