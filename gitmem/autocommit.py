@@ -195,8 +195,11 @@ def _policies(store: Path) -> Policies:
 
 def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[str],
               held: dict[str, list[str]]) -> tuple[dict[str, str], list[str]]:
-    """The events files among `candidates` as they are now, written as blobs ({path:
-    blob id}), and the candidates with the record files written since they were listed.
+    """The events files among `candidates` as they are now, and the task files changed
+    (held by the tasks lock as well: a task update rewrites its file after it appends
+    its line, and a file read later cited a line the day file read here did not hold,
+    which held the whole day file back), written as blobs ({path: blob id}); and the
+    candidates with the record files written since they were listed.
 
     A decision's or a task's file is staged (`.tmp-`), its event line appended, then
     the file put in place, while this runs: the day file read after the listing may
@@ -213,12 +216,19 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
     gone = {p for p in events if not os.path.lexists(root / p)}  # made by it: removed
     events = [p for p in events if p not in gone]
     candidates = [p for p in candidates if p not in gone]
+    tasks = root / prefix / "tasks"
     with ExitStack() as locks:  # read under the writers' locks: never a write's midway
+        if tasks.is_dir():  # a task update holds it while it appends and rewrites the file
+            locks.enter_context(exclusive(tasks))
         for path in sorted(events):
             with contextlib.suppress(FileNotFoundError):
                 locks.enter_context(exclusive(root / path))
-        blobs = dict(zip(events, repo.git.hash_object("-w", "--", *events).split(),
-                         strict=True)) if events else {}
+        changed = [p for p in _changed(repo, specs) if classify(p[len(prefix):]) == "task"
+                   and not _staging(p) and p not in held and os.path.lexists(root / p)]
+        read = [*events, *changed]  # a task file as its update's line left it
+        blobs = dict(zip(read, repo.git.hash_object("-w", "--", *read).split(),
+                         strict=True)) if read else {}
+    candidates = sorted({*candidates, *changed})
     listed = _changed(repo, specs)
     staged = [root / p for p in listed if _staging(p) and _fresh(root / p)]
     if staged:  # listed again once they are in place (or the wait is over)
@@ -227,7 +237,8 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
             time.sleep(0.005)
         listed = _changed(repo, specs)
     later = [p for p in listed if not _staging(p) and p not in held and p not in blobs
-             and classify(p[len(prefix):]) != "events" and os.path.lexists(root / p)]
+             and classify(p[len(prefix):]) not in ("events", "task")  # next time: an
+             and os.path.lexists(root / p)]  # update since holds a line not read here
     return blobs, sorted({*candidates, *later})
 
 

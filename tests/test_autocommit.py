@@ -152,6 +152,35 @@ def test_autocommit_takes_a_record_file_a_write_puts_in_place_while_it_runs(
     assert git(root, "status", "--porcelain", "--", "memory") == ""
 
 
+def test_a_task_updated_while_autocommit_runs_holds_nothing_back(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task file was read after the day files: an update between them left it citing
+    a line the commit did not hold, and the whole day file was held back, with warnings
+    to restore files that were fine. The task file is now read with the day files."""
+    store = root / "memory"
+    with Memory(Config(store=store)) as memory:
+        task = memory.task("Busy task").content["task_id"]
+    record(store, "hello")
+    real = autocommit._snapshot
+
+    def snapshot_then_update(*args: object, **kwargs: object) -> object:
+        found = real(*args, **kwargs)  # type: ignore[arg-type]
+        with Memory(Config(store=store)) as writer:  # another writer, at this moment
+            writer.task(None, task_id=task, status="doing")
+        return found
+
+    monkeypatch.setattr(autocommit, "_snapshot", snapshot_then_update)
+    result = autocommit.commit(store)
+    assert result is not None and result.sha is not None and result.held_back == {}
+    committed = git(root, "show", f"HEAD:memory/tasks/{task}.md")
+    assert "status: open" in committed  # as the day file read held it; the update waits
+    monkeypatch.setattr(autocommit, "_snapshot", real)
+    later = autocommit.commit(store)
+    assert later is not None and later.held_back == {}
+    assert "status: doing" in git(root, "show", f"HEAD:memory/tasks/{task}.md")
+    assert git(root, "status", "--porcelain", "--", "memory") == ""
+
+
 def test_autocommit_starts_the_history_of_a_fresh_repository(tmp_path: Path) -> None:
     root = tmp_path / "fresh"
     store = init_store(root).store
