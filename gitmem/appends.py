@@ -73,8 +73,8 @@ def append_lock(path: Path) -> Iterator[int]:
             if created:
                 make_dirs(path.parent)
             fd = held.enter_context(exclusive(path, os.O_RDWR | os.O_APPEND | os.O_CREAT))
-            if created:
-                fsync_dir(path.parent)
+            if created or os.fstat(fd).st_size == 0:  # another writer may have made it
+                fsync_dir(path.parent)  # and not yet made its name durable
         except OSError as exc:
             raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
                              "nothing was written") from exc

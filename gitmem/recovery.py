@@ -43,6 +43,7 @@ file before it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import logging
@@ -57,10 +58,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir, stage_file
+from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir
 from gitmem.errors import StoreError
 from gitmem.rows import Announced
-from gitmem.store import StatKey, classify, exclusive, try_exclusive, walk_files
+from gitmem.store import StatKey, classify, exclusive, staging_file, try_exclusive, walk_files
 
 logger = logging.getLogger(__name__)
 
@@ -110,16 +111,44 @@ def begin_batch(store: Path, files: Sequence[tuple[str, int, Sequence[str]]]) ->
     half written."""
     data = json.dumps({"files": [{"path": rel, "size": size, "ids": list(ids)}
                                  for rel, size, ids in files]}).encode()
-    written = stage_file(store / "events" / "batch", data, JOURNAL_WRITING)
+    fd, name = staging_file(store / "events", JOURNAL_WRITING)
+    written = Path(name)
     journal = written.with_name(BATCH_PREFIX + written.name.removeprefix(JOURNAL_WRITING))
-    try:
+    try:  # locked until renamed: a half-made journal nobody holds is a dead writer's
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data)
+        os.fsync(fd)
         os.rename(written, journal)
         fsync_dir(journal.parent)
-    except BaseException:
+    except BaseException as exc:
         written.unlink(missing_ok=True)
         journal.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise StoreError(f"journaling a write across day files in {store / 'events'} "
+                             f"failed: {exc.strerror or exc}; nothing was written") from None
         raise
+    finally:
+        os.close(fd)
     return journal
+
+
+def _half_made_and_dead(path: Path) -> bool:
+    """Whether a journal being written is a dead writer's: no process holds its lock
+    (a writer locks it from the moment it makes it, and a second for the lock's
+    taking is left to it)."""
+    try:
+        if time.time() - path.stat().st_mtime < 1.0:
+            return False
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # renamed or removed meanwhile
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its writer is alive
+    finally:
+        os.close(fd)
+    return True
 
 
 def end_batch(journal: Path) -> None:
@@ -149,16 +178,18 @@ class _Journal:
 def _journals(store: Path, out: list[Finished]) -> list[_Journal]:
     """The journals there, the newest first (a later batch's lines follow an earlier
     one's in any file both wrote to); one that does not read is reported in `out`. A
-    journal being written (under its other name) for longer than GRACE_S is a dead
-    writer's: nothing was appended before its journal was whole, so it goes."""
+    journal being written (under its other name) that no writer holds locked is a dead
+    writer's: nothing was appended before its journal was whole, so it goes, said."""
     if not batches_pending(store):
         return []
     events = store / "events"
     found: list[tuple[int, str, _Journal]] = []
     for path in events.glob(JOURNAL_WRITING + "*"):
-        with contextlib.suppress(FileNotFoundError):
-            if time.time() - path.stat().st_mtime > GRACE_S:
-                path.unlink()
+        if _half_made_and_dead(path):
+            path.unlink(missing_ok=True)
+            out.append(Finished(path.relative_to(store).as_posix(), "", "removed",
+                                "the journal of a write across day files that a crash cut "
+                                "short before its first line: nothing of it was written"))
     for path in events.glob(BATCH_PREFIX + "*"):
         rel = path.relative_to(store).as_posix()
         try:

@@ -544,9 +544,22 @@ def test_a_task_update_after_a_crashed_batch_never_places_its_task_file(
 
 def test_a_journal_half_written_by_a_dead_writer_is_removed(store: Path) -> None:
     """A journal is written under another name and renamed once whole: one killed while
-    being written (nothing was appended yet) goes once it is old."""
+    being written (nothing was appended yet) goes at the next sync, said (it stayed for
+    30 s, unsaid, while verify named it and told to run `gitmem sync`); one its writer
+    still holds stays."""
+    import fcntl
+
     (store / "events").mkdir(exist_ok=True)
     writing = store / "events" / (recovery.JOURNAL_WRITING + "k2x9q")
     writing.write_text('{"files": [')
-    os.utime(writing, (OLD, OLD))
-    assert recovery.finish(store) == [] and not writing.exists()
+    held = store / "events" / (recovery.JOURNAL_WRITING + "alive")
+    held.write_text('{"files": [')
+    for path in (writing, held):
+        os.utime(path, (time.time() - 2, time.time() - 2))
+    with open(held, "rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # its writer, alive
+        [done] = recovery.finish(store)
+        assert held.exists()
+    assert (done.path, done.action) == (writing.relative_to(store).as_posix(), "removed")
+    assert "cut short before its first line: nothing of it was written" in done.reason
+    assert not writing.exists()
