@@ -127,6 +127,15 @@ def _retried(obj: Mapping[str, Any], event: Event, recorded: Recorded | None,
     return (tenant, held) == (event.tenant_id, digest) and (not obj.get("ts") or ts == event.when)
 
 
+def _answered(prepared: Sequence[_Prepared], written: Sequence[_Prepared],
+              known: Mapping[str, Recorded]) -> list[Event]:
+    """The events a write answers with: a retried one (not `written`) as it was
+    recorded, at its time, not at the retry's."""
+    new = {id(p) for p in written}
+    return [p.event if id(p) in new else replace(p.event, ts=format_ts(known[p.event.id][1]))
+            for p in prepared]
+
+
 class Recorder:
     """Appends events (and the files they carry) to one store."""
 
@@ -162,7 +171,7 @@ class Recorder:
             except _Repeated as exc:
                 raise exc.error from None
             self._commit(todo)
-        return prepared.event
+        return _answered([prepared], todo, known)[0]
 
     @contextmanager
     def _task_lock(self, objs: Sequence[Mapping[str, Any]]) -> Iterator[None]:
@@ -212,7 +221,7 @@ class Recorder:
                 number = lines[exc.position] if lines is not None else exc.position + 1
                 raise exc.error.at(source, number) from None
             self._commit(todo)
-        return [p.event for p in prepared]
+        return _answered(prepared, todo, known)
 
     def _known(self, objs: Sequence[Mapping[str, Any]]) -> Mapping[str, Recorded]:
         """Which of the event ids these objects name, or cite, the index holds already."""

@@ -665,6 +665,8 @@ def test_the_same_event_again_is_written_once(memory: Memory) -> None:
         memory.record({**obj, "ts": "2026-03-01T10:00:01+00:00"})  # it said "other content"
     with pytest.raises(ValidationError, match="already recorded with other content"):
         memory.record({**obj, "content": {"text": "another"}})
+    retried = memory.record({k: v for k, v in obj.items() if k != "ts"})  # no time given
+    assert retried.id == EVT and retried.when == first.when  # as recorded, not now
 
 
 def test_the_same_decision_or_summary_event_again_is_written_once(memory: Memory) -> None:
