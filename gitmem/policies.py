@@ -93,7 +93,8 @@ DEFAULT_REDACT_KEYS = (r"\b(api ?keys?|access ?keys?|private ?keys?|secrets?|tok
                        r"|passwd|passphrase|credentials?|authorization)\b",)
 _KEY_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _KEY_CACHE_MAX = 4096  # keys remembered by Privacy._key
-_QUOTED = re.compile(r"(?<!\w)'(?:[^'\\\n]|\\.)*'|(?<!\w)\"(?:[^\"\\\n]|\\.)*\"")  # repr'd
+_QUOTED = re.compile(  # a repr'd string: its quote after no letter (store's), but a prefix's
+    r"(?:(?<!\w)|(?<=(?<!\w)[bBrRfFuU]))(?:'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")")
 _NAME_CACHE_MAX = 16384  # names remembered by Privacy.redact_name, forgotten all at once
 
 

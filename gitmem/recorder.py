@@ -127,13 +127,15 @@ def _retried(obj: Mapping[str, Any], event: Event, recorded: Recorded | None,
     return (tenant, held) == (event.tenant_id, digest) and (not obj.get("ts") or ts == event.when)
 
 
-def _answered(prepared: Sequence[_Prepared], written: Sequence[_Prepared],
-              known: Mapping[str, Recorded]) -> list[Event]:
-    """The events a write answers with: a retried one (not `written`) as it was
-    recorded, at its time, not at the retry's."""
+def _answered(prepared: Sequence[_Prepared], objs: Sequence[Mapping[str, Any]],
+              written: Sequence[_Prepared], known: Mapping[str, Recorded]) -> list[Event]:
+    """The events a write answers with: a retried one (not `written`) that gave no `ts`
+    at the instant it was recorded (in UTC: the index keeps instants), not stamped with
+    the time of the retry; one that gave its `ts`, as given."""
     new = {id(p) for p in written}
-    return [p.event if id(p) in new else replace(p.event, ts=format_ts(known[p.event.id][1]))
-            for p in prepared]
+    return [p.event if id(p) in new or obj.get("ts")
+            else replace(p.event, ts=format_ts(known[p.event.id][1]))
+            for p, obj in zip(prepared, objs, strict=True)]
 
 
 class Recorder:
@@ -171,7 +173,7 @@ class Recorder:
             except _Repeated as exc:
                 raise exc.error from None
             self._commit(todo)
-        return _answered([prepared], todo, known)[0]
+        return _answered([prepared], [obj], todo, known)[0]
 
     @contextmanager
     def _task_lock(self, objs: Sequence[Mapping[str, Any]]) -> Iterator[None]:
@@ -221,7 +223,7 @@ class Recorder:
                 number = lines[exc.position] if lines is not None else exc.position + 1
                 raise exc.error.at(source, number) from None
             self._commit(todo)
-        return _answered(prepared, todo, known)
+        return _answered(prepared, objs, todo, known)
 
     def _known(self, objs: Sequence[Mapping[str, Any]]) -> Mapping[str, Recorded]:
         """Which of the event ids these objects name, or cite, the index holds already."""

@@ -65,6 +65,7 @@ def _privacy(*patterns: str) -> str:
     ('tag "x token: abc" and api_key=abc123 bare', 'tag "x [REDACTED]" and [REDACTED] bare'),
     ("can't read 'password=abc'", "can't read '[REDACTED]'"),  # an apostrophe opens none
     ("the store's name 'password=hunter2' is bad", "the store's name '[REDACTED]' is bad"),
+    ("bytes b'password=hunter2' here", "bytes b'[REDACTED]' here"),  # a prefix's quote
 ])
 def test_a_value_an_error_quotes_keeps_its_closing_quote(message: str, shown: str) -> None:
     """`password=\\S+` took the quote that closed a value an error quotes."""
@@ -346,6 +347,8 @@ def test_a_privacy_file_without_patterns_is_refused_not_read_as_redact_nothing(
     ("(?>(x+x+)+y)", "repeats what holds a repeat of its own"),  # atomic: it still backtracks
     ("(a|a)+b", "and more with every character"),  # alternatives that take the same
     ("(x+)(x+)(x+)(x+)(x+)(x+)y", "and more with every character"),  # x**6 ways
+    ("(?:[0-9a-f]{2}|[0-9]{2})+[^0-9a-f]", "and more with every character"),  # its tail
+    ("(a|a)+[^a]", "and more with every character"),  # takes any end: the run alone fails
 ])
 def test_a_pattern_that_can_backtrack_for_ever_is_refused_naming_its_line(
         pattern: str, said: str) -> None:
@@ -360,7 +363,8 @@ def test_a_pattern_that_can_backtrack_for_ever_is_refused_naming_its_line(
 
 
 @pytest.mark.parametrize("pattern", ["(x++x++)+y", "(\\d{1,3}\\.)+\\d", "(a|b)+c",
-                                     "(\\w|\\d)+z", "\\b[Bb]earer\\s+[A-Za-z0-9._~+/-]{20,}"])
+                                     "(\\w|\\d)+z", "\\b[Bb]earer\\s+[A-Za-z0-9._~+/-]{20,}",
+                                     "\\beyJ[\\w-]{10,}(?:\\.[\\w-]{10,}){2}"])  # a JWT
 def test_a_repeat_that_cannot_backtrack_for_ever_is_kept(pattern: str) -> None:
     privacy = parse_privacy(_privacy(pattern))
     assert privacy.redact("x" * 58 + "!") == "x" * 58 + "!"  # at once

@@ -667,6 +667,9 @@ def test_the_same_event_again_is_written_once(memory: Memory) -> None:
         memory.record({**obj, "content": {"text": "another"}})
     retried = memory.record({k: v for k, v in obj.items() if k != "ts"})  # no time given
     assert retried.id == EVT and retried.when == first.when  # as recorded, not now
+    offset = {"id": "evt_01HZ0000000000000000000000", "ts": "2024-05-01T12:00:00+02:00",
+              "content": {"text": "hi"}}
+    assert memory.record(offset).ts == memory.record(offset).ts == offset["ts"]  # as given
 
 
 def test_the_same_decision_or_summary_event_again_is_written_once(memory: Memory) -> None:
