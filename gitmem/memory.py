@@ -22,8 +22,9 @@ from gitmem.errors import (
     json_kind,
 )
 from gitmem.policies import Policies, file_hash, load_policies
-from gitmem.recorder import Recorded, Recorder
+from gitmem.recorder import Recorder
 from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts, name_or
+from gitmem.retries import Recorded
 from gitmem.rows import Announced, Appended
 from gitmem.store import RECORD_KINDS, Placed, check_artifact_id, classify, read_artifact
 

@@ -51,6 +51,7 @@ from gitmem.records import (
     parse_ts,
 )
 from gitmem.recovery import GRACE_S, append_batch, finish_tasks, settle, staged_prefix
+from gitmem.retries import Recorded, Repeated, answered, retried
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     Placed,
@@ -82,19 +83,6 @@ class _Prepared:
     files: list[Staged] = field(default_factory=list)
 
 
-# An event the index holds: its tenant, time and content hash.
-Recorded = tuple[str, datetime, str]
-
-
-class _Repeated(Exception):
-    """An event of a write repeats another's id (`position`: its index in the write)."""
-
-    def __init__(self, position: int, error: ValidationError) -> None:
-        super().__init__(str(error))
-        self.position = position
-        self.error = error
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -114,28 +102,6 @@ def _as_list(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return list(value)
     return value
-
-
-def _retried(obj: Mapping[str, Any], event: Event, recorded: Recorded | None,
-             digest: str) -> bool:
-    """Whether `event` is one recorded already (`recorded`): the same id, tenant and
-    content, and the same time where the write gives one (a retry without `ts` is
-    stamped with the time of the retry)."""
-    if recorded is None:
-        return False
-    tenant, ts, held = recorded
-    return (tenant, held) == (event.tenant_id, digest) and (not obj.get("ts") or ts == event.when)
-
-
-def _answered(prepared: Sequence[_Prepared], objs: Sequence[Mapping[str, Any]],
-              written: Sequence[_Prepared], known: Mapping[str, Recorded]) -> list[Event]:
-    """The events a write answers with: a retried one (not `written`) that gave no `ts`
-    at the instant it was recorded (in UTC: the index keeps instants), not stamped with
-    the time of the retry; one that gave its `ts`, as given."""
-    new = {id(p) for p in written}
-    return [p.event if id(p) in new or obj.get("ts")
-            else replace(p.event, ts=format_ts(known[p.event.id][1]))
-            for p, obj in zip(prepared, objs, strict=True)]
 
 
 class Recorder:
@@ -170,10 +136,10 @@ class Recorder:
             prepared = self._prepare(obj, {}, known, {})
             try:
                 todo = self._new([prepared], [obj], known)
-            except _Repeated as exc:
+            except Repeated as exc:
                 raise exc.error from None
             self._commit(todo)
-        return _answered([prepared], [obj], todo, known)[0]
+        return answered([prepared.event], [obj], {todo[0].event.id} if todo else set(), known)[0]
 
     @contextmanager
     def _task_lock(self, objs: Sequence[Mapping[str, Any]]) -> Iterator[None]:
@@ -219,11 +185,11 @@ class Recorder:
                     raise PrivacyError(f"{source}:{number}: {exc}") from None
             try:
                 todo = self._new(prepared, objs, known)
-            except _Repeated as exc:
+            except Repeated as exc:
                 number = lines[exc.position] if lines is not None else exc.position + 1
                 raise exc.error.at(source, number) from None
             self._commit(todo)
-        return _answered(prepared, objs, todo, known)
+        return answered([p.event for p in prepared], objs, {p.event.id for p in todo}, known)
 
     def _known(self, objs: Sequence[Mapping[str, Any]]) -> Mapping[str, Recorded]:
         """Which of the event ids these objects name, or cite, the index holds already."""
@@ -280,16 +246,16 @@ class Recorder:
         first: dict[str, int] = {}
         for n, p in enumerate(prepared):
             if first.setdefault(p.event.id, n) != n:
-                raise _Repeated(n, ValidationError(
+                raise Repeated(n, ValidationError(
                     f"{p.event.id} is also event {first[p.event.id] + 1} of this write; "
                     "event ids never repeat", field="id"))
         for event_id in named.keys() & known.keys():
             event = prepared[named[event_id]].event
-            if not _retried(objs[named[event_id]], event, known[event_id], event.hash):
+            if not retried(objs[named[event_id]], event, known[event_id], event.hash):
                 tenant, ts, held = known[event_id]
                 other = (f"at another time ({ts.isoformat()})" if (tenant, held) == (
                     event.tenant_id, event.hash) else "with other content")
-                raise _Repeated(named[event_id], ValidationError(
+                raise Repeated(named[event_id], ValidationError(
                     f"{event_id} is already recorded {other}; event ids never "
                     "repeat (leave `id` out and one is assigned)", field="id"))
         return [p for p in prepared if p.event.id not in known or p.event.id not in named]
@@ -464,7 +430,7 @@ class Recorder:
         self.files.require_records(event.refs, staging, event.tenant_id)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)
-        if derive is not None and _retried(obj, event, known.get(event.id),
+        if derive is not None and retried(obj, event, known.get(event.id),
                                            digest := content_hash(kind, full["content"])):
             # the same event written again (a retry): its file is there already, and
             # a decision or summary is never written twice
