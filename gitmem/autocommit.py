@@ -217,13 +217,16 @@ def _snapshot(repo: git.Repo, specs: list[str], prefix: str, candidates: list[st
     events = [p for p in events if p not in gone]
     candidates = [p for p in candidates if p not in gone]
     tasks = root / prefix / "tasks"
+    # writers wait on what runs under their locks: the tasks folder's `git status` alone
+    task_specs = [spec for spec in specs if spec == prefix + "tasks"]
     with ExitStack() as locks:  # read under the writers' locks: never a write's midway
         if tasks.is_dir():  # a task update holds it while it appends and rewrites the file
             locks.enter_context(exclusive(tasks))
         for path in sorted(events):
             with contextlib.suppress(FileNotFoundError):
                 locks.enter_context(exclusive(root / path))
-        changed = [p for p in _changed(repo, specs) if classify(p[len(prefix):]) == "task"
+        changed = [p for p in (_changed(repo, task_specs) if task_specs else [])
+                   if classify(p[len(prefix):]) == "task"
                    and not _staging(p) and p not in held and os.path.lexists(root / p)]
         read = [*events, *changed]  # a task file as its update's line left it
         blobs = dict(zip(read, repo.git.hash_object("-w", "--", *read).split(),
