@@ -152,21 +152,19 @@ class GroupWriter:
         waiting: dict[Any, deque[tuple[Any, Future[Event]]]] = {}  # by source, in order
         stopping = False
         while not (stopping and not waiting):
-            if not waiting and not stopping:
-                item = self._queue.get()
-                if item is None:
-                    break
-                waiting.setdefault(item[2], deque()).append(item[:2])
-            while not stopping:  # everything queued by now, so that each source has a turn
+            block = not waiting  # idle: wait for one; then everything queued by now, so
+            while not stopping:  # that each source has a turn
                 try:
-                    more = self._queue.get_nowait()
+                    item = self._queue.get(block=block)
                 except queue.Empty:
                     break
-                if more is None:
+                block = False
+                if item is None:
                     stopping = True
                 else:
-                    waiting.setdefault(more[2], deque()).append(more[:2])
-            self._write(_in_turn(waiting, self.max_batch))
+                    waiting.setdefault(item[2], deque()).append(item[:2])
+            if waiting:
+                self._write(_in_turn(waiting, self.max_batch))
 
     def _write(self, batch: list[tuple[Any, Future[Event]]]) -> None:
         written: list[Event] = []
