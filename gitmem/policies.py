@@ -124,7 +124,7 @@ class Privacy:
 
     def redact(self, text: str) -> str:
         """`text` with every redaction pattern's matches replaced."""
-        if not any(screen.search(text) for screen in self._screens):
+        if not self._may_hold(text):
             return text  # the common case: nothing to redact, a quick scan per pattern
         for pattern in self.patterns:
             text = pattern.sub(self._replacement, text)
@@ -164,6 +164,10 @@ class Privacy:
     def _names(self) -> set[str]:
         return set()
 
+    def _may_hold(self, text: str) -> bool:
+        """Whether a pattern may match `text` (none does where no screen finds it)."""
+        return any(screen.search(text) for screen in self._screens)
+
     @cached_property
     def _screens(self) -> tuple[re.Pattern[str], ...]:
         r"""Per pattern, a search that finds a match wherever the pattern would (maybe
@@ -185,8 +189,8 @@ class Privacy:
     def find_secret(self, text: str) -> str | None:
         """The first pattern that matches `text` as verify names it (on one line, a long
         one cut short), else None."""
-        if not any(screen.search(text) for screen in self._screens):
-            return None  # as in `redact`: most texts hold nothing, and a screen says so fast
+        if not self._may_hold(text):
+            return None  # as in `redact`: most texts hold nothing
         for pattern in self.patterns:
             if pattern.search(text):
                 shown = " ".join(pattern.pattern.split())
