@@ -568,6 +568,9 @@ def test_a_client_waits_while_the_queue_of_connections_is_full(served: Daemon) -
                 sock.close()
                 break
             held.append(sock)
+        with pytest.raises(DaemonError, match="did not accept a connection within 0.2s "
+                           r"\(its queue of connections is full\)"):
+            Client(served.config.socket_path, connect_timeout=0.2).connect()
         threading.Timer(0.3, os.kill, (served.pid, signal.SIGCONT)).start()
         with Client(served.config.socket_path, connect_timeout=5, timeout=10) as client:
             for sock in held:  # room for the daemon to answer: it serves 256 at most
