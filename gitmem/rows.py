@@ -9,6 +9,8 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -258,6 +260,22 @@ def event_row(event: Event, path: str, line: int) -> tuple[Any, ...]:
 MINTED_IDS = ("artifact_id", "decision_id", "task_id", "summary_id")
 
 
+def _minted(content: dict[str, Any]) -> dict[str, str]:
+    return {key: value for key in MINTED_IDS
+            if isinstance(value := content.get(key), str) and ANY_REF.match(value)}
+
+
+def _redact_text(text: str, content: dict[str, Any], privacy: Privacy) -> str:
+    """`privacy.redact` over an event's chunk text, leaving the ids the write path minted
+    whole (an artifact without a name shows its id: the ACB's link to the output)."""
+    minted = _minted(content)
+    if not minted:
+        return privacy.redact(text)
+    parts = re.split("(" + "|".join(map(re.escape, minted.values())) + ")", text)
+    return "".join(part if odd else privacy.redact(part)
+                   for odd, part in zip(itertools.cycle((False, True)), parts))
+
+
 def stored_event(event: Event, privacy: Privacy) -> Event:
     """An event read from a file as the index keeps it: its content and tags redacted as
     the write path redacts them (`Privacy.redact_value`), and so are the names a pattern
@@ -266,8 +284,7 @@ def stored_event(event: Event, privacy: Privacy) -> Event:
     is kept: it is what isolates one tenant's rows from another's. An event the write
     path made is its own stored form."""
     redact = privacy.redact_name
-    minted = {key: value for key in MINTED_IDS
-              if isinstance(value := event.content.get(key), str) and ANY_REF.match(value)}
+    minted = _minted(event.content)
     content = privacy.redact_value({k: v for k, v in event.content.items() if k not in minted}
                                    if minted else event.content)
     content.update(minted)
@@ -300,7 +317,7 @@ def event_rows(event: Event, path: str, line: int, policies: Policies, out: File
     if written:  # the write path redacted its content and tags, and refuses secret names
         text, extra = event_chunk_text(event), search_extra(event.actor.id, event.tags)
     else:  # fields joined may make a match none of them holds (`token` + `: value`)
-        text = privacy.redact(event_chunk_text(event))
+        text = _redact_text(event_chunk_text(event), event.content, privacy)
         extra = search_extra(event.actor.id, event.tags, privacy.redact_name)
     same = content_key(event.kind, event.content)  # the dedupe key: never the line's `hash`
     parts = split_counted(text, policies.budgets.chunk_max_tokens)

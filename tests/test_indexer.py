@@ -379,7 +379,8 @@ def test_no_row_holds_a_secret_of_a_line_written_by_hand(memory: Memory, store: 
 def test_ids_gitmem_mints_are_never_redacted_and_a_line_reads_as_it_was_written(
         memory: Memory, store: Path, dsn: str, schema: str) -> None:
     """A pattern of long hex matched an artifact's id in rows made from the file (not in
-    those the write path made), so the ACB lost its link to the output; and a redaction
+    those the write path made), in the content and in the text of an artifact without a
+    name, so the ACB lost its link to the output; and a redaction
     a key pattern names (`[secret]`) redacted a value again on the second reading."""
     privacy = store / "policies" / "privacy.yaml"
     privacy.write_text(privacy.read_text().replace(
@@ -390,9 +391,13 @@ def test_ids_gitmem_mints_are_never_redacted_and_a_line_reads_as_it_was_written(
     result = memory.record({"kind": "tool_result", "content": {"tool": "sh", "output": output}})
     keyed = memory.record({"kind": "tool_call", "content": {
         "tool": "vault", "args": {"sk-abcdefghijklmnopqrstuvwxyz12": "plain value"}}})
+    named = memory.record({"kind": "artifact", "content": {"data": "raw bytes"}})  # no name
     memory.sync()
     artifact = result.content["artifact_id"]
-    assert rows(dsn, schema, "SELECT artifact_id FROM artifacts") == [(artifact,)]
+    assert rows(dsn, schema, "SELECT artifact_id FROM artifacts ORDER BY bytes DESC") == [
+        (artifact,), (named.content["artifact_id"],)]
+    [(text,)] = rows(dsn, schema, "SELECT text FROM chunks WHERE source_id = %s", (named.id,))
+    assert text.endswith(named.content["artifact_id"])  # what the ACB shows of it
     [(args,)] = rows(dsn, schema, "SELECT content->'args' FROM events WHERE event_id = %s",
                      (keyed.id,))
     assert args == {"[secret]": "[secret]"}
