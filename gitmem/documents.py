@@ -306,6 +306,7 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     heading, anchor, start = "", "", first_line
     lines: list[str] = []
     fence = ""  # the code fence open, as written (``` or ~~~, maybe longer)
+    paragraph = 0  # how many of `lines`, at their end, are a paragraph's (setext text)
 
     def flush() -> None:
         text = "\n".join(lines).strip()
@@ -313,11 +314,14 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=start))
 
     for offset, line in enumerate(body.split("\n")):
-        fence = _fence_after(line, fence)
-        match = None if fence else re.match(r"^(#{1,6})\s+(.+?)\s*#*\s*$", line)
-        if match:
+        was_open, fence = fence, _fence_after(line, fence)
+        match = None if fence or was_open else _ATX_HEADING.match(line)
+        setext = bool(paragraph) and not was_open and _SETEXT_UNDERLINE.match(line)
+        if match or setext:
+            above = lines[len(lines) - paragraph:] if setext else []
+            del lines[len(lines) - len(above):]
             flush()
-            heading = match.group(2)
+            heading = " ".join(part.strip() for part in above) if setext else match.group(2)
             base = slugify(heading) or "section"
             anchor, count = base, seen.get(base, 0)
             while anchor in used:  # `Notes` twice and `Notes 1` all slugify to notes-1
@@ -325,11 +329,24 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
                 anchor = f"{base}-{count}"
             seen[base] = count
             used.add(anchor)
-            start, lines = first_line + offset, [line]
+            start, lines, paragraph = first_line + offset - len(above), [*above, line], 0
         else:
             lines.append(line)
+            in_paragraph = not fence and not was_open and (
+                _PARAGRAPH_LINE.match(line) or (paragraph and _CONTINUATION.match(line)))
+            paragraph = paragraph + 1 if in_paragraph else 0
     flush()
     return tuple(chunks)
+
+
+_ATX_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+# A setext heading: a paragraph's lines underlined by `===` (level 1) or `---` (level 2),
+# as CommonMark reads them; a paragraph begins with none of a list's, a quote's, a
+# fence's or an indented code block's marks (`---` under those is a rule, not a heading).
+_SETEXT_UNDERLINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
+_PARAGRAPH_LINE = re.compile(r" {0,3}(?![-*+][ \t]|[-*+]$|\d{1,9}[.)](?:[ \t]|$)|[>#|]|<|`{3}|~{3})"
+                             r"(?=\S)(?!(?:[-*_][ \t]*){3,}$)")
+_CONTINUATION = re.compile(r"(?: {4}|\t)[ \t]*\S")  # indented: a paragraph's, not code
 
 
 _FENCE_MARK = re.compile(r" {0,3}(`{3,}|~{3,})")

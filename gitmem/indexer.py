@@ -394,7 +394,8 @@ def reindex(db: Database, store: Path, policies: Policies,
 # text served, a paragraph of one line is cut between words (`rows.split_counted`), and
 # a view's code fences are read as CommonMark reads them (`~~~`, longer runs), and
 # Hebrew's points, Arabic's vowel marks and a soft hyphen are folded away; 6: the ids the
-# write path minted stay whole in a chunk's text (`rows._redact_text`).
+# write path minted stay whole in a chunk's text (`rows._redact_text`), and a view's
+# setext headings (`===`, `---` under a paragraph) cut it as `#` headings do.
 ROW_RULES = 6
 
 

@@ -594,6 +594,27 @@ def test_code_fences_of_tildes_and_longer_runs_hold_no_heading() -> None:
     assert "# a comment" in view.chunks[0].text and "# an example heading" in view.chunks[0].text
 
 
+def test_setext_headings_chunk_a_view_as_atx_headings_do() -> None:
+    """`Title` over `=====` and a paragraph over `---` are headings as CommonMark (and
+    GitHub's diff view) shows them: the view was one chunk, its anchors unknown."""
+    body = ("Deploys\n=======\n\nOn Fridays.\n\nRollback   \n"
+            "    plan\n---\nKeep the last build.\n")
+    view = parse_view(body, "views/rules.md", "rules")
+    assert [(c.anchor, c.heading, c.line) for c in view.chunks] == [
+        ("deploys", "Deploys", 1), ("rollback-plan", "Rollback plan", 6)]
+    assert view.chunks[1].text == "Rollback   \n    plan\n---\nKeep the last build."
+
+
+@pytest.mark.parametrize("above", [
+    "", "- a list item", "> a quote", "    indented code", "1. step", "***", "# Heading",
+    "| a | b |", "```\ncode"])
+def test_a_rule_under_what_is_no_paragraph_is_no_heading(above: str) -> None:
+    body = f"# Top\n\n{above}\n---\ntext\n"
+    view = parse_view(body, "views/rules.md", "rules")
+    heading = ["Heading"] if above == "# Heading" else []
+    assert [c.heading for c in view.chunks] == ["Top", *heading]
+
+
 def test_every_heading_of_a_view_gets_an_anchor_of_its_own() -> None:
     """`Notes` twice gives notes and notes-1, and a heading `Notes 1` slugifies to
     notes-1 too: each anchor is a chunk's key in the index (a clash failed every
