@@ -321,7 +321,7 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             above = lines[len(lines) - paragraph:] if setext else []
             del lines[len(lines) - len(above):]
             flush()
-            heading = " ".join(part.strip() for part in above) if setext else match.group(2)
+            heading = match.group(2) if match else " ".join(part.strip() for part in above)
             base = slugify(heading) or "section"
             anchor, count = base, seen.get(base, 0)
             while anchor in used:  # `Notes` twice and `Notes 1` all slugify to notes-1
