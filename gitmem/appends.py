@@ -49,6 +49,14 @@ def append_lines(path: Path, lines: list[bytes],
     return offset, data, stat
 
 
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of `data`: a write may be short (a signal, a file size limit, a disk
+    filling part way), and the rest is written, or its error raised."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def make_dirs(directory: Path) -> None:
     """`directory` and its missing parents made, each new one's entry durable (a new
     month's folder of day files, say: fsyncing the file's own folder alone leaves the
@@ -100,8 +108,7 @@ def append_locked(fd: int, path: Path, lines: list[bytes],
     try:
         written = os.write(fd, payload)
         start = os.lseek(fd, 0, os.SEEK_CUR) - written
-        while written < len(payload):  # a short write (signal, size limit): finish it
-            written += os.write(fd, payload[written:])
+        write_all(fd, memoryview(payload)[written:])  # after a short write, the rest
         os.fsync(fd)
         st = os.fstat(fd)
     except BaseException as exc:

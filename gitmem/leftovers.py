@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitmem.appends import fsync_dir
+from gitmem.appends import fsync_dir, write_all
 
 if TYPE_CHECKING:
     import git
@@ -68,7 +68,7 @@ def note_pending(tmp: Path, paths: list[str]) -> None:
     it moves HEAD: what `repair_index` may reset if it dies before the index agrees."""
     fd = os.open(tmp / PENDING_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, b"\0".join(p.encode() for p in paths))
+        write_all(fd, b"\0".join(p.encode() for p in paths))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -58,7 +58,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir
+from gitmem.appends import append_lock, append_locked, cut_back, fsync_dir, write_all
 from gitmem.errors import StoreError
 from gitmem.rows import Announced
 from gitmem.store import StatKey, classify, exclusive, staging_file, try_exclusive, walk_files
@@ -116,7 +116,7 @@ def begin_batch(store: Path, files: Sequence[tuple[str, int, Sequence[str]]]) ->
     journal = written.with_name(BATCH_PREFIX + written.name.removeprefix(JOURNAL_WRITING))
     try:  # locked until renamed: a half-made journal nobody holds is a dead writer's
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
         os.rename(written, journal)
         fsync_dir(journal.parent)

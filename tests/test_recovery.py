@@ -446,6 +446,33 @@ def test_a_journal_naming_a_file_that_cannot_be_written_is_left_not_a_crash(
     assert journal.exists()
 
 
+_JOURNAL_PAST_A_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from gitmem import recovery
+from gitmem.errors import StoreError
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200, resource.RLIM_INFINITY))
+ids = [f"evt_01KHBYB{n:019d}" for n in range(40)]
+try:
+    recovery.begin_batch(Path(sys.argv[1]), [(sys.argv[2], 0, ids)])
+except StoreError as exc:
+    print(exc)
+"""
+
+
+def test_a_journal_that_cannot_be_written_whole_fails_the_write_and_is_removed(
+        store: Path) -> None:
+    """A write is short at a file size limit (or a disk filling part way): the journal
+    was kept cut short, and the batch went on as if it were whole."""
+    done = subprocess.run([sys.executable, "-c", _JOURNAL_PAST_A_SIZE_LIMIT, str(store), OCT_1],
+                          capture_output=True, text=True, check=True, timeout=60)
+
+    assert "journaling a write across day files in" in done.stdout
+    assert "File too large; nothing was written" in done.stdout
+    assert [p.name for p in (store / "events").iterdir()] == [".gitkeep"]  # no journal, no draft
+
+
 def test_a_task_update_builds_on_an_earlier_one_whose_file_was_left_staged(
         memory: Memory) -> None:
     """An update's event was durable (and answered) but its file not put in place: the
