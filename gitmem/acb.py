@@ -18,7 +18,7 @@ import hashlib
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -120,6 +120,9 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     """
     started = time.perf_counter()
     budgets = policies.budgets
+    privacy = policies.privacy  # a secret asked about is no more shown than one stored
+    request = replace(request, query_text=privacy.redact(request.query_text),
+                      intent=privacy.redact(request.intent))
     now = parse_ts(request.now) if request.now else datetime.now(UTC)
     max_tokens = min(request.max_tokens or budgets.total, budgets.total)
     scale = max_tokens / budgets.total

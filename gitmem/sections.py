@@ -178,14 +178,16 @@ def _decisions(build: Build, section: Section, scores: dict[str, float]) -> None
     # the newest active ones fill the rest, read only as far as needed (a tenant may
     # have thousands)
     rest = (row["decision_id"] for row in chain.active if row["decision_id"] not in relevant)
-    considered = list(itertools.islice(itertools.chain(ranked, rest),
-                                       build.policies.budgets.decisions_max))
     shown = relevant if build.scored else {}
-    for decision_id in considered:
+    room = build.policies.budgets.decisions_max  # of the ones the channel may load: the
+    for decision_id in itertools.chain(ranked, rest):  # hidden took the visible's places
+        if room == 0:
+            break
         row = chain.by_id[decision_id]
         if not build.allows_record(row["sensitivity"]):
             build.packer.omit("privacy", decision_id)
             continue
+        room -= 1
         build.packer.add(section, items.decision_item(row, shown.get(decision_id)),
                          row["hash"])
 
@@ -204,7 +206,10 @@ class _Evidence:
             return self.result
         started = time.perf_counter()
         db = build.db()
-        terms = lexicon.analyze(db, build.request.query_text)
+        # the query as provenance shows it, without its redactions' words: the index
+        # holds none of the secrets they stand for
+        terms = lexicon.analyze(db, build.request.query_text.replace(
+            build.policies.privacy.redaction, " "))
         limits = planning.Limits.of(build.policies.budgets)
         self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,
                                          build.rule)
@@ -286,8 +291,7 @@ class _Evidence:
             if reply is None:
                 continue
             if not build.allows(reply["sensitivity"], reply["channel"]):
-                build.packer.omit("privacy", reply["chunk_id"])
-                continue
+                continue  # not named: which matches have a hidden answer is the query's
             item = items.chunk_template(reply)
             item["reply_to"] = cand.chunk_id  # the turn after a match: often its answer
             build.packer.add(section, item, reply["hash"])

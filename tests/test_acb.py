@@ -1647,3 +1647,53 @@ def test_a_bundle_never_names_another_tenants_record_files(memory: Memory) -> No
     shown = json.dumps(acb)
     assert not any(i in shown for i in (dec, task, packet))
     assert acb["provenance"]["index_state"]["caught_up_files"]  # the shared day file
+
+
+def test_a_hidden_answer_to_a_matching_question_is_not_named(memory: Memory) -> None:
+    """A public question's private answer was named among the privacy omissions only
+    when the question matched the query: a public caller learnt which questions have a
+    hidden answer, and when it was given (its id holds the time)."""
+    say(memory, "What is the vault combination?", session_id="s9", channel="public",
+        ts="2026-02-01T10:00:00+00:00")
+    answer = say(memory, "The vault combination is 9931", session_id="s9",
+                 channel="private", ts="2026-02-01T10:01:00+00:00")
+    omissions = {}
+    for query in ("vault combination", "weather"):
+        acb = memory.build_acb({"session_id": "other", "channel": "public", "now": NOW,
+                                "query_text": query})
+        assert answer not in [i["id"] for i in all_items(acb)]
+        omissions[query] = omitted(acb, "privacy")
+    assert answer not in omissions["vault combination"]
+    assert omissions["vault combination"] == omissions["weather"]
+    acb = memory.build_acb({"session_id": "other", "channel": "private", "now": NOW,
+                            "query_text": "vault combination"})
+    assert answer in [i["id"] for i in section(acb, "retrieved_evidence")]  # where it may
+
+
+def test_decisions_a_channel_may_not_load_take_no_visible_ones_place(memory: Memory) -> None:
+    """`decisions_max` counted the hidden decisions first: on the public channel the
+    newest high one took the only place, and no decision was shown."""
+    evt = say(memory, "base event", channel="public")
+    plain = memory.decide("Deploy on Fridays", [evt]).content["decision_id"]
+    high = memory.decide("The acquisition target is Initech", [evt],
+                         sensitivity="high").content["decision_id"]
+    budgets = memory.store / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text().replace("decisions_max: 100", "decisions_max: 1"))
+    shown = {c: [i["id"] for i in section(memory.build_acb(
+        {"channel": c, "now": NOW}), "relevant_decisions")] for c in ("public", "private")}
+    assert shown == {"public": [plain], "private": [high]}
+
+
+def test_a_secret_in_the_query_or_intent_is_neither_shown_nor_searched(memory: Memory) -> None:
+    say(memory, "The payments api fails with a 502 after the deploy")
+    secret, word = "sk-QUERYSECRETAAAABBBBCCCC99", "querypw77"
+    acb = memory.build_acb({"now": NOW, "query_text": f"why does {secret} fail with "
+                            f"password={word}", "intent": "debug api_key=intentsecret55"})
+    shown = json.dumps(acb)
+    assert secret not in shown and word not in shown and "intentsecret55" not in shown
+    provenance = acb["provenance"]
+    assert provenance["query_text"] == "why does [REDACTED] fail with [REDACTED]"
+    assert provenance["intent"] == "debug [REDACTED]"
+    assert {t["term"] for t in provenance["query_terms"]} >= {"fail"}
+    assert not {"redact", "redacted"} & {t["term"] for t in provenance["query_terms"]}
+    assert section(acb, "retrieved_evidence")  # the rest of the question still searches
