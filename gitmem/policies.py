@@ -13,7 +13,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -589,6 +589,15 @@ def read_policies(store: Path) -> tuple[Policies, list[FormatError]]:
     privacy = parse(POLICY_FILES[1], parse_privacy, Privacy())
     channels = parse(POLICY_FILES[2], parse_channels, Channels())
     return Policies(budgets, privacy, channels, manifest, hashes), problems
+
+
+@cache
+def shipped_privacy() -> Privacy:
+    """The privacy policy `gitmem init` writes: what redacts a message where a store's
+    own policy cannot be read (or there is no store yet)."""
+    from gitmem.store import template
+
+    return parse_privacy(template(POLICY_FILES[1]).decode(), POLICY_FILES[1])
 
 
 def load_policies(store: Path) -> Policies:

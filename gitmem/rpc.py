@@ -63,8 +63,26 @@ class Fault(Exception):
         self.data = data
 
 
-def error_object(exc: BaseException) -> dict[str, Any]:
-    """The JSON-RPC error object for an exception raised while serving a call."""
+def error_object(exc: BaseException,
+                 redact: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """The JSON-RPC error object for an exception raised while serving a call, every
+    text in it through `redact` (`Privacy.redact_message`: a value or a field's name
+    it quotes may be a secret)."""
+    error = _error_object(exc)
+    return error if redact is None else _redacted(error, redact)
+
+
+def _redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item, redact) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item, redact) for item in value]
+    return value
+
+
+def _error_object(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, Fault):
         error: dict[str, Any] = {"code": exc.code, "message": exc.message}
         if exc.data is not None:

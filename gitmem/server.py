@@ -417,7 +417,7 @@ class _Connection:
         try:
             request_id, method, params = parse_request(message)
         except Fault as exc:
-            reply(response(None, error=error_object(exc)))
+            reply(response(None, error=self.server.error_object(exc)))
             return
         notification = "id" not in message  # JSON-RPC: never answered, not even errors
         try:
@@ -431,7 +431,8 @@ class _Connection:
             self._wait_writes()
             result = handler(params)
         except Exception as exc:  # every failure becomes an error response
-            reply(None if notification else response(request_id, error=error_object(exc)))
+            error = self.server.error_object(exc)
+            reply(None if notification else response(request_id, error=error))
             return
         reply(None if notification else response(request_id, result=result))
 
@@ -461,7 +462,7 @@ class _Connection:
             if notification:
                 pass
             elif exc is not None:
-                answer = response(request_id, error=error_object(exc))
+                answer = response(request_id, error=self.server.error_object(exc))
             else:
                 answer = response(request_id, result={"event_id": future.result().id})
             reply(answer)
@@ -499,6 +500,10 @@ class Server:
         self._stopping = threading.Event()
         self.accepted = 0
         self.started = time.time()
+
+    def error_object(self, exc: BaseException) -> dict[str, Any]:
+        """`rpc.error_object`, redacted by the policies in force."""
+        return error_object(exc, self.memory.applied_policies.privacy.redact_message)
 
     def method_names(self) -> list[str]:
         """Every method this server answers."""

@@ -158,14 +158,13 @@ def _ensure_line(path: Path, line: str) -> bool:
 def init_store(directory: Path, default_tenant: str = "default") -> InitReport:
     """Create the memory tree in `directory/memory`; never touches existing files."""
     from gitmem.errors import FormatError
-    from gitmem.policies import parse_privacy
+    from gitmem.policies import shipped_privacy
     from gitmem.records import check_name
 
     try:
         check_name(default_tenant, "default_tenant")  # before anything is made
     except FormatError as exc:  # the value it quotes may be a secret
-        privacy = parse_privacy(template("policies/privacy.yaml").decode(), "privacy.yaml")
-        raise exc.redacted(privacy.redact_message) from None
+        raise exc.redacted(shipped_privacy().redact_message) from None
     try:
         return _init_store(directory.resolve(), default_tenant)
     except OSError as exc:

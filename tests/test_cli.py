@@ -297,6 +297,18 @@ def test_record_secret_and_redaction(cli: Cli) -> None:
     assert SECRET not in json.dumps(day_lines(cli.config.store))
 
 
+@pytest.mark.parametrize("args", [
+    ["record", "x", "--sensitivity", SECRET], ["acb", "q", "--channel", SECRET],
+    ["acb", "q", "--now", SECRET], ["acb", "q", "--max-tokens", SECRET],  # click's own
+])
+def test_a_failure_quotes_no_secret_it_was_given(cli: Cli, args: list[str]) -> None:
+    """The messages of bad options repeated the secret given by mistake, where `verify`
+    redacts the values it quotes."""
+    result = cli(*args, ok=False)
+    assert result.exit_code in (1, 2) and "[REDACTED]" in result.stderr
+    assert SECRET not in result.output
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["record", "x", "--kind", "gossip"], 1, "field 'kind'"),
     (["record", "x", "--channel", "radio"], 1, "field 'channel'"),

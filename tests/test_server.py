@@ -166,6 +166,25 @@ def test_a_wrong_value_is_quoted_as_json_writes_it(served: Daemon, method: str,
     assert caught.value.code == -32602 and said in str(caught.value)
 
 
+SECRET = "sk-AAAABBBBCCCCDDDDEEEEFFFF1111"
+
+
+@pytest.mark.parametrize(("method", "params"), [
+    ("build_acb", {f"bogus {SECRET}": 1}),  # a field's name
+    ("build_acb", {"channel": SECRET}),
+    ("record_event", {"kind": SECRET, "content": {"text": "a"}}),  # answered by the writer
+    ("record_event", {"content": {"text": "a"}, "sensitivity": SECRET}),
+])
+def test_an_error_quotes_no_secret_it_was_sent(served: Daemon, method: str,
+                                               params: dict[str, Any]) -> None:
+    """The daemon's errors repeated a secret a client sent by mistake, where `verify`
+    and `status` redact the values they quote."""
+    [answer] = exchange(served, json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                                            "params": params}).encode() + b"\n")
+    assert answer["error"]["code"] == -32602
+    assert SECRET not in json.dumps(answer) and "[REDACTED]" in answer["error"]["message"]
+
+
 def test_application_errors_carry_their_own_codes(served: Daemon) -> None:
     before = len(lines_of(served.config.store))
     with pytest.raises(RpcError) as refused:

@@ -99,7 +99,38 @@ def say(message: str) -> None:
     click.echo(message, err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _redactor(obj: object) -> Callable[[str], str]:
+    """What a failure's message goes through: the store's privacy policy, else (no store,
+    or its policy does not load) the one `gitmem init` writes."""
+    from gitmem.errors import FormatError
+    from gitmem.policies import POLICY_FILES, parse_privacy, shipped_privacy
+
+    try:
+        path = obj.config().store / POLICY_FILES[1] if isinstance(obj, Context) else None
+        problems: list[FormatError] = []
+        if path is not None:
+            privacy = parse_privacy(path.read_text(encoding="utf-8"), POLICY_FILES[1], problems)
+            if not problems:
+                return privacy.redact_message
+    except (GitmemError, OSError, UnicodeDecodeError):
+        pass
+    return shipped_privacy().redact_message
+
+
+class _Root(click.Group):
+    """The root group: the message a command fails with, click's own included, quotes
+    no value a redaction pattern matches (an option's value may be a secret)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            # click shows `message` as it stands (a usage error with its hint): set it
+            exc.message = _redactor(ctx.obj)(exc.message)  # type: ignore[misc]
+            raise
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", envvar="GITMEM_STORE", metavar="PATH",
               help="The store directory (default: memory/ in the nearest ancestor).")
 @click.option("--dsn", envvar="GITMEM_DSN", metavar="DSN",
