@@ -173,6 +173,9 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
         store_path = (cwd / Path(store_value).expanduser()).resolve()
         if must_exist and not (store_path / "manifest.json").is_file():
             _manifest_lost(store_path)
+            if store_path.exists() and not store_path.is_dir():
+                raise ConfigError(f"{store_path} is a file, not a gitmem store: pass --store "
+                                  "with a store's directory (`gitmem init DIR` makes DIR/memory)")
             if (store_path / STORE_DIRNAME / "manifest.json").is_file():
                 raise ConfigError(f"{store_path} is not a gitmem store but holds one: pass "
                                   f"--store {store_path / STORE_DIRNAME}")

@@ -177,6 +177,12 @@ def _init_store(root: Path, default_tenant: str) -> InitReport:
         if path.exists() and not path.is_dir():
             raise StoreError(f"{path} is a file, not a directory: nothing was created; "
                              "move it away or init another directory")
+    holder = next((p for p in (root, *root.parents) if _holds_store(p)), None)
+    if holder is not None:  # a store of its own inside: its files would be the outer's
+        where = ("is a gitmem store" if holder == root else
+                 f"is inside the gitmem store {holder}, which would read a store in it as its own")
+        raise StoreError(f"{root} {where}: nothing was created (`gitmem init {holder.parent}` "
+                         "brings that one up to date)")
     root.mkdir(parents=True, exist_ok=True)
     git_initialized = False
     if not _inside_git(root):
@@ -202,6 +208,15 @@ def _init_store(root: Path, default_tenant: str) -> InitReport:
     if _ensure_line(root / ".gitignore", ".gitmem/"):
         created.append(".gitignore")
     return InitReport(store=store, created=tuple(created), git_initialized=git_initialized)
+
+
+def _holds_store(path: Path) -> bool:
+    """Whether `path` is a gitmem store (its manifest says so): not only a folder
+    holding a manifest.json of some other tool's."""
+    try:
+        return b'"gitmem"' in (path / "manifest.json").read_bytes()[:4096]
+    except OSError:
+        return False
 
 
 def _inside_git(path: Path) -> bool:

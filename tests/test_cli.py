@@ -82,6 +82,33 @@ def test_init_where_memory_is_a_file_says_so_and_changes_nothing(tmp_path: Path)
     assert sorted(p.name for p in target.iterdir()) == ["memory"]  # not even git init
 
 
+@pytest.mark.parametrize("inner", ["memory", "memory/views"])
+def test_init_inside_a_store_is_refused_and_changes_nothing(tmp_path: Path, inner: str) -> None:
+    """A store made inside another was read as the outer's files (verify failed on
+    them), and the hooks were set to run for both."""
+    runner = CliRunner()
+    target = tmp_path / "proj"
+    assert runner.invoke(main, ["init", str(target)], env={"GITMEM_NO_DAEMON": "1"}).exit_code == 0
+    before = snapshot(target)
+    result = runner.invoke(main, ["init", str(target / inner)], env={"GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "nothing was created" in result.stderr and f"gitmem init {target}" in result.stderr
+    assert snapshot(target) == before
+
+
+def test_a_manifest_of_another_tools_makes_no_store_and_a_file_is_no_store(
+        tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text('{"name": "an extension", "version": "1.0"}')
+    runner = CliRunner()
+    made = runner.invoke(main, ["init", str(tmp_path / "proj")], env={"GITMEM_NO_DAEMON": "1"})
+    assert made.exit_code == 0, made.output
+    (tmp_path / "notes.txt").write_text("x")
+    result = runner.invoke(main, ["--store", str(tmp_path / "notes.txt"), "status"],
+                           env={"GITMEM_NO_DAEMON": "1"})
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'notes.txt'} is a file, not a gitmem store" in result.stderr
+
+
 @pytest.mark.parametrize("tenant", ["a b", "", "x" * 250, "api_key=sk-abcdefghijklmnopqrstuv"])
 def test_init_refuses_a_tenant_that_is_not_a_name_and_creates_nothing(
         tmp_path: Path, tenant: str) -> None:
