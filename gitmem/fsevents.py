@@ -61,6 +61,9 @@ class Listener(Protocol):
     def barrier_seen(self, number: int) -> None:
         """Barrier file `number` has been seen: every earlier event is queued."""
 
+    def folder_lost(self) -> None:
+        """The store folder itself was removed or moved: its watch is gone with it."""
+
 
 def watched(rel: str) -> bool:
     """Whether the watcher queues changes of the store file `rel` (not of temporary
@@ -132,7 +135,9 @@ class _Handler(FileSystemEventHandler):
         if event.is_directory:
             if event.event_type in ("moved", "deleted"):
                 rel = os.fsdecode(event.src_path)
-                if rel.startswith(self.prefix) and "/.git" not in rel:
+                if rel + os.sep == self.prefix:
+                    self.listener.folder_lost()
+                elif rel.startswith(self.prefix) and "/.git" not in rel:
                     self.listener.request_reconcile("a directory was moved or deleted")
             return
         paths = [self._relative(event.src_path)]

@@ -114,9 +114,13 @@ class Watcher:
         self._changes_covered = 0
         self._logged: dict[str, set[str]] = {}
         self._problems_lock = threading.RLock()
+        self._policy_said: str | None = None  # the problem of the policies not applied
         self._policy_seen: dict[str, StatKey | None] = {}
         self._policy_lock = threading.Lock()  # a write waits for another's reload
         self._links: dict[str, StatKey | None] = {}  # symlinked files: their targets' stats
+        self._folder: tuple[int, int] | None = None  # the store folder watched (device, inode)
+        self._folder_lost = False  # its watch reported it removed (its inode may come back)
+        self._rearm_lock = threading.Lock()
         # Starts the database again when its process has gone (the daemon's embedded one)
         self.revive: Callable[[], object] | None = None
         self.stats: dict[str, Any] = {
@@ -130,11 +134,35 @@ class Watcher:
     def start(self) -> None:
         """Watch the store and start the indexer thread (no reconcile: the caller's)."""
         self._policy_seen = self._policy_stats()
-        self.mode = self._events.start()
-        if self.mode == "inotify":
-            self._changes = self._change_counter()
-        self._note_links()
+        self._watch()
         self._thread.start()
+
+    def _watch(self) -> None:
+        self._folder, self._folder_lost = _folder_key(self.store), False
+        self.mode = self._events.start()
+        with self._changes_lock:
+            self._changes = self._change_counter() if self.mode == "inotify" else None
+            self._changes_seen += 1  # what the watch to come covers starts with a barrier
+        self._note_links()
+
+    def _watch_again_if_replaced(self) -> None:
+        """Watch the store folder anew when it is not the one watched (a checkout of a
+        commit without it removed it, and the next made it again: the watches died with
+        the folder removed, and every read waited for a barrier never seen), then
+        reconcile what changed meanwhile."""
+        with self._rearm_lock:
+            now = _folder_key(self.store)
+            if now is None or (now == self._folder and not self._folder_lost) or self._stopping:
+                return
+            logger.warning("the store folder %s was removed and made again: watching the "
+                           "new one", self.store)
+            self._events.stop()
+            with self._changes_lock:
+                if self._changes is not None:
+                    self._changes.close()
+            self._watch()
+        self.refresh_policies()  # their files' events were lost with the old folder's watch
+        self.request_reconcile("the store folder was made again")
 
     def _change_counter(self) -> ChangeCounter | None:
         try:
@@ -178,6 +206,11 @@ class Watcher:
                 changed.append(rel)
         if changed:
             self.enqueue(changed)
+
+    def folder_lost(self) -> None:
+        """The store folder was removed (a checkout): watch it again once it is back."""
+        self._folder_lost = True
+        self.request_reconcile("the store folder was removed")
 
     def enqueue(self, paths: Iterable[str]) -> None:
         """Queue store-relative paths for indexing."""
@@ -253,17 +286,30 @@ class Watcher:
             changed = sorted(rel for rel in stats.keys() | self._policy_seen.keys()
                              if stats.get(rel) != self._policy_seen.get(rel))
             self._policy_seen = stats
-            try:
-                self.memory.invalidate(changed)
-            except Exception as exc:  # a FormatError, or a bug: the last good ones stay
-                self._policy_problem(exc)
+            self._apply_policies(changed)
+
+    def _apply_policies(self, changed: list[str]) -> None:
+        """Load the policy files changed; a problem is named in status until they load."""
+        try:
+            self.memory.invalidate(changed)
+        except Exception as exc:  # a FormatError, or a bug: the last good ones stay
+            self._policy_problem(exc)
+            return
+        with self._problems_lock:
+            if self._policy_said in self.stats["problems"]:
+                self.stats["problems"].remove(self._policy_said)
+            self._policy_said = None
 
     def _policy_problem(self, exc: Exception) -> None:
         """A policy edit that could not be applied: logged, and named by `status`."""
         said = str(exc) if isinstance(exc, FormatError) else f"{type(exc).__name__}: {exc}"
         logger.warning("policy change not applied (the last good policies stay): %s", said,
                        exc_info=None if isinstance(exc, FormatError) else exc)
-        self._problem(said)
+        with self._problems_lock:
+            if self._policy_said in self.stats["problems"] and self._policy_said != said:
+                self.stats["problems"].remove(self._policy_said)  # the edit's last word only
+            self._policy_said = said
+            self._problem(said)
 
     def _policy_stats(self) -> dict[str, StatKey | None]:
         stats: dict[str, StatKey | None] = {}
@@ -287,6 +333,7 @@ class Watcher:
         """
         timeout = self.flush_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        self._watch_again_if_replaced()
         self._check_links()
         if self.stats["db_ok"] is False:
             raise DatabaseError(f"the index is unavailable ({self.stats['db_error']}); events "
@@ -412,6 +459,7 @@ class Watcher:
                 return
             batch, full, sequence, appended = taken
             if not batch and not full:  # idle: is the index still this store's (and there)?
+                self._watch_again_if_replaced()
                 try:
                     self.memory.db.check_store(self.store)
                 except DatabaseError as exc:  # a reconcile once it is back sets db_ok
@@ -477,10 +525,7 @@ class Watcher:
         started = time.perf_counter()
         policies = sorted(p for p in batch if classify(p) == "policy")
         if policies:
-            try:
-                self.memory.invalidate(policies)
-            except Exception as exc:  # a FormatError, or a bug: the last good ones stay
-                self._policy_problem(exc)
+            self._apply_policies(policies)
         report: SyncReport | None
         if full or policies:  # a policy may change how rows are made: every file checked
             self._note_links()
@@ -598,6 +643,14 @@ class Watcher:
         return {"mode": self.mode, "pending_paths": pending, "reconcile_pending": reconcile,
                 "pending_writer_bytes": handed, "batch_running_s": running,
                 **{k: (list(v) if isinstance(v, list) else v) for k, v in self.stats.items()}}
+
+
+def _folder_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # gone (for now)
+    return st.st_dev, st.st_ino
 
 
 def _files(paths: set[str], shown: int = 3) -> str:

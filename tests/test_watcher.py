@@ -7,6 +7,7 @@ person (or git) changes them, never through gitmem.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import threading
 import time
@@ -223,8 +224,10 @@ def test_a_policy_edit_that_does_not_load_is_reported_and_indexing_goes_on(
     assert status["clean"] and daemon.call("daemon_status")["indexer"]["alive"]
     shown = daemon.cli("status").stdout
     assert f"error   policies/privacy.yaml:{problem['line']}: broken YAML" in shown
+    assert any("broken YAML" in p for p in daemon.call("daemon_status")["watcher"]["problems"])
     privacy.write_text(good)
     wait_for(lambda: not daemon.call("status", {})["errors"])
+    wait_for(lambda: not daemon.call("daemon_status")["watcher"]["problems"])  # mended
 
 
 def test_a_policy_that_shapes_rows_remakes_them(daemon: Daemon, index: Index) -> None:
@@ -320,6 +323,38 @@ def test_git_checkout_of_an_older_commit_and_back(daemon: Daemon, index: Index) 
     assert decision["decision_id"] in decisions()
     assert index.has_event(alpha["event_id"]) and index.has_event(beta["event_id"])
     assert daemon.call("status")["clean"]
+
+
+def test_a_store_folder_removed_and_made_again_is_watched_anew(daemon: Daemon, index: Index,
+                                                             tmp_path: Path) -> None:
+    """A checkout of a commit without the store removes its folder, and the next makes
+    it again: the watches died with the old folder, so a hand-appended line was never
+    indexed and every read waited a second for a barrier no watch could see."""
+    store = daemon.config.store
+    kept = tmp_path / "kept"
+    shutil.copytree(store, kept)
+    shutil.rmtree(store)  # as git removes it: every file, then the folders
+    shutil.copytree(kept, store)
+    event_id, line = event_line("again", "appended after the folder came back", number=500)
+    append(store / DAY, line)
+    wait_for(lambda: index.has_event(event_id), timeout=10)  # no read asked for it
+
+    def settled() -> bool:
+        state = daemon.call("daemon_status")["watcher"]
+        return not (state["pending_paths"] or state["reconcile_pending"]
+                    or state["batch_running_s"] is not None)
+
+    wait_for(settled, timeout=10)
+    before = daemon.call("daemon_status")["watcher"]
+    for n in range(5):
+        event_id, line = event_line("again", f"hand line {n} in the new folder", number=501 + n)
+        append(store / DAY, line)
+        acb = daemon.call("build_acb", {"session_id": "again"})
+        assert f"hand line {n} in the new folder" in texts(acb, "recent_window")
+    after = daemon.call("daemon_status")["watcher"]
+    assert after["reconciles"] - before["reconciles"] <= 1  # the new folder's, not one a read
+    assert after["barriers"] - before["barriers"] >= 5  # seen: the new folder is watched
+    assert after["problems"] == []  # the policy files it missed while they were gone
 
 
 def test_two_branches_append_to_one_day_file_and_merge(daemon: Daemon, index: Index) -> None:
