@@ -266,12 +266,14 @@ def call_if_running(socket_path: Path, method: str, params: Any = None, *,
 
 
 def ask(socket_path: Path, method: str, params: Any = None, *,
-        timeout: float | None = CALL_TIMEOUT) -> Any:
+        timeout: float | None = CALL_TIMEOUT, serving: Config | None = None,
+        same_index: bool = False) -> Any:
     """`method`'s answer (`gitmem call`), asked only once the daemon has answered a
     status probe in time: a daemon stopped with SIGSTOP is never sent a write it would
-    do on SIGCONT, after the caller gave up. DaemonError when it is not asked."""
+    do on SIGCONT, after the caller gave up; nor is one serving another store than
+    `serving`'s, or (`same_index`) another index. DaemonError when it is not asked."""
     with Client(socket_path, timeout=_probe_timeout(timeout)) as client:
-        reason = _not_to_ask(client, None, False)
+        reason = _not_to_ask(client, serving, same_index)
         if reason is not None:
             raise DaemonError(f"{reason}; nothing was sent to it (`gitmem daemon status` "
                               "says whether it runs)")

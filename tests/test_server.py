@@ -673,3 +673,21 @@ def test_a_daemon_that_turns_a_call_away_unread_leaves_it_to_the_caller(
         for client in crowd:
             client.close()
     assert "pid" in served.call("daemon_status")  # and serves again once they leave
+
+
+def test_gitmem_call_asks_no_daemon_serving_another_index_than_named(served: Daemon) -> None:
+    """`gitmem call` with a schema (or DSN) of its own sent its request to the daemon of
+    another index all the same: a write went where it was not meant to, an answer came
+    from rows it did not name. Like every other command, it asks only the daemon
+    serving what it names; having no work of its own, it fails, saying nothing was sent."""
+    before = sorted(p.name for p in served.config.store.glob("events/*/*.jsonl"))
+    sizes = {p: p.stat().st_size for p in served.config.store.glob("events/*/*.jsonl")}
+    other = {**served.env(), "GITMEM_SCHEMA": "t_another_index"}
+    result = served.cli("call", "record_event", '{"content": {"text": "not for this index"}}',
+                        check=False, env=other)
+    assert result.returncode == 1
+    assert f"the daemon serves schema {served.config.schema}" in result.stderr
+    assert "not t_another_index" in result.stderr and "nothing was sent" in result.stderr
+    assert sorted(p.name for p in served.config.store.glob("events/*/*.jsonl")) == before
+    assert {p: p.stat().st_size for p in served.config.store.glob("events/*/*.jsonl")} == sizes
+    assert served.cli("call", "daemon_status").returncode == 0  # its own: asked

@@ -35,6 +35,12 @@ class Context:
     def config(self) -> Config:
         return load_config(self.store_option, self.dsn_option)
 
+    @property
+    def names_an_index(self) -> bool:
+        """Whether the command asks for an index of its own (a DSN, a schema): a daemon
+        must be serving that one to be asked."""
+        return bool(self.dsn_option or os.environ.get("GITMEM_SCHEMA"))
+
     def stores(self) -> list[Path]:
         """The stores a command over every store works on (verify, hooks): the one
         named or found, else each the repository at hand holds (config.stores_here)."""
@@ -66,11 +72,9 @@ def via_daemon(obj: Context, method: str, params: dict[str, Any]) -> Any | None:
     from gitmem.errors import RpcError
 
     config = obj.config()
-    # asked for an index of its own (a schema, a DSN): the daemon must be serving it
-    named = bool(obj.dsn_option or os.environ.get("GITMEM_SCHEMA"))
     try:
         answer = client.call_if_running(config.socket_path, method, params, serving=config,
-                                        same_index=named)
+                                        same_index=obj.names_an_index)
     except RpcError as exc:
         raise client.local_error(exc) from None
     logging.getLogger("gitmem.cli").debug(

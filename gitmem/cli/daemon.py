@@ -220,7 +220,9 @@ def call(obj: Context, method: str, params: str | None) -> None:
         except ValueError as exc:  # an integer json.loads refuses
             raise click.UsageError(f"PARAMS: {json_problem(exc)}") from None
     with reported():
-        result = client.ask(obj.config().socket_path, method, value)
+        config = obj.config()
+        result = client.ask(config.socket_path, method, value, serving=config,
+                            same_index=obj.names_an_index)
     emit(result)
 
 
