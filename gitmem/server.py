@@ -38,6 +38,7 @@ from gitmem.errors import (
     json_kind,
     json_problem,
 )
+from gitmem.records import decode_json
 from gitmem.rpc import (
     BUSY,
     INTERNAL_ERROR,
@@ -381,7 +382,9 @@ class _Connection:
 
     def _handle_line(self, line: bytes) -> None:
         try:
-            message = json.loads(line.decode("utf-8"))  # bytes alone: UTF-16 guessed too
+            # as a record's line is read: a key given twice (`"sensitivity": "high",
+            # "sensitivity": "none"`) is refused, not read as its last value; NaN too
+            message = decode_json(line.decode("utf-8"))  # bytes alone: UTF-16 guessed too
         except ValueError as exc:  # not JSON, not UTF-8, or an integer json.loads refuses
             self.send(response(None, error={"code": PARSE_ERROR,
                                              "message": f"parse error: {json_problem(exc)}"}))

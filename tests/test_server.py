@@ -691,3 +691,18 @@ def test_gitmem_call_asks_no_daemon_serving_another_index_than_named(served: Dae
     assert sorted(p.name for p in served.config.store.glob("events/*/*.jsonl")) == before
     assert {p: p.stat().st_size for p in served.config.store.glob("events/*/*.jsonl")} == sizes
     assert served.cli("call", "daemon_status").returncode == 0  # its own: asked
+
+
+def test_a_key_given_twice_is_refused_not_read_as_its_last_value(served: Daemon) -> None:
+    """`"sensitivity": "high", "sensitivity": "none"` was written as none, where
+    `gitmem record --json` refuses the same line: readers disagree on such JSON."""
+    sizes = {p: p.stat().st_size for p in served.config.store.glob("events/*/*.jsonl")}
+    twice = (b'{"jsonrpc": "2.0", "id": 1, "method": "record_event", "params": {"content": '
+             b'{"text": "x"}, "sensitivity": "high", "sensitivity": "none"}}\n')
+    [answer] = exchange(served, twice)
+    assert answer["id"] is None and answer["error"]["code"] == -32700
+    assert "key 'sensitivity' is given twice in one object" in answer["error"]["message"]
+    assert {p: p.stat().st_size for p in served.config.store.glob("events/*/*.jsonl")} == sizes
+    result = served.cli("call", "record_event", '{"content": {"text": "x"}, "tags": [], '
+                        '"tags": ["a"]}', check=False)
+    assert result.returncode == 2 and "key 'tags' is given twice" in result.stderr

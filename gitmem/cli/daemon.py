@@ -208,12 +208,13 @@ def call(obj: Context, method: str, params: str | None) -> None:
       echo '{"content": {"text": "hello"}}' | gitmem call record_event -
     """
     from gitmem import client
+    from gitmem.records import decode_json  # as the daemon reads it: each key once
 
     value: Any = None
     if params is not None:
         text = sys.stdin.read() if params == "-" else params
         try:
-            value = json.loads(text)
+            value = decode_json(text)
         except json.JSONDecodeError as exc:
             raise click.UsageError(f"PARAMS is not JSON: {exc.msg} at column {exc.colno}") \
                 from None
