@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOG_ROTATE_BYTES = 10 * 1024 * 1024
+ABANDON_GRACE_S = 5.0  # how long a daemon `start` gave up on may take to stop on SIGTERM
 
 
 @dataclass(frozen=True)
@@ -427,8 +428,28 @@ def start(config: Config, options: DaemonOptions, *, timeout: float = 60.0) -> i
         except DaemonError:
             pass
         time.sleep(0.02)
-    raise DaemonError(f"the daemon (pid {proc.pid}) did not answer within {timeout:.0f}s; "
-                      f"see {log}")
+    how = _abandon(proc, config)
+    raise DaemonError(f"the daemon (pid {proc.pid}) did not answer within {timeout:g}s, so "
+                      f"it was {how}; {log} shows how far it got (a larger --timeout "
+                      "gives it longer)")
+
+
+def _abandon(proc: subprocess.Popen[bytes], config: Config) -> str:
+    """End a daemon `start` gave up on, so that a failed start leaves none running:
+    SIGTERM (it stops cleanly), SIGKILL if that takes too long; how it ended."""
+    how = "stopped"
+    proc.terminate()
+    try:
+        proc.wait(timeout=ABANDON_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        how = "killed"
+    # its indexer process shares the pid file's lock until its batch ends
+    deadline = time.monotonic() + ABANDON_GRACE_S
+    while running_pid(config) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return how
 
 
 def _log_tail(log: Path, offset: int) -> str:
@@ -456,11 +477,11 @@ def stop(config: Config, *, timeout: float = 30.0) -> int | None:
         time.sleep(0.02)
     if not processes.alive(pid):
         raise DaemonError(f"the daemon (pid {pid}) is gone, but a process it started still "
-                          f"holds {pid_path(config)} after {timeout:.0f}s; `fuser "
+                          f"holds {pid_path(config)} after {timeout:g}s; `fuser "
                           f"{pid_path(config)}` names it")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGUSR1)  # its threads' stacks, into the log
-    raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:.0f}s (the stacks "
+    raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:g}s (the stacks "
                       f"of its threads are at the end of {log_path(config)}); "
                       f"`kill -9 {pid}` forces it (events already answered are on disk)")
 

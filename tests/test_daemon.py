@@ -227,6 +227,52 @@ def test_a_daemon_that_cannot_listen_names_why_not_a_traceback(store_config: Con
     assert running_pid(store_config) is None
 
 
+def _left_running(config: Config) -> bool:
+    """Whether a daemon serves `config` (stopped, so that no test leaves one behind)."""
+    pid = running_pid(config)
+    if pid is not None:
+        Daemon(config).cli("daemon", "stop", check=False)
+    return pid is not None
+
+
+@pytest.mark.parametrize("command", ["start", "stop"])
+@pytest.mark.parametrize("timeout", ["0", "-1"])
+def test_a_timeout_of_no_time_is_refused_as_a_bad_flag(store_config: Config, command: str,
+                                                      timeout: str) -> None:
+    """`start --timeout 0` gave up on the daemon it had just spawned and left it running;
+    `stop --timeout -1` stopped it, then failed advising `kill -9`."""
+    daemon = Daemon(store_config)
+    try:
+        if command == "stop":
+            daemon.start()
+        result = daemon.cli("daemon", command, "--timeout", timeout, check=False)
+        assert result.returncode == 2, result.stderr
+        assert f"Invalid value for '--timeout': {float(timeout)} is not in the range x>0" in (
+            result.stderr)
+        assert (running_pid(store_config) is not None) == (command == "stop")
+    finally:
+        _left_running(store_config)
+
+
+def test_a_start_that_gives_up_stops_the_daemon_it_spawned(store_config: Config) -> None:
+    """It said the daemon did not answer "within 0s", exited 1, and left it running: the
+    next start was refused as a second daemon."""
+    daemon = Daemon(store_config)
+    try:
+        result = daemon.cli("daemon", "start", "--no-autocommit", "--timeout", "0.05",
+                            check=False)
+        assert result.returncode == 1
+        assert "did not answer within 0.05s, so it was stopped" in result.stderr
+        assert str(log_path(store_config)) in result.stderr
+        assert running_pid(store_config) is None
+        pid = int(result.stderr.split("(pid ", 1)[1].split(")", 1)[0])
+        assert _gone(pid)
+        daemon.start()  # the next start is no second daemon
+        daemon.stop()
+    finally:
+        assert not _left_running(store_config)
+
+
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
     with running(store_config) as first:
         second = first.cli("daemon", "start", "--no-autocommit", check=False)

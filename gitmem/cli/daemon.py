@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from gitmem.config import Config
 
 
+# a wait of no time cannot succeed: `start` would give up on a daemon it just spawned
+_SECONDS = click.FloatRange(min=0, min_open=True)
+
+
 def _served(obj: Context) -> Config:
     """The store's config; for a store moved or deleted under its daemon (no manifest
     there any more), the config of where it was, while a daemon still serves that place:
@@ -101,7 +105,7 @@ def daemon_run(obj: Context, /, **flags: Any) -> None:
 
 @daemon.command("start")
 @_daemon_options
-@click.option("--timeout", type=float, default=60.0, show_default=True,
+@click.option("--timeout", type=_SECONDS, default=60.0, metavar="SECONDS", show_default=True,
               help="Seconds to wait until the daemon answers.")
 @click.pass_obj
 def daemon_start(obj: Context, /, timeout: float, **flags: Any) -> None:
@@ -122,7 +126,7 @@ def daemon_start(obj: Context, /, timeout: float, **flags: Any) -> None:
 
 
 @daemon.command("stop")
-@click.option("--timeout", type=float, default=30.0, show_default=True,
+@click.option("--timeout", type=_SECONDS, default=30.0, metavar="SECONDS", show_default=True,
               help="Seconds to wait for it to exit.")
 @click.pass_obj
 def daemon_stop(obj: Context, timeout: float) -> None:
