@@ -89,7 +89,7 @@ def running_pid(config: Config) -> int | None:
     """The pid of the daemon serving this store, or None (a stale pid file counts as none)."""
     try:
         fd = os.open(pid_path(config), os.O_RDONLY)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no pid file, or `.gitmem` is a file
         return None
     try:
         try:
@@ -106,9 +106,13 @@ def _unwritable(config: Config, exc: OSError) -> DaemonError:
     """The state directory (or a file in it) cannot be written: a read-only checkout or
     mount. The daemon cannot run there; every command works without it."""
     where = exc.filename if isinstance(exc.filename, str) else config.state_dir
-    return DaemonError(f"cannot write {where}: {exc.strerror or exc}; the daemon keeps its "
-                       f"socket, pid file and log in {config.state_dir}: make that directory "
-                       "writable, or work without a daemon (every command does)")
+    reason, remedy = exc.strerror or str(exc), "make that directory writable"
+    if config.state_dir.exists() and not config.state_dir.is_dir():
+        where, reason = config.state_dir, "it is a file, not a directory"
+        remedy = "move that file away (the daemon makes the directory)"
+    return DaemonError(f"cannot write {where}: {reason}; the daemon keeps its socket, pid "
+                       f"file and log in {config.state_dir}: {remedy}, or work without a "
+                       "daemon (every command does)")
 
 
 def _lock_pid_file(config: Config) -> int:

@@ -273,6 +273,25 @@ def test_a_start_that_gives_up_stops_the_daemon_it_spawned(store_config: Config)
         assert not _left_running(store_config)
 
 
+def test_a_state_directory_that_is_a_file_is_named_not_a_traceback(store_config: Config) -> None:
+    """`.gitmem` a regular file: start, status and stop ended in a NotADirectoryError."""
+    state = store_config.state_dir
+    shutil.rmtree(state, ignore_errors=True)
+    state.touch()
+    daemon = Daemon(store_config)
+    started = daemon.cli("daemon", "start", "--no-autocommit", check=False)
+    assert started.returncode == 1 and "Traceback" not in started.stderr, started.stderr
+    assert started.stderr.splitlines() == [
+        f"Error: cannot write {state}: it is a file, not a directory; the daemon keeps its "
+        f"socket, pid file and log in {state}: move that file away (the daemon makes the "
+        "directory), or work without a daemon (every command does)"]
+    status = daemon.cli("daemon", "status", check=False)
+    assert status.returncode == 3 and "not running" in status.stdout, status.stderr
+    stopped = daemon.cli("daemon", "stop", check=False)
+    assert stopped.returncode == 0 and "no daemon was running" in stopped.stderr
+    assert state.is_file()
+
+
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
     with running(store_config) as first:
         second = first.cli("daemon", "start", "--no-autocommit", check=False)
