@@ -200,7 +200,9 @@ def run_suite(paths: Sequence[Path | str], dsn: str, report_dir: Path | str | No
     started = datetime.now(UTC)
     clock = time.perf_counter()
     results: list[dict[str, Any]] = []
-    for path in discover([Path(p) for p in paths]):
+    files = discover([Path(p) for p in paths])
+    directory = None if report_dir is None else _report_directory(Path(report_dir))
+    for path in files:
         try:
             scenario = load_scenario(path)
         except ScenarioError as exc:
@@ -219,11 +221,25 @@ def run_suite(paths: Sequence[Path | str], dsn: str, report_dir: Path | str | No
         "failed": sum(1 for r in results if not r["passed"]),
         "scenarios": results,
     }
-    if report_dir is not None:
-        directory = Path(report_dir)
-        directory.mkdir(parents=True, exist_ok=True)
+    if directory is not None:
         target = directory / f"{report['run_id']}.report.json"
-        target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
-                          encoding="utf-8")
+        try:
+            target.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n",
+                              encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"cannot write the report {target}: {exc.strerror or exc}"
+                                ) from None
         report["report_path"] = str(target)
     return report
+
+
+def _report_directory(directory: Path) -> Path:
+    """The report's directory, made before any scenario runs: one that cannot be made
+    would lose the report only after minutes of scenarios."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ScenarioError(f"cannot make the report directory {directory}: "
+                            f"{exc.strerror or exc}; pass --report-dir a directory you can "
+                            "write") from None
+    return directory

@@ -381,6 +381,24 @@ def test_cli_runs_scenarios_and_exits_1_on_a_failure(tmp_path: Path, dsn: str,
     assert none.exit_code == 1 and "no PATHS given, and no scenarios/ in" in none.stderr
 
 
+def test_a_report_dir_that_cannot_be_made_fails_before_any_scenario_runs(
+        tmp_path: Path, dsn: str) -> None:
+    """Every scenario ran, and then `--report-dir` ended the run in a traceback."""
+    write(tmp_path, PASSING, "a.scenario.yaml")
+    afile = tmp_path / "afile"
+    afile.write_text("", encoding="utf-8")
+    for where, reason in ((afile / "sub", "Not a directory"),
+                          (Path("/proc/nope"), "No such file or directory")):
+        result = CliRunner().invoke(main, ["--dsn", dsn, "scenario", "run",
+                                           str(tmp_path / "a.scenario.yaml"),
+                                           "--report-dir", str(where)])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines() == [
+            f"Error: cannot make the report directory {where}: {reason}; pass --report-dir "
+            "a directory you can write"]
+        assert result.stdout == ""
+
+
 def test_a_run_ended_with_sigterm_leaves_no_schema_or_directory(tmp_path: Path,
                                                                dsn: str) -> None:
     """A cancelled CI job's SIGTERM ended the process at once: its scenario's schema and
