@@ -160,7 +160,8 @@ def format_failure(failure: Mapping[str, Any]) -> str:
     """A failure record as text for people: where, what was expected, what was found."""
     where = failure.get("where", "")
     what = failure.get("assertion", "")
-    head = f"FAIL {failure.get('scenario', '')} {where}" + (f": {what}" if what else "")
+    head = " ".join(part for part in ("FAIL", failure.get("scenario", ""), where) if part) + (
+        f": {what}" if what else "")
     lines = [head]
     if failure.get("name"):
         lines.append(f"  ({failure['name']})")
@@ -207,7 +208,8 @@ def run_suite(paths: Sequence[Path | str], dsn: str, report_dir: Path | str | No
             scenario = load_scenario(path)
         except ScenarioError as exc:
             result: dict[str, Any] = {"id": path.name, "file": str(path), "passed": False,
-                                      "failures": [{"error": str(exc)}]}
+                                      "failures": [{"scenario": path.name,
+                                                    "error": str(exc)}]}
         else:
             result = run_scenario(scenario, dsn)
         results.append(result)

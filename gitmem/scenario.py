@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from gitmem.consistency import CONFLICT_KINDS
-from gitmem.errors import GitmemError, ScenarioError
+from gitmem.errors import GitmemError, ScenarioError, ValidationError
 from gitmem.packing import OMISSION_REASONS
 from gitmem.policies import SECTIONS
 from gitmem.records import CHANNELS, KINDS, SENSITIVITIES, parse_ts
@@ -232,14 +232,49 @@ def parse_duration(text: str) -> float:
 
 
 def resolve_at(value: str, now: datetime, field: str = "at") -> datetime:
-    """`at:` (or an acb step's `now:`) as a time: ISO-8601, `now`, or an offset from the
-    scenario's `now` (-21d)."""
+    """`at:` (or an acb step's `now:`) as a time: an RFC 3339 timestamp, `now`, or an
+    offset from the scenario's `now` (-21d). An error names all three forms: a date
+    alone is none of them, and the author may have meant any."""
     text = value.strip()
     if text == "now":
         return now
     if text[:1] in "+-":
-        return now + timedelta(seconds=parse_duration(text))
-    return parse_ts(text, field)
+        try:
+            return now + timedelta(seconds=parse_duration(text))
+        except ValueError as exc:
+            raise ScenarioError(f"field {field!r}: {exc} (an offset from the scenario's now); "
+                                f"`{field}:` also takes an RFC 3339 timestamp like "
+                                "2026-02-09T05:12:33+09:00, or `now`") from None
+    try:
+        return parse_ts(text, field)
+    except ValidationError as exc:
+        raise ScenarioError(f"field {field!r}: {exc.detail}; `{field}:` also takes `now`, or an "
+                            "offset from the scenario's now like -35d or +2h") from None
+
+
+def _check_at(check: _Checker, value: Any, now: datetime, where: list[str | int],
+              label: str, field: str = "at") -> None:
+    """`at:` or an acb step's `now:` is a time; an error cites the field's own line."""
+    try:
+        resolve_at(str(value), now, field)
+    except ScenarioError as exc:
+        raise check.fail(where, str(exc), label) from None
+
+
+def _duration(check: _Checker, modifiers: Mapping[str, Any], key: str,
+              where: list[str | int], label: str) -> float:
+    """`advance:` or `every:` in seconds, moving the clock forward (0 when not given);
+    an error cites the field's own line."""
+    if key not in modifiers:
+        return 0.0
+    try:
+        seconds = parse_duration(str(modifiers[key]))
+    except ValueError as exc:
+        raise check.fail([*where, key], f"field {key!r}: {exc}", label) from None
+    if seconds < 0 or (seconds == 0 and key == "every"):
+        raise check.fail([*where, key], f"field {key!r}: must move the clock forward, got "
+                         f"{modifiers[key]!r}", label)
+    return seconds
 
 
 def load_scenario(path: Path) -> Scenario:
@@ -351,20 +386,12 @@ def _step(check: _Checker, raw: Any, number: int, bound: set[str], now: datetime
                  where, "step", label)
     _refs_bound(check, body, bound, [*where, action], label)
     at = modifiers.get("at")
-    advance, every = 0.0, 1.0
-    try:
-        if at is not None:
-            resolve_at(str(at), now)
-        if action == "acb" and body.get("now"):
-            resolve_at(str(body["now"]), now, "now")
-        if "advance" in modifiers:
-            advance = parse_duration(str(modifiers["advance"]))
-        if "every" in modifiers:
-            every = parse_duration(str(modifiers["every"]))
-    except (ValueError, GitmemError) as exc:
-        raise check.fail(where, str(exc), label) from None
-    if every <= 0 or advance < 0:
-        raise check.fail(where, "advance and every must move the clock forward", label)
+    if at is not None:
+        _check_at(check, at, now, [*where, "at"], label)
+    if action == "acb" and body.get("now"):
+        _check_at(check, body["now"], now, [*where, action, "now"], label, "now")
+    advance = _duration(check, modifiers, "advance", where, label)
+    every = _duration(check, modifiers, "every", where, label) or 1.0
     repeat = modifiers.get("repeat", 0)
     if not 1 <= repeat <= 100000 and "repeat" in modifiers:
         raise check.fail([*where, "repeat"], "field 'repeat': expected 1..100000", label)

@@ -77,8 +77,18 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
      "unknown assertion type 'acb_magic'"),
     ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_max_tokens}\n", 8,
      "step 1 (acb)", "missing required field 'max'"),
-    ("steps:\n  - record: {text: a}\n    advance: soon\n", 6, "step 1 (record)",
-     "expected a duration like 30s"),
+    # the clock's fields cite their own line (they cited the step's)
+    ("steps:\n  - record: {text: a}\n    advance: soon\n", 7, "step 1 (record)",
+     "field 'advance': expected a duration like 30s"),
+    ("steps:\n  - record: {text: a}\n    every: -1m\n", 7, "step 1 (record)",
+     "field 'every': must move the clock forward, got '-1m'"),
+    ("steps:\n  - record: {text: a}\n    name: n\n    at: \"2026-01-01\"\n", 8,
+     "step 1 (record)", "got '2026-01-01'; `at:` also takes `now`, or an offset from the "
+     "scenario's now like -35d or +2h"),
+    ("steps:\n  - record: {text: a}\n    at: +2x\n", 7, "step 1 (record)",
+     "`at:` also takes an RFC 3339 timestamp like 2026-02-09T05:12:33+09:00, or `now`"),
+    ("steps:\n  - acb:\n      query: q\n      now: \"2026-03-01\"\n", 8, "step 1 (acb)",
+     "field 'now': expected an RFC 3339 timestamp"),
     ("steps:\n  - git: {rebase: main}\n", 6, "step 1 (git)", "unknown field 'rebase'"),
     ("steps:\n  - daemon: explode\n", 6, "step 1 (daemon)", "expected one of start, stop"),
     ("steps:\n  - record: {text: a}\nassertions:\n  - {type: event_exists, count: many}\n", 8,
@@ -174,6 +184,8 @@ def test_a_malformed_file_fails_the_run_without_running_anything(tmp_path: Path,
     assert report["failed"] == 1
     failure = report["scenarios"][0]["failures"][0]
     assert "a.scenario.yaml:6: step 1 (record): record: unknown field 'txt'" in failure["error"]
+    # its header named nothing: "FAIL  ", the file's id unknown as it did not load
+    assert format_failure(failure).splitlines()[0] == "FAIL a.scenario.yaml"
 
 
 # --------------------------------------------------------------------------- failures
