@@ -38,7 +38,6 @@ from gitmem.errors import (
     json_kind,
     json_problem,
 )
-from gitmem.records import decode_json
 from gitmem.rpc import (
     BUSY,
     INTERNAL_ERROR,
@@ -384,7 +383,7 @@ class _Connection:
         try:
             # as a record's line is read: a key given twice (`"sensitivity": "high",
             # "sensitivity": "none"`) is refused, not read as its last value; NaN too
-            message = decode_json(line.decode("utf-8"))  # bytes alone: UTF-16 guessed too
+            message = self.server.decode(line.decode("utf-8"))  # bytes: UTF-16 guessed too
         except ValueError as exc:  # not JSON, not UTF-8, or an integer json.loads refuses
             self.send(response(None, error={"code": PARSE_ERROR,
                                              "message": f"parse error: {json_problem(exc)}"}))
@@ -490,9 +489,12 @@ class Server:
                  options: ServerOptions | None = None,
                  on_written: Callable[[list[Event]], None] | None = None,
                  before_write: Callable[[], None] | None = None) -> None:
+        from gitmem.records import decode_json  # the write path's (the CLI's imports spare it)
+
         self.memory = memory
         self.socket_path = socket_path
         self.options = options or ServerOptions()
+        self.decode = decode_json
         self.writer = GroupWriter(memory, max_batch=self.options.max_batch,
                                   on_written=on_written, before_write=before_write)
         self.methods = Methods(memory, sync, daemon_status, before_write)
