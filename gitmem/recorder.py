@@ -327,7 +327,7 @@ class Recorder:
             open_questions=tuple(map(redact, open_questions)), refs=tuple(refs))
         text = handoff_to_text(packet)
         rel = f"handoffs/{packet.id}.yaml"
-        parse_handoff(text, rel, packet.tenant_id)
+        _check_packet(text, rel, packet.tenant_id)
         for dec in packet.decisions:
             self.files.require_decision(dec, "decisions", packet.tenant_id, {})
         # what it cites is there, and its tenant's: as for an event's refs
@@ -559,6 +559,16 @@ def _last_per_target(prepared: Sequence[_Prepared]) -> list[tuple[Staged, str]]:
                 item = replace(item, fresh=True)
             last[item.target] = (item, staged_prefix(item.target, p.event.id, p.event.ts[:10]))
     return list(last.values())
+
+
+def _check_packet(text: str, rel: str, tenant: str) -> None:
+    """The packet as its file would be read back, each problem named by the caller's
+    field alone: the file is never written, so a `path:line` would point nowhere."""
+    try:
+        parse_handoff(text, rel, tenant)
+    except FormatError as exc:
+        first, *rest = [ValidationError(p.detail, field=p.field) for p in exc.problems]
+        raise first.with_others(rest) from None
 
 
 def _texts(value: Any, name: str) -> list[str]:

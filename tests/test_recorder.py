@@ -26,6 +26,7 @@ from gitmem.memory import Memory
 from gitmem.policies import load_policies
 from gitmem.recorder import Recorder
 from gitmem.records import content_hash, parse_event_line
+from gitmem.rpc import error_object
 from gitmem.store import Placed, artifact_path, day_file
 from tests.conftest import snapshot
 from tests.daemons import append, event_line
@@ -1044,3 +1045,22 @@ def test_an_update_asking_a_lower_sensitivity_says_it_kept_the_higher(
     assert "sensitivity: high" in text
     assert f"task {task} keeps sensitivity high: an update never lowers it (asked low)" in (
         caplog.text)
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"to_agent": "bad agent"}, "to_agent"),
+    ({"decisions": ["dec_nope"]}, "decisions"),
+    ({"refs": ["nope"]}, "refs"),
+])
+def test_a_refused_handoff_names_its_field_not_a_file_never_written(
+        memory: Memory, options: dict[str, Any], field: str) -> None:
+    """It named `handoffs/hof_....yaml:4`, the packet's file as it would have been, and
+    the socket's error data carried that path and line: no such file exists."""
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError) as caught:
+        memory.create_handoff(**{"to_agent": "coder", "task": "Fix it", **options})
+    assert (caught.value.field, caught.value.path, caught.value.line) == (field, "", None)
+    assert str(caught.value).startswith(f"field '{field}': ")
+    data = error_object(caught.value)["data"]
+    assert (data["field"], data["path"], data["line"]) == (field, "", None)
+    assert snapshot(memory.store) == before
