@@ -43,7 +43,9 @@ from gitmem.policies import Policies
 from gitmem.records import (
     EVENT_FIELDS,
     Event,
+    check_name,
     check_storable,
+    check_text,
     content_hash,
     format_ts,
     name_or,
@@ -261,22 +263,25 @@ class Recorder:
         return [p for p in prepared if p.event.id not in known or p.event.id not in named]
 
     def decide(self, text: str, refs: list[str], *, supersedes: Iterable[str] = (),
-               rationale: Iterable[str] = (), title: str = "", scope: str = "project",
+               rationale: Iterable[str] = (), title: str | None = None, scope: str = "project",
                constraints: Iterable[str] = (), alternatives: Iterable[str] = (),
                consequences: Iterable[str] = (), confidence: float | None = None,
-               decision_id: str = "", **event_fields: Any) -> Event:
+               decision_id: str | None = None, **event_fields: Any) -> Event:
         """Record a decision: a `decision` event plus its `decisions/dec_*.md`
-        (`decision_id`: its id, chosen by the caller as an event's may be; default new)."""
+        (`decision_id`: its id, chosen by the caller as an event's may be; default new).
+        What is given is stored or refused: an empty title is never dropped unsaid."""
         content: dict[str, Any] = {"text": text, "scope": scope}
-        if decision_id:
+        if decision_id is not None:
             content["decision_id"] = decision_id
-        for key, values in (("title", title), ("supersedes", _texts(supersedes, "supersedes")),
+        if title is not None:
+            content["title"] = check_text(title, "title")
+        for key, values in (("supersedes", _texts(supersedes, "supersedes")),
                             ("rationale", _texts(rationale, "rationale")),
                             ("constraints", _texts(constraints, "constraints")),
                             ("alternatives", _texts(alternatives, "alternatives")),
                             ("consequences", _texts(consequences, "consequences")),
                             ("confidence", confidence)):
-            if values not in ("", [], None):
+            if values not in ([], None):
                 content[key] = values
         return self.record({**event_fields, "kind": "decision", "refs": refs,
                             "content": content, "actor": event_fields.get("actor")
@@ -292,7 +297,7 @@ class Recorder:
         content: dict[str, Any] = {} if title is None else {"title": title}
         if status is not None:
             content["status"] = status
-        if task_id:
+        if task_id is not None:  # "" is refused, never read as "a new task"
             content["task_id"] = task_id
         if details is not None:
             content["text"] = details
@@ -300,28 +305,31 @@ class Recorder:
             content["owner"] = owner
         return self.record({**event_fields, "kind": "task_update", "content": content})
 
-    def handoff(self, to_agent: str, task: str, *, from_agent: str = "",
+    def handoff(self, to_agent: str, task: str, *, from_agent: str | None = None,
                 constraints: Iterable[str] = (), decisions: Iterable[str] = (),
                 required_files: Iterable[str] = (), open_questions: Iterable[str] = (),
                 refs: Iterable[str] = (), tenant_id: str | None = None,
                 ts: str | None = None) -> Handoff:
-        """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites)."""
-        for name, value in (("to_agent", to_agent), ("task", task), ("from_agent", from_agent)):
-            if not isinstance(value, str):
-                raise ValidationError(f"expected a string, got {json_kind(value)}", field=name)
-            if not value.strip() and name != "from_agent":  # as the file would be refused
-                raise ValidationError("expected a non-empty string, got ''", field=name)
+        """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites); `from_agent`
+        left out (None, or "" as the scenario steps give it) is unknown, given it is a
+        name as `to_agent` is."""
+        agents = [("to_agent", to_agent)] + ([] if from_agent in (None, "")
+                                             else [("from_agent", from_agent)])
+        check_text(task, "task")
+        for name, value in agents:
+            check_text(value, name)
         constraints, decisions = _texts(constraints, "constraints"), _texts(decisions, "decisions")
         required_files = _texts(required_files, "required_files")
         open_questions, refs = _texts(open_questions, "open_questions"), _texts(refs, "refs")
-        self._no_secret_names([("tenant_id", tenant_id), ("to_agent", to_agent),
-                               ("from_agent", from_agent)])
-        when = parse_ts(ts) if ts else self._now()
+        self._no_secret_names([("tenant_id", tenant_id), *agents])
+        for name, value in agents:  # after the secret check: a name's error quotes it
+            check_name(value, name)
+        when = self._now() if ts is None else parse_ts(ts)
         redact = self.policies.privacy.redact  # every free-text field, as for events
         packet = Handoff(
             id=ids.new_id("hof", when), ts=format_ts(when),
             tenant_id=name_or(tenant_id, self.policies.manifest.default_tenant, "tenant_id"),
-            to_agent=to_agent, task=redact(task), from_agent=from_agent,
+            to_agent=to_agent, task=redact(task), from_agent=from_agent or "",
             constraints=tuple(map(redact, constraints)), decisions=tuple(decisions),
             required_files=tuple(map(redact, required_files)),
             open_questions=tuple(map(redact, open_questions)), refs=tuple(refs))
@@ -378,6 +386,7 @@ class Recorder:
             "sensitivity": given.get("sensitivity", "none"),
             "hash": "sha256:" + "0" * 64,
         }
+        _no_empty_items(full["tags"], "tags")
         if full["actor"] is None:
             full["actor"] = default_actor(full["kind"], full["agent_id"], content)
         elif isinstance(full["actor"], str):
@@ -583,4 +592,16 @@ def _texts(value: Any, name: str) -> list[str]:
         if not isinstance(item, str):
             raise ValidationError(f"expected a list of strings, got an item that is "
                                   f"{json_kind(item)}", field=name)
+    _no_empty_items(items, name)
     return items
+
+
+def _no_empty_items(items: Any, name: str) -> None:
+    """Refuse a blank item of a list a write is given (`--tag ""`, an unset variable):
+    stored, it would be an empty tag or a `- ''` line; dropped, the caller is not told."""
+    if not isinstance(items, list):
+        return  # not a list: validation names it
+    for n, item in enumerate(items, start=1):
+        if isinstance(item, str) and not item.strip():
+            raise ValidationError(f"expected a non-empty string, got {shown(item)} as item "
+                                  f"{n}", field=name)

@@ -28,7 +28,7 @@ from gitmem.recorder import Recorder
 from gitmem.records import content_hash, parse_event_line
 from gitmem.rpc import error_object
 from gitmem.store import Placed, artifact_path, day_file
-from tests.conftest import snapshot
+from tests.conftest import Cli, snapshot
 from tests.daemons import append, event_line
 
 NOW = datetime(2026, 2, 9, 5, 12, 33, tzinfo=UTC)
@@ -1064,3 +1064,53 @@ def test_a_refused_handoff_names_its_field_not_a_file_never_written(
     data = error_object(caught.value)["data"]
     assert (data["field"], data["path"], data["line"]) == (field, "", None)
     assert snapshot(memory.store) == before
+
+
+@pytest.mark.parametrize(("call", "field", "said"), [
+    (lambda m, e: m.record({"content": {"text": "x"}, "tags": ["ok", ""]}), "tags",
+     "got '' as item 2"),
+    (lambda m, e: m.decide("x", [e], title=""), "title", "expected a non-empty string"),
+    (lambda m, e: m.decide("x", [e], rationale=[""]), "rationale", "got '' as item 1"),
+    (lambda m, e: m.decide("x", [e], constraints=["a", " "]), "constraints",
+     "got ' ' as item 2"),
+    (lambda m, e: m.create_handoff("coder", "t", from_agent="bad from!"), "from_agent",
+     "expected a name of letters"),
+    (lambda m, e: m.create_handoff("coder", "t", required_files=[""]), "required_files",
+     "got '' as item 1"),
+    (lambda m, e: m.create_handoff("coder", "t", open_questions=["why?", ""]),
+     "open_questions", "got '' as item 2"),
+    (lambda m, e: m.create_handoff("coder", "t", ts=""), "ts", "got ''"),
+    (lambda m, e: m.task("t", task_id=""), "content.task_id", "got ''"),
+])
+def test_an_empty_string_a_write_is_given_is_refused_never_stored_or_dropped(
+        memory: Memory, call: Any, field: str, said: str) -> None:
+    """`--tag ""` stored an empty tag, `--rationale ""` a `- ''` line; `--title ""` and
+    `--from ""` were dropped without a word, and `--from "bad from!"` was taken."""
+    evt = memory.record({"content": {"text": "the reason"}}).id
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError, match=said) as caught:
+        call(memory, evt)
+    assert caught.value.field == field
+    assert snapshot(memory.store) == before
+
+
+def test_an_empty_title_or_from_on_the_command_line_is_refused(cli: Cli) -> None:
+    """The CLI's own defaults were "", so an empty --title could not be told from none."""
+    evt = cli("record", "the reason").stdout.strip()
+    for args, field in ((["decide", "x", "--ref", evt, "--title", ""], "title"),
+                        (["handoff", "coder", "t", "--from", ""], "from_agent")):
+        result = cli(*args, ok=False)
+        assert result.exit_code == 1 and f"field '{field}'" in result.stderr
+    assert cli("decide", "x", "--ref", evt).stdout.startswith("dec_")  # none given: none
+    assert cli("handoff", "coder", "t").stdout.startswith("hof_")
+
+
+def test_an_empty_tag_a_person_wrote_in_a_day_file_is_read_as_written() -> None:
+    """The rule is for what a write is given: a line on disk is read as it is."""
+    line = json.dumps({"id": EVT, "ts": "2026-02-09T05:12:33Z", "tenant_id": "default",
+                       "session_id": "s", "agent_id": "a", "channel": "private",
+                       "actor": {"type": "human", "id": "u"}, "kind": "message",
+                       "content": {"text": "x"}, "refs": [], "tags": [""],
+                       "sensitivity": "none",
+                       "hash": content_hash("message", {"text": "x"})}).encode()
+    assert parse_event_line(line, path=DAY, line=1).tags == ("",)

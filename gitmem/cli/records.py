@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
-from gitmem.errors import FormatError, malformed_json
+from gitmem.errors import FormatError, ValidationError, malformed_json
 
 
 @main.command()
@@ -209,7 +209,7 @@ def _content(kind: str, text: str | None, content_json: str | None,
               help="A source id this decision rests on; repeatable, at least one.")
 @click.option("--supersedes", multiple=True, help="A decision this one replaces; repeatable.")
 @click.option("--rationale", multiple=True, help="A reason; repeatable.")
-@click.option("--title", default="", help="A short title.")
+@click.option("--title", default=None, help="A short title.")
 @click.option("--scope", default="project", show_default=True,
               help="project|user|global|team|session")
 @click.option("--constraint", "constraints", multiple=True, help="A constraint; repeatable.")
@@ -319,6 +319,8 @@ def handoff(obj: Context, /, to_agent: str, task: str, **options: Any) -> None:
     kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()
               if v not in (None, ())}
     with reported():
+        if kwargs.get("from_agent") == "":  # the API reads "" as no agent: a flag given
+            raise ValidationError("expected a non-empty string", field="from_agent")
         answer = via_daemon(obj, "create_handoff", {"to_agent": to_agent, "task": task,
                                                     **kwargs})
         if answer is None:
