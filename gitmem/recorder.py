@@ -95,12 +95,14 @@ def _redact(value: Any, policies: Policies) -> Any:
     return policies.privacy.redact_value(value)
 
 
-def _as_list(value: Any) -> Any:
-    """A list for list-like values; anything else is left for validation to name."""
+def _as_list(value: Any, name: str) -> Any:
+    """A list for list-like values (None: empty); anything else is left for validation to
+    name, but a string: refused, as decide, task and create_handoff refuse it, rather
+    than read as one item (`"a,b"` meant as two tags would be one)."""
     if value is None:
         return []
     if isinstance(value, str):
-        return [value]
+        raise ValidationError("expected a list of strings, got a string", field=name)
     if isinstance(value, list | tuple):
         return list(value)
     return value
@@ -200,7 +202,7 @@ class Recorder:
         named = {o["id"] for o in objs
                  if isinstance(o, Mapping) and isinstance(o.get("id"), str) and o["id"]}
         cited = {ref for o in objs if isinstance(o, Mapping)
-                 and isinstance(refs := _as_list(o.get("refs")), list)  # else: named later
+                 and isinstance(refs := o.get("refs"), list | tuple)  # else: named later
                  for ref in refs if isinstance(ref, str) and ref.startswith("evt_")}
         asked = sorted(named | cited)
         try:
@@ -381,8 +383,8 @@ class Recorder:
             "actor": given.get("actor"),
             "kind": given.get("kind", "message"),
             "content": content,
-            "refs": _as_list(given.get("refs")),
-            "tags": _as_list(given.get("tags")),
+            "refs": _as_list(given.get("refs"), "refs"),
+            "tags": _as_list(given.get("tags"), "tags"),
             "sensitivity": given.get("sensitivity", "none"),
             "hash": "sha256:" + "0" * 64,
         }
@@ -581,8 +583,7 @@ def _check_packet(text: str, rel: str, tenant: str) -> None:
 
 
 def _texts(value: Any, name: str) -> list[str]:
-    """A list of texts given to the API: a string is one item (as refs and tags are),
-    never its characters."""
+    """A list of texts given to the API: a string is one item, never its characters."""
     if isinstance(value, str):
         return [value]
     if isinstance(value, bytes | Mapping) or not isinstance(value, Iterable):

@@ -599,8 +599,9 @@ def test_superseding_a_decision_whose_file_does_not_parse_is_refused(
     assert snapshot(repo) == before
 
 
-def test_single_strings_become_one_item_lists(recorder: Recorder, store: Path) -> None:
-    event = recorder.record({"kind": "decision", "refs": EVT, "tags": "urgent",
+def test_a_single_string_in_content_becomes_a_one_item_list(recorder: Recorder,
+                                                            store: Path) -> None:
+    event = recorder.record({"kind": "decision", "refs": [EVT], "tags": ["urgent"],
                              "content": {"text": "x", "rationale": "because"}})
     assert event.tags == ("urgent",) and event.refs == (EVT,)
     assert event.content["rationale"] == ["because"]
@@ -987,8 +988,7 @@ def test_what_is_served_of_a_stored_output_or_a_bad_line_follows_the_patterns_no
 
 
 def test_a_string_given_for_a_list_is_one_item_never_its_characters(memory: Memory) -> None:
-    """`rationale="because"` was stored as [b, e, c, a, u, s, e]; refs and tags always took
-    a string as one item."""
+    """`rationale="because"` was stored as [b, e, c, a, u, s, e]."""
     evt = memory.record({"content": {"text": "we need a reason"}}).id
     dec = memory.decide("Use X", [evt], rationale="because", constraints="no Y")
     rel = f"decisions/{dec.content['decision_id']}.md"
@@ -1114,3 +1114,20 @@ def test_an_empty_tag_a_person_wrote_in_a_day_file_is_read_as_written() -> None:
                        "sensitivity": "none",
                        "hash": content_hash("message", {"text": "x"})}).encode()
     assert parse_event_line(line, path=DAY, line=1).tags == ("",)
+
+
+@pytest.mark.parametrize("field", ["refs", "tags"])
+def test_a_string_for_an_events_refs_or_tags_is_refused_as_decide_and_task_refuse_it(
+        recorder: Recorder, repo: Path, field: str) -> None:
+    """`record_event` and `record --json` took `"tags": "a,b"` as one tag, where decide,
+    task and create_handoff answer "expected a list of strings, got a string"."""
+    value = EVT if field == "refs" else "a,b"
+    before = snapshot(repo)
+    with pytest.raises(ValidationError, match="expected a list of strings, got a string"
+                       ) as caught:
+        recorder.record({"content": {"text": "x"}, field: value})
+    assert caught.value.field == field
+    with pytest.raises(ValidationError) as caught:
+        recorder.record_many([{"content": {"text": "x"}, field: value}], "in.jsonl", [3])
+    assert (caught.value.location, caught.value.field) == ("in.jsonl:3", field)
+    assert snapshot(repo) == before
