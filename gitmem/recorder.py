@@ -64,6 +64,7 @@ from gitmem.store import (
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
+TASK_EVENT_CHANGES = ("refs", "tags", "sensitivity")  # what a task update adds or raises
 
 
 def default_actor(kind: object, agent_id: object, content: object) -> dict[str, object]:
@@ -295,7 +296,13 @@ class Recorder:
         """Create or update a task (`task_id`: the task's, new or existing): a
         `task_update` event plus `tasks/tsk_*.md`. What an update does not give (None:
         the title too) stays as it was, and "" clears details or owner; a new task needs
-        a title, and its `status` is open."""
+        a title, and its `status` is open. An update that changes nothing is refused: its
+        event would say the task was updated, and cite it, for nothing."""
+        given = (title, status, details, owner)
+        if task_id and all(v is None for v in given) and not any(
+                event_fields.get(name) for name in TASK_EVENT_CHANGES):
+            raise ValidationError(f"nothing to change in task {task_id}; give one of title, "
+                                  "status, details, owner, refs, tags or sensitivity")
         content: dict[str, Any] = {} if title is None else {"title": title}
         if status is not None:
             content["status"] = status

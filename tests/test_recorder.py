@@ -1131,3 +1131,19 @@ def test_a_string_for_an_events_refs_or_tags_is_refused_as_decide_and_task_refus
         recorder.record_many([{"content": {"text": "x"}, field: value}], "in.jsonl", [3])
     assert (caught.value.location, caught.value.field) == ("in.jsonl:3", field)
     assert snapshot(repo) == before
+
+
+@pytest.mark.parametrize("empty", [{}, {"refs": [], "tags": []}, {"session_id": "s2"}])
+def test_a_task_update_that_changes_nothing_is_refused(memory: Memory,
+                                                       empty: dict[str, Any]) -> None:
+    """`gitmem task --id TSK` alone appended a task_update event that set nothing, and
+    added it to the task's refs."""
+    task_id = memory.task("Rotate the keys").content["task_id"]
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError, match=f"nothing to change in task {task_id}; "
+                       "give one of title, status, details, owner, refs, tags or "
+                       "sensitivity"):
+        memory.task(task_id=task_id, **empty)
+    assert snapshot(memory.store) == before
+    memory.task(task_id=task_id, tags=["security"])  # anything given is a change
+    assert "- security" in (memory.store / "tasks" / f"{task_id}.md").read_text()
