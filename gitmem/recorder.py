@@ -65,6 +65,9 @@ from gitmem.store import (
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 TASK_EVENT_CHANGES = ("refs", "tags", "sensitivity")  # what a task update adds or raises
+# The task_update event's fields a task write names by the caller's names. Not
+# content.status: tests/test_cli.py pins `task --status later` to it for now.
+_TASK_ARGS = {"content.title": "title", "content.text": "details", "content.owner": "owner"}
 
 
 def default_actor(kind: object, agent_id: object, content: object) -> dict[str, object]:
@@ -303,6 +306,10 @@ class Recorder:
                 event_fields.get(name) for name in TASK_EVENT_CHANGES):
             raise ValidationError(f"nothing to change in task {task_id}; give one of title, "
                                   "status, details, owner, refs, tags or sensitivity")
+        if title is not None:
+            check_text(title, "title")
+        elif task_id is None:
+            raise ValidationError("a new task needs a title", field="title")
         content: dict[str, Any] = {} if title is None else {"title": title}
         if status is not None:
             content["status"] = status
@@ -312,7 +319,10 @@ class Recorder:
             content["text"] = details
         if owner is not None:
             content["owner"] = owner
-        return self.record({**event_fields, "kind": "task_update", "content": content})
+        try:
+            return self.record({**event_fields, "kind": "task_update", "content": content})
+        except ValidationError as exc:
+            raise _named_as_given(exc, _TASK_ARGS) from None
 
     def handoff(self, to_agent: str, task: str, *, from_agent: str | None = None,
                 constraints: Iterable[str] = (), decisions: Iterable[str] = (),
@@ -577,6 +587,16 @@ def _last_per_target(prepared: Sequence[_Prepared]) -> list[tuple[Staged, str]]:
                 item = replace(item, fresh=True)
             last[item.target] = (item, staged_prefix(item.target, p.event.id, p.event.ts[:10]))
     return list(last.values())
+
+
+def _named_as_given(exc: ValidationError, names: Mapping[str, str]) -> FormatError:
+    """`exc` with each problem of the write's own (no path: not a file on disk) named by
+    the caller's argument (`names`: event field -> argument), not the event's field."""
+    if exc.path or not any(p.field in names for p in exc.problems):
+        return exc
+    first, *rest = [ValidationError(p.detail, field=names.get(p.field or "", p.field))
+                    for p in exc.problems]
+    return first.with_others(rest)
 
 
 def _check_packet(text: str, rel: str, tenant: str) -> None:

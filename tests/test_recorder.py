@@ -1147,3 +1147,30 @@ def test_a_task_update_that_changes_nothing_is_refused(memory: Memory,
     assert snapshot(memory.store) == before
     memory.task(task_id=task_id, tags=["security"])  # anything given is a change
     assert "- security" in (memory.store / "tasks" / f"{task_id}.md").read_text()
+
+
+@pytest.mark.parametrize(("call", "field", "said"), [
+    (lambda m, t: m.task(""), "title", "expected a non-empty string"),
+    (lambda m, t: m.task(5), "title", "expected a string, got number"),
+    (lambda m, t: m.task(status="open"), "title", "a new task needs a title"),
+    (lambda m, t: m.task(task_id="tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", status="open"), "title",
+     "a new task needs a title"),
+    (lambda m, t: m.task(task_id=t, title=" "), "title", "expected a non-empty string"),
+    (lambda m, t: m.task("t", details=5), "details", "expected a string, got number"),
+])
+def test_a_task_write_names_the_callers_fields_not_its_events(
+        memory: Memory, call: Any, field: str, said: str) -> None:
+    """`gitmem task ""` and the socket's `task {}` named 'content.title', where
+    `task {"title": 5}` named 'title'."""
+    task_id = memory.task("Rotate the keys").content["task_id"]
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError, match=said) as caught:
+        call(memory, task_id)
+    assert caught.value.field == field
+    assert snapshot(memory.store) == before
+
+
+def test_a_task_named_by_an_empty_title_on_the_command_line_names_title(cli: Cli) -> None:
+    result = cli("task", "", ok=False)
+    assert result.exit_code == 1 and "field 'title': expected a non-empty string" in (
+        result.stderr)
