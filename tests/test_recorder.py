@@ -1174,3 +1174,26 @@ def test_a_task_named_by_an_empty_title_on_the_command_line_names_title(cli: Cli
     result = cli("task", "", ok=False)
     assert result.exit_code == 1 and "field 'title': expected a non-empty string" in (
         result.stderr)
+
+
+def test_record_json_reads_a_stream_that_begins_with_a_byte_order_mark(cli: Cli,
+                                                                      tmp_path: Path) -> None:
+    """Some editors begin a file with U+FEFF: `record --json` called its first line
+    malformed JSON at column 1, where manifest.json and record files are read past it."""
+    stream = tmp_path / "bom.jsonl"
+    stream.write_bytes(b'\xef\xbb\xbf{"content": {"text": "first"}}\n'
+                       b'{"content": {"text": "second"}}\n')
+    ids_ = cli("record", "--json", str(stream)).stdout.split()
+    assert len(ids_) == 2 and all(i.startswith("evt_") for i in ids_)
+    texts = [e["content"]["text"] for e in lines_of_store(cli.config.store)]
+    assert texts == ["first", "second"]
+    mid = tmp_path / "mid.jsonl"  # only the stream's start may hold one
+    mid.write_bytes(b'{"content": {"text": "a"}}\n\xef\xbb\xbf{"content": {"text": "b"}}\n')
+    result = cli("record", "--json", str(mid), ok=False)
+    assert result.exit_code == 1 and "mid.jsonl:2: malformed JSON" in result.stderr
+
+
+def lines_of_store(store: Path) -> list[dict[str, Any]]:
+    """Every event line of the store's day files, in file order."""
+    return [json.loads(line) for path in sorted((store / "events").rglob("*.jsonl"))
+            for line in path.read_bytes().splitlines() if line]

@@ -96,6 +96,7 @@ def _read_jsonl(source: str) -> tuple[list[Any], list[int]]:
         raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as exc:
         raise click.UsageError(f"cannot read {source}: {exc.strerror}") from exc
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
     objs: list[Any] = []
     numbers: list[int] = []
     for number, line in enumerate(raw.split(b"\n"), start=1):
