@@ -43,11 +43,14 @@ from gitmem.policies import Policies
 from gitmem.records import (
     EVENT_FIELDS,
     Event,
+    check_filled,
     check_name,
     check_storable,
     check_text,
+    check_texts,
     content_hash,
     format_ts,
+    given_list,
     name_or,
     parse_event,
     parse_ts,
@@ -65,8 +68,7 @@ from gitmem.store import (
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 TASK_EVENT_CHANGES = ("refs", "tags", "sensitivity")  # what a task update adds or raises
-# The task_update event's fields a task write names by the caller's names. Not
-# content.status: tests/test_cli.py pins `task --status later` to it for now.
+# event fields a task write names as given (not content.status: tests/test_cli.py pins it)
 _TASK_ARGS = {"content.title": "title", "content.text": "details", "content.owner": "owner"}
 
 
@@ -97,19 +99,6 @@ def _redact(value: Any, policies: Policies) -> Any:
     """`value` as it may be stored: strings and object keys through the redaction
     patterns, what a key naming a secret holds replaced (`Privacy.redact_value`)."""
     return policies.privacy.redact_value(value)
-
-
-def _as_list(value: Any, name: str) -> Any:
-    """A list for list-like values (None: empty); anything else is left for validation to
-    name, but a string: refused, as decide, task and create_handoff refuse it, rather
-    than read as one item (`"a,b"` meant as two tags would be one)."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        raise ValidationError("expected a list of strings, got a string", field=name)
-    if isinstance(value, list | tuple):
-        return list(value)
-    return value
 
 
 class Recorder:
@@ -281,11 +270,11 @@ class Recorder:
             content["decision_id"] = decision_id
         if title is not None:
             content["title"] = check_text(title, "title")
-        for key, values in (("supersedes", _texts(supersedes, "supersedes")),
-                            ("rationale", _texts(rationale, "rationale")),
-                            ("constraints", _texts(constraints, "constraints")),
-                            ("alternatives", _texts(alternatives, "alternatives")),
-                            ("consequences", _texts(consequences, "consequences")),
+        for key, values in (("supersedes", check_texts(supersedes, "supersedes")),
+                            ("rationale", check_texts(rationale, "rationale")),
+                            ("constraints", check_texts(constraints, "constraints")),
+                            ("alternatives", check_texts(alternatives, "alternatives")),
+                            ("consequences", check_texts(consequences, "consequences")),
                             ("confidence", confidence)):
             if values not in ([], None):
                 content[key] = values
@@ -337,9 +326,11 @@ class Recorder:
         check_text(task, "task")
         for name, value in agents:
             check_text(value, name)
-        constraints, decisions = _texts(constraints, "constraints"), _texts(decisions, "decisions")
-        required_files = _texts(required_files, "required_files")
-        open_questions, refs = _texts(open_questions, "open_questions"), _texts(refs, "refs")
+        constraints, decisions = (check_texts(constraints, "constraints"),
+                                  check_texts(decisions, "decisions"))
+        required_files = check_texts(required_files, "required_files")
+        open_questions, refs = (check_texts(open_questions, "open_questions"),
+                                check_texts(refs, "refs"))
         self._no_secret_names([("tenant_id", tenant_id), *agents])
         for name, value in agents:  # after the secret check: a name's error quotes it
             check_name(value, name)
@@ -400,12 +391,12 @@ class Recorder:
             "actor": given.get("actor"),
             "kind": given.get("kind", "message"),
             "content": content,
-            "refs": _as_list(given.get("refs"), "refs"),
-            "tags": _as_list(given.get("tags"), "tags"),
+            "refs": given_list(given.get("refs"), "refs"),
+            "tags": given_list(given.get("tags"), "tags"),
             "sensitivity": given.get("sensitivity", "none"),
             "hash": "sha256:" + "0" * 64,
         }
-        _no_empty_items(full["tags"], "tags")
+        check_filled(full["tags"], "tags")
         if full["actor"] is None:
             full["actor"] = default_actor(full["kind"], full["agent_id"], content)
         elif isinstance(full["actor"], str):
@@ -607,29 +598,3 @@ def _check_packet(text: str, rel: str, tenant: str) -> None:
     except FormatError as exc:
         first, *rest = [ValidationError(p.detail, field=p.field) for p in exc.problems]
         raise first.with_others(rest) from None
-
-
-def _texts(value: Any, name: str) -> list[str]:
-    """A list of texts given to the API: a string is one item, never its characters."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, bytes | Mapping) or not isinstance(value, Iterable):
-        raise ValidationError(f"expected a list of strings, got {json_kind(value)}", field=name)
-    items = list(value)
-    for item in items:
-        if not isinstance(item, str):
-            raise ValidationError(f"expected a list of strings, got an item that is "
-                                  f"{json_kind(item)}", field=name)
-    _no_empty_items(items, name)
-    return items
-
-
-def _no_empty_items(items: Any, name: str) -> None:
-    """Refuse a blank item of a list a write is given (`--tag ""`, an unset variable):
-    stored, it would be an empty tag or a `- ''` line; dropped, the caller is not told."""
-    if not isinstance(items, list):
-        return  # not a list: validation names it
-    for n, item in enumerate(items, start=1):
-        if isinstance(item, str) and not item.strip():
-            raise ValidationError(f"expected a non-empty string, got {shown(item)} as item "
-                                  f"{n}", field=name)

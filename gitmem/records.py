@@ -10,7 +10,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -278,6 +278,45 @@ def check_str_list(value: Any, field_name: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValidationError(f"expected a list of strings, got {shown(value)}", field=field_name)
     return tuple(value)
+
+
+def given_list(value: Any, name: str) -> Any:
+    """A list for list-like values (None: empty); anything else is left for validation to
+    name, but a string: refused, as decide, task and create_handoff refuse it, rather
+    than read as one item (`"a,b"` meant as two tags would be one)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise ValidationError("expected a list of strings, got a string", field=name)
+    if isinstance(value, list | tuple):
+        return list(value)
+    return value
+
+
+def check_texts(value: Any, name: str) -> list[str]:
+    """A list of texts given to the API: a string is one item, never its characters."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValidationError(f"expected a list of strings, got {json_kind(value)}", field=name)
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ValidationError(f"expected a list of strings, got an item that is "
+                                  f"{json_kind(item)}", field=name)
+    check_filled(items, name)
+    return items
+
+
+def check_filled(items: Any, name: str) -> None:
+    """Refuse a blank item of a list a write is given (`--tag ""`, an unset variable):
+    stored, it would be an empty tag or a `- ''` line; dropped, the caller is not told."""
+    if not isinstance(items, list):
+        return  # not a list: validation names it
+    for n, item in enumerate(items, start=1):
+        if isinstance(item, str) and not item.strip():
+            raise ValidationError(f"expected a non-empty string, got {shown(item)} as item "
+                                  f"{n}", field=name)
 
 
 def check_refs(value: Any, field_name: str = "refs") -> tuple[str, ...]:
