@@ -69,7 +69,8 @@ from gitmem.store import (
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 TASK_EVENT_CHANGES = ("refs", "tags", "sensitivity")  # what a task update adds or raises
 # event fields a task write names as given (not content.status: tests/test_cli.py pins it)
-_TASK_ARGS = {"content.title": "title", "content.text": "details", "content.owner": "owner"}
+_TASK_ARGS = {"content.title": "title", "content.text": "details", "content.owner": "owner",
+              "content.status": "status"}
 
 
 def default_actor(kind: object, agent_id: object, content: object) -> dict[str, object]:
@@ -321,7 +322,7 @@ class Recorder:
         """Write a handoff packet `handoffs/hof_*.yaml` (never overwrites); `from_agent`
         left out (None, or "" as the scenario steps give it) is unknown, given it is a
         name as `to_agent` is."""
-        agents = [("to_agent", to_agent)] + ([] if from_agent in (None, "")
+        agents = [("to_agent", to_agent)] + ([] if from_agent is None
                                              else [("from_agent", from_agent)])
         check_text(task, "task")
         for name, value in agents:

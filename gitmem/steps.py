@@ -210,9 +210,11 @@ def _event_fields(run: Run, f: Mapping[str, Any]) -> dict[str, Any]:
         value = f.get(key, defaults.get(key))
         if value:
             obj[target] = value
-    for key in ("tags", "refs", "sensitivity"):
+    for key in ("tags", "refs"):  # a scenario may give one as a string
         if key in f:
-            obj[key] = f[key]
+            obj[key] = _listed(f[key])
+    if "sensitivity" in f:
+        obj["sensitivity"] = f["sensitivity"]
     return obj
 
 
@@ -272,7 +274,7 @@ def _write_one(run: Run, action: str, f: Mapping[str, Any]) -> str:
         options = {k: list(_listed(f[k])) for k in ("constraints", "decisions",
                    "required_files", "open_questions", "refs") if k in f}
         packet = memory.create_handoff(
-            f["to_agent"], f["task"], from_agent=f.get("from_agent", ""),
+            f["to_agent"], f["task"], from_agent=f.get("from_agent"),
             tenant_id=f.get("tenant", run.scenario.defaults.get("tenant")), ts=run.tick(),
             **options)
         return packet.id

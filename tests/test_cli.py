@@ -355,7 +355,7 @@ def test_a_failure_quotes_no_secret_it_was_given(cli: Cli, args: list[str]) -> N
      "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3 is not in the store (a dangling reference)"),
     (["decide", "Use FTS", "--ref", "evt_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3", "--confidence",
       "high"], 2, "confidence"),
-    (["task", "T", "--status", "later"], 1, "content.status"),
+    (["task", "T", "--status", "later"], 1, "field 'status'"),
     (["frobnicate"], 2, "No such command"),
 ])
 def test_errors_exit_with_a_clear_message(cli: Cli, args: list[str], code: int,

@@ -491,7 +491,7 @@ def test_task_update_with_bad_status_changes_nothing(recorder: Recorder, repo: P
     before = snapshot(repo)
     with pytest.raises(ValidationError) as caught:
         recorder.task("A task", task_id=task_id, status="later")
-    assert caught.value.field == "content.status"
+    assert caught.value.field == "status"
     assert snapshot(repo) == before
 
 
@@ -1075,6 +1075,8 @@ def test_a_refused_handoff_names_its_field_not_a_file_never_written(
      "got ' ' as item 2"),
     (lambda m, e: m.create_handoff("coder", "t", from_agent="bad from!"), "from_agent",
      "expected a name of letters"),
+    (lambda m, e: m.create_handoff("coder", "t", from_agent=""), "from_agent",
+     "expected a non-empty string"),
     (lambda m, e: m.create_handoff("coder", "t", required_files=[""]), "required_files",
      "got '' as item 1"),
     (lambda m, e: m.create_handoff("coder", "t", open_questions=["why?", ""]),

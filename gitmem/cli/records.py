@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
-from gitmem.errors import FormatError, ValidationError, malformed_json
+from gitmem.errors import FormatError, malformed_json
 
 
 @main.command()
@@ -320,8 +320,6 @@ def handoff(obj: Context, /, to_agent: str, task: str, **options: Any) -> None:
     kwargs = {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()
               if v not in (None, ())}
     with reported():
-        if kwargs.get("from_agent") == "":  # the API reads "" as no agent: a flag given
-            raise ValidationError("expected a non-empty string", field="from_agent")
         answer = via_daemon(obj, "create_handoff", {"to_agent": to_agent, "task": task,
                                                     **kwargs})
         if answer is None:
