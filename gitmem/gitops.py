@@ -223,6 +223,21 @@ def parents(repo: git.Repo, rev: str) -> list[str]:
     return str(repo.git.rev_list("--parents", "-n", "1", rev)).split()[1:]
 
 
+def fast_forwarded_from(repo: git.Repo) -> str | None:
+    """Where a merge that just fast-forwarded HEAD (`git merge`, `git pull`: no commit
+    made, so no pre-merge-commit check) left it, by id: ORIG_HEAD when it is an older
+    commit of HEAD's own history and HEAD is no merge commit; else None."""
+    orig = str(repo.git.rev_parse("--verify", "-q", "ORIG_HEAD^{commit}",
+                                  with_exceptions=False)).strip()
+    head = str(repo.git.rev_parse("--verify", "-q", "HEAD^{commit}",
+                                  with_exceptions=False)).strip()
+    if not orig or not head or orig == head or len(parents(repo, head)) > 1:
+        return None
+    ancestor = repo.git.merge_base("--is-ancestor", orig, head, with_exceptions=False,
+                                   with_extended_output=True)[0] == 0
+    return orig if ancestor else None
+
+
 def fork_point(repo: git.Repo, since: str) -> str:
     """The commit where HEAD's history left `since`'s (their merge base), by its id:
     what a pull request from HEAD into `since` adds is what HEAD has beyond it."""

@@ -231,6 +231,8 @@ def run_hook(name: str, args: Sequence[str], config: Config) -> list[str]:
         if _commit_done(config.store):
             return []
         return unchecked_commit(config.store)
+    if name == "post-merge":
+        return fast_forward_problems(config.store) + sync_after_git(config)
     if name in SYNC_HOOKS:
         return sync_after_git(config)
     raise ConfigError(f"unknown hook {name!r}; expected one of "
@@ -310,6 +312,30 @@ def unchecked_commit(store: Path) -> list[str]:
             "gitmem: take it back before you push it: `git reset --soft HEAD^` undoes the "
             "commit and keeps its changes staged, to mend and commit again (a secret then "
             "never reaches the history others fetch)"]
+
+
+def fast_forward_problems(store: Path) -> list[str]:
+    """Warnings for a merge that fast-forwarded (`git merge`, `git pull`): it made no
+    commit, so no pre-merge-commit check saw what it brought in; what that check would
+    have refused in it (a day file's lines taken out, a secret), ORIG_HEAD to HEAD."""
+    try:
+        with contextlib.closing(gitops.open_repo(store)) as repo:
+            orig = gitops.fast_forwarded_from(repo)
+        if orig is None:
+            return []
+        problems = verify_commit(store, read_policies(store)[0], "HEAD", base=orig)
+    except GitmemError as exc:
+        return [f"gitmem: this merge was not checked ({exc}); run `gitmem verify --since "
+                "ORIG_HEAD`"]
+    errors = [p for p in problems if p.severity == "error"]
+    if not errors:
+        return []
+    return [f"gitmem: this merge fast-forwarded (no merge commit, so no pre-merge check), "
+            f"and the check finds {len(errors)} problem(s) in what it brought in:",
+            *(f"  {p}" for p in errors),
+            "gitmem: `git reset --keep ORIG_HEAD` goes back to before the merge (your "
+            "uncommitted changes stay); mend the branch merged, or merge with --no-ff to "
+            "have it checked"]
 
 
 def _absolute_git_env() -> None:

@@ -106,15 +106,19 @@ def verify_staged(store: Path, policies: Policies) -> list[FormatError]:
         repo.close()
 
 
-def verify_commit(store: Path, policies: Policies, rev: str = "HEAD") -> list[FormatError]:
-    """Check what commit `rev` recorded for the store against its first parent, as the
-    pre-commit hook would have: for a commit made without it (`git revert`, `git
-    cherry-pick`, `git commit --no-verify`; the post-commit hook)."""
+def verify_commit(store: Path, policies: Policies, rev: str = "HEAD",
+                  base: str | None = None) -> list[FormatError]:
+    """Check what commit `rev` recorded for the store against its first parent (or
+    `base`, an older commit of its history), as the pre-commit hook would have: for a
+    commit made without it (`git revert`, `git cherry-pick`, `git commit --no-verify`;
+    the post-commit hook), or commits a fast-forward brought in (the post-merge hook)."""
     repo = gitops.open_repo(store)
     try:
         parents = gitops.parents(repo, rev)
+        if base is None and parents:
+            base = f"{rev}^1"
         return _verify_changes(repo, gitops.store_prefix(repo, store), policies, rev,
-                               f"{rev}^1" if parents else None, len(parents) > 1)
+                               base, len(parents) > 1)
     finally:
         repo.close()
 
