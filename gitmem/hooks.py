@@ -58,7 +58,8 @@ def hook_script(name: str, python: str) -> str:
     chained = f'"$hook_dir/{name}{CHAINED_SUFFIX}"'
     py = shlex.quote(python)
     run_gitmem = (f'if command -v gitmem >/dev/null 2>&1; then {{cmd}} gitmem hook {name} "$@"; '
-                  f'else {{cmd}} python3 -m gitmem hook {name} "$@"; fi')
+                  f'elif python3 -c "import gitmem" 2>/dev/null; then '
+                  f'{{cmd}} python3 -m gitmem hook {name} "$@"; else {_not_installed(name)}; fi')
     if python:  # this machine's interpreter first (its gitmem, whatever PATH holds)
         run_gitmem = f'if [ -x {py} ]; then {{cmd}} {py} -m gitmem hook {name} "$@"; el' \
             + run_gitmem
@@ -94,6 +95,20 @@ def hook_script(name: str, python: str) -> str:
                 'exit $status\n')
     return (head + f'status=0\nif [ -x {chained} ]; then {chained} "$@" || status=$?; fi\n'
             + run_gitmem.replace("{cmd} ", "") + "\nexit $status\n")
+
+
+def _not_installed(name: str) -> str:
+    """What a hook does where gitmem is not installed (a teammate's clone of hooks
+    committed under core.hooksPath): a commit that stages nothing in a store goes on; one
+    that does is refused, saying why (it cannot be checked); the others say the index
+    was not brought up to date."""
+    said = "gitmem: gitmem is not installed here (pip install gitmem)"
+    if name not in ("pre-commit", "pre-merge-commit"):
+        return f'echo "{said}: the index was not brought up to date" >&2'
+    return (f'stores=$(git config --get-all {STORE_KEY}); '
+            'if [ -z "$stores" ] || git diff --cached --quiet -- $stores; then exit 0; fi; '
+            f'echo "{said}: the change staged in $stores cannot be checked; install it, or '
+            'commit with --no-verify" >&2; exit 1')
 
 
 def _committed(directory: Path, repo: git.Repo) -> bool:
@@ -197,11 +212,13 @@ def _staged_problems(store: Path) -> list[FormatError]:
     tree's policies as far as they go, and those policies' own problems (a file deleted
     or broken, staged or not: the store cannot be read with them), each listed once,
     as `gitmem verify` lists them."""
+    with contextlib.closing(gitops.open_repo(store)) as repo:
+        prefix = gitops.store_prefix(repo, store)
+        if not repo.git.diff("--cached", "--name-only", "--", prefix or "."):
+            return []  # nothing of the store staged: a policy edit in progress is no matter
     policies, broken = read_policies(store)
     problems = verify_staged(store, policies)
     if broken:
-        with contextlib.closing(gitops.open_repo(store)) as repo:
-            prefix = gitops.store_prefix(repo, store)
         listed = {(p.path, p.line, p.field, p.detail) for p in problems}
         for error in broken:  # named as git names them, a value they quote redacted
             redacted = error.redacted(policies.privacy.redact_message, prefix + error.path)

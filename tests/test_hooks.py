@@ -342,6 +342,39 @@ def test_pre_commit_refuses_a_staged_file_of_an_interrupted_write(root: Path) ->
 def test_pre_commit_ignores_changes_outside_the_store(root: Path) -> None:
     (root / "README.md").write_text("password: hunter2 in docs is not our business\n")
     assert commit(root).returncode == 0
+    budgets = root / "memory" / "policies" / "budgets.yaml"
+    budgets.write_text(budgets.read_text() + "  bogus: [\n")  # an edit in progress, unstaged
+    (root / "README.md").write_text("more docs\n")
+    run_git(root, "add", "README.md")
+    result = run_git(root, "commit", "-q", "-m", "docs")  # nothing of the store staged
+    assert result.returncode == 0, result.stderr
+
+
+def test_hooks_shared_with_a_clone_without_gitmem_stop_only_what_they_cannot_check(
+        tmp_path: Path) -> None:
+    """Hooks committed under core.hooksPath run in a teammate's clone where gitmem is not
+    installed: every commit failed with only `No module named gitmem`."""
+    repo = new_repo(tmp_path / "repo")
+    git(repo, "config", "core.hooksPath", ".githooks")
+    install(repo / "memory")
+    assert commit(repo, "hooks").returncode == 0
+    without = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ""}  # no gitmem, no venv
+    (repo / "notes.txt").write_text("unrelated work\n")
+    run_git(repo, "add", "notes.txt")
+    result = run_git(repo, "commit", "-q", "-m", "notes", env=without)
+    assert result.returncode == 0, result.stderr
+    _, line = event_line("s", "a hand-written line", number=1)
+    append(repo / DAY, line)
+    run_git(repo, "add", DAY)
+    result = run_git(repo, "commit", "-q", "-m", "event", env=without)
+    assert result.returncode == 1
+    assert "gitmem is not installed here (pip install gitmem)" in result.stderr
+    assert "the change staged in memory cannot be checked" in result.stderr
+    assert "No module named" not in result.stderr
+    run_git(repo, "reset", "-q", "HEAD", "--", DAY)
+    result = run_git(repo, "checkout", "-q", "-b", "other", env=without)
+    assert result.returncode == 0
+    assert "the index was not brought up to date" in result.stderr
 
 
 def test_a_revert_or_cherry_pick_that_breaks_the_rules_is_named_after_the_commit(
@@ -433,6 +466,34 @@ def test_a_merge_git_concludes_by_itself_is_checked_before_it_is_made(root: Path
     run_git(root, "checkout", "-q", main)
     result = run_git(root, "merge", "--no-edit", "fine")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_fast_forward_that_takes_lines_out_is_named_after_the_merge(root: Path) -> None:
+    """A fast-forward (`git merge`, `git pull`) makes no merge commit, so no pre-merge
+    check runs: a branch that dropped a committed line went in without a word, and
+    `gitmem verify` said nothing either."""
+    record(root, "keep me")
+    record(root, "keep me too", ts="2026-03-01T11:00:00+00:00")
+    assert commit(root, "both").returncode == 0
+    main = run_git(root, "branch", "--show-current").stdout.strip()
+    run_git(root, "checkout", "-q", "-b", "teammate")
+    lines = (root / DAY).read_text().splitlines(keepends=True)
+    (root / DAY).write_text("".join(lines[1:]))
+    assert run_git(root, "commit", "-q", "-am", "drop", "--no-verify").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    result = run_git(root, "merge", "teammate")
+    assert result.returncode == 0 and "Fast-forward" in result.stdout
+    assert f"{DAY}:1: events files are append-only" in result.stderr, result.stderr
+    assert "this merge fast-forwarded" in result.stderr
+    assert "`git reset --keep ORIG_HEAD`" in result.stderr
+    assert run_git(root, "reset", "-q", "--keep", "ORIG_HEAD").returncode == 0  # as advised
+    assert (root / DAY).read_text() == "".join(lines)
+    run_git(root, "checkout", "-q", "-b", "appends", main)
+    record(root, "an honest append", ts="2026-03-02T09:00:00+00:00")
+    assert commit(root, "append").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    result = run_git(root, "merge", "appends")  # a clean fast-forward: nothing to say
+    assert result.returncode == 0 and "gitmem" not in result.stderr, result.stderr
 
 
 def test_verify_since_checks_a_branch_against_where_it_left_the_other(
