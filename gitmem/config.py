@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -65,11 +66,17 @@ class Config:
 def default_schema(store: Path) -> str:
     """The schema of a store's index when none is given: `gitmem` for a store named
     memory/, `gitmem_NAME` for another, so that stores side by side (one state
-    directory, one embedded server) never share an index."""
+    directory, one embedded server) never share an index. A name that is not already
+    lower-case letters, digits and `_` (or too long) gets 8 hex digits of its hash as
+    well: `Notes` and `notes`, `my-notes` and `my_notes` would have met in one schema."""
     if store.name == STORE_DIRNAME:
         return DEFAULT_SCHEMA
     name = re.sub(r"[^a-z0-9_]+", "_", store.name.lower()).strip("_") or "store"
-    return f"{DEFAULT_SCHEMA}_{name}"[:63]
+    schema = f"{DEFAULT_SCHEMA}_{name}"
+    if name != store.name or len(schema) > 63:
+        digest = hashlib.sha256(os.fsencode(store.name)).hexdigest()[:8]
+        schema = f"{DEFAULT_SCHEMA}_{name[:45]}_{digest}"
+    return schema
 
 
 def redact_dsn(dsn: str) -> str:
@@ -168,6 +175,9 @@ def load_config(store: str | Path | None = None, dsn: str | None = None,
     """Resolve flags, then `GITMEM_*` variables, then discovery, into a Config."""
     env = os.environ if env is None else env
     cwd = cwd or Path.cwd()
+    if store is not None and not str(store):  # "" would be read as "not given"
+        raise ConfigError("--store is empty: give a store's directory, or leave it out "
+                          "to find memory/ from here")
     store_value = store or env.get("GITMEM_STORE")
     if store_value:
         store_path = (cwd / Path(store_value).expanduser()).resolve()

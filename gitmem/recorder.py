@@ -68,7 +68,7 @@ from gitmem.store import (
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
 TASK_EVENT_CHANGES = ("refs", "tags", "sensitivity")  # what a task update adds or raises
-# event fields a task write names as given (not content.status: tests/test_cli.py pins it)
+# event fields a task write names as its caller gave them
 _TASK_ARGS = {"content.title": "title", "content.text": "details", "content.owner": "owner",
               "content.status": "status"}
 

@@ -357,6 +357,8 @@ def test_a_failure_quotes_no_secret_it_was_given(cli: Cli, args: list[str]) -> N
       "high"], 2, "confidence"),
     (["task", "T", "--status", "later"], 1, "field 'status'"),
     (["frobnicate"], 2, "No such command"),
+    (["init", ""], 2, "is empty: name a directory"),  # it made a store where it ran
+    (["--store", "", "status"], 1, "--store is empty"),  # it looked for one from here
 ])
 def test_errors_exit_with_a_clear_message(cli: Cli, args: list[str], code: int,
                                           message: str) -> None:

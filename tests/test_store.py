@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -266,9 +267,15 @@ def test_stores_side_by_side_get_an_index_each(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "memory", tmp_path / "My Notes")
     own = load_config(env={}, cwd=tmp_path)
     other = load_config(store=tmp_path / "My Notes", env={}, cwd=tmp_path)
-    assert (own.schema, other.schema) == ("gitmem", "gitmem_my_notes")
+    assert own.schema == "gitmem" and other.schema.startswith("gitmem_my_notes_")
     assert own.state_dir == other.state_dir and own.socket_path != other.socket_path
-    assert Config(store=tmp_path / "My Notes").schema == "gitmem_my_notes"
+    assert Config(store=tmp_path / "My Notes").schema == other.schema
+    names = ["notes", "Notes", "NOTES", "my-notes", "my_notes", "ünï", "ïnü", "x" * 80,
+             "x" * 81]
+    schemas = [Config(store=tmp_path / name).schema for name in names]
+    assert schemas[0] == "gitmem_notes" and schemas[4] == "gitmem_my_notes"
+    assert len(set(schemas)) == len(names)  # each its own
+    assert all(len(s) <= 63 and re.fullmatch(r"[a-z0-9_]+", s) for s in schemas)
     assert load_config(store=tmp_path / "My Notes", env={"GITMEM_SCHEMA": "s_2"},
                        cwd=tmp_path).schema == "s_2"
 

@@ -13,8 +13,15 @@ from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
 from gitmem.errors import FormatError, malformed_json
 
 
+def _named_directory(_ctx: click.Context, _param: click.Parameter, value: str) -> Path:
+    if not value:  # "" would be read as "." (a variable that was meant to hold a path)
+        raise click.BadParameter("is empty: name a directory ('.' for this one)")
+    return Path(value)
+
+
 @main.command()
-@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", default=".", type=click.Path(file_okay=False),
+                callback=_named_directory)
 @click.option("--tenant", default=None, help="Default tenant id of a new store [default: "
               "default].")
 def init(directory: Path, tenant: str | None) -> None:
