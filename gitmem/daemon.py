@@ -331,7 +331,7 @@ def run(config: Config, options: DaemonOptions) -> None:
     server = Server(memory, config.socket_path, sync=sync, daemon_status=daemon_status,
                     options=options.server,
                     on_written=committer.note_events if committer else None,
-                    before_write=watcher.refresh_policies)
+                    before_write=watcher.policies.refresh)
     memory.catch_up = watcher.flush
     memory.on_database_error = watcher.database_failed
     if embedded:

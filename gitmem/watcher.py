@@ -43,11 +43,12 @@ from gitmem import recovery
 from gitmem.changes import ChangeCounter
 from gitmem.context import ReadScope
 from gitmem.db import Database
-from gitmem.errors import DaemonError, DatabaseError, FormatError
+from gitmem.errors import DaemonError, DatabaseError
 from gitmem.fsevents import BARRIER_PREFIX, FileEvents, watched
 from gitmem.handover import Handover, Wait
 from gitmem.indexer import SyncReport
 from gitmem.memory import CatchUp, Memory
+from gitmem.problems import PolicyReload, Problems
 from gitmem.rows import Announced, Appended
 from gitmem.store import (
     INDEXED_KINDS,
@@ -56,7 +57,6 @@ from gitmem.store import (
     classify,
     file_stat,
     linked_files,
-    stat_key,
 )
 
 logger = logging.getLogger(__name__)
@@ -112,11 +112,8 @@ class Watcher:
         self._changes_lock = threading.Lock()
         self._changes_seen = 1
         self._changes_covered = 0
-        self._logged: dict[str, set[str]] = {}
-        self._problems_lock = threading.RLock()
-        self._policy_said: str | None = None  # the problem of the policies not applied
-        self._policy_seen: dict[str, StatKey | None] = {}
-        self._policy_lock = threading.Lock()  # a write waits for another's reload
+        self.problems = Problems()
+        self.policies = PolicyReload(memory, self.store, self.problems)
         self._links: dict[str, StatKey | None] = {}  # symlinked files: their targets' stats
         self._folder: tuple[int, int] | None = None  # the store folder watched (device, inode)
         self._folder_lost = False  # its watch reported it removed (its inode may come back)
@@ -126,14 +123,15 @@ class Watcher:
         self.stats: dict[str, Any] = {
             "batches": 0, "files_synced": 0, "lines_from_writer": 0, "reconciles": 0,
             "last_batch_ms": None, "last_reconcile": None, "last_error": None, "db_ok": None,
-            "db_error": None, "db_down_since": None, "problems": [], "barriers": 0,
+            "db_error": None, "db_down_since": None, "problems": self.problems.listed,
+            "barriers": 0,
             "reads_without_barrier": 0}
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Watch the store and start the indexer thread (no reconcile: the caller's)."""
-        self._policy_seen = self._policy_stats()
+        self.policies.note()
         self._watch()
         self._thread.start()
 
@@ -161,7 +159,7 @@ class Watcher:
                 if self._changes is not None:
                     self._changes.close()
             self._watch()
-        self.refresh_policies()  # their files' events were lost with the old folder's watch
+        self.policies.refresh()  # their files' events were lost with the old folder's watch
         self.request_reconcile("the store folder was made again")
 
     def _change_counter(self) -> ChangeCounter | None:
@@ -268,58 +266,6 @@ class Watcher:
         with self._cond:
             self._barrier_seen = max(self._barrier_seen, number)
             self._cond.notify_all()
-
-    # ------------------------------------------------------------------ policies on write
-
-    def refresh_policies(self) -> None:
-        """Before a write: apply a policy edit whose file events are still on their way.
-
-        A redaction pattern added a moment ago must already apply to the next
-        event; a stat of the few policy files costs microseconds. Every kind of write
-        calls it (the group writer's events, a batch, a decision, a task, a handoff),
-        from any thread: one that comes while another reloads waits for the reload.
-        """
-        with self._policy_lock:
-            stats = self._policy_stats()
-            if stats == self._policy_seen:
-                return
-            changed = sorted(rel for rel in stats.keys() | self._policy_seen.keys()
-                             if stats.get(rel) != self._policy_seen.get(rel))
-            self._policy_seen = stats
-            self._apply_policies(changed)
-
-    def _apply_policies(self, changed: list[str]) -> None:
-        """Load the policy files changed; a problem is named in status until they load."""
-        try:
-            self.memory.invalidate(changed)
-        except Exception as exc:  # a FormatError, or a bug: the last good ones stay
-            self._policy_problem(exc)
-            return
-        with self._problems_lock:
-            if self._policy_said in self.stats["problems"]:
-                self.stats["problems"].remove(self._policy_said)
-            self._policy_said = None
-
-    def _policy_problem(self, exc: Exception) -> None:
-        """A policy edit that could not be applied: logged, and named by `status`."""
-        said = str(exc) if isinstance(exc, FormatError) else f"{type(exc).__name__}: {exc}"
-        logger.warning("policy change not applied (the last good policies stay): %s", said,
-                       exc_info=None if isinstance(exc, FormatError) else exc)
-        with self._problems_lock:
-            if self._policy_said in self.stats["problems"] and self._policy_said != said:
-                self.stats["problems"].remove(self._policy_said)  # the edit's last word only
-            self._policy_said = said
-            self._problem(said)
-
-    def _policy_stats(self) -> dict[str, StatKey | None]:
-        stats: dict[str, StatKey | None] = {}
-        for rel in self.memory.policies.hashes:
-            try:
-                st = os.stat(self.store / rel)
-                stats[rel] = stat_key(st)
-            except FileNotFoundError:
-                stats[rel] = None
-        return stats
 
     # ------------------------------------------------------------------ catch-up on read
 
@@ -525,7 +471,7 @@ class Watcher:
         started = time.perf_counter()
         policies = sorted(p for p in batch if classify(p) == "policy")
         if policies:
-            self._apply_policies(policies)
+            self.policies.apply(policies)
         report: SyncReport | None
         if full or policies:  # a policy may change how rows are made: every file checked
             self._note_links()
@@ -603,34 +549,15 @@ class Watcher:
     def note_problems(self, changed: list[str]) -> None:
         """Log each new parse problem of the files just indexed (they stay in status), and
         forget those of the files mended since."""
-        for rel in changed:
-            state = self.memory.db.fetchone("file_state", {"path": rel})
-            found = {str(FormatError.from_dict({**e, "path": e.get("path") or rel}))
-                     for e in (state["errors"] if state else [])}
-            with self._problems_lock:  # the indexer thread, and the sync method's
-                before = self._logged.get(rel, set())
-                for text in sorted(found - before):
-                    logger.warning("skipped: %s", text)
-                    self._problem(text)
-                fixed = before - found  # mended since: no longer skipped
-                if fixed:
-                    self.stats["problems"][:] = [t for t in self.stats["problems"]
-                                                 if t not in fixed]
-                self._logged[rel] = found
+        db = self.memory.db
+        self.problems.files_indexed((rel, db.fetchone("file_state", {"path": rel}))
+                                    for rel in changed)
 
     def note_problems_at_start(self) -> None:
         """List the files that failed to parse before this daemon started (unchanged,
         they are never indexed again to be logged)."""
         self.note_problems([row["path"] for row in self.memory.db.fetchall(
             "files_with_errors")])
-
-    def _problem(self, text: str) -> None:
-        with self._problems_lock:
-            problems: list[str] = self.stats["problems"]
-            if text in problems:  # a policy edit that does not load is met at every batch
-                problems.remove(text)
-            problems.append(text)
-            del problems[:-20]
 
     def state(self) -> dict[str, Any]:
         """What the watcher is doing, for `daemon_status`."""

@@ -1,0 +1,130 @@
+"""What the daemon's `status` lists as skipped or not applied: the parse problems of the
+files it indexed, and the problem of a policy edit that does not load; and the policy
+edits it applies, before every write and as their file events come.
+
+Each problem is logged once, when first met, and listed (the newest 20) until it is
+mended: a file read again without it, the policies loaded again. A policy edit's last
+problem alone is listed (an editor's saves one after the other would fill the list).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gitmem.errors import FormatError
+from gitmem.store import StatKey, stat_key
+
+if TYPE_CHECKING:
+    from gitmem.memory import Memory
+
+logger = logging.getLogger("gitmem.watcher")
+
+LISTED_MAX = 20
+
+
+class Problems:
+    """The problems listed; every method may be called from any thread."""
+
+    def __init__(self) -> None:
+        self.listed: list[str] = []  # oldest first (shared with the watcher's stats)
+        self._lock = threading.RLock()
+        self._logged: dict[str, set[str]] = {}  # a file's problems as last indexed
+        self._policy: str | None = None  # the problem of the policies not applied
+
+    def files_indexed(self, states: Iterable[tuple[str, Mapping[str, Any] | None]]) -> None:
+        """Files just indexed, each with its index state (its `errors`): log each new
+        problem, and forget those mended since."""
+        for rel, state in states:
+            found = {str(FormatError.from_dict({**e, "path": e.get("path") or rel}))
+                     for e in (state["errors"] if state else [])}
+            with self._lock:
+                before = self._logged.get(rel, set())
+                for text in sorted(found - before):
+                    logger.warning("skipped: %s", text)
+                    self._add(text)
+                fixed = before - found  # mended since: no longer skipped
+                if fixed:
+                    self.listed[:] = [t for t in self.listed if t not in fixed]
+                self._logged[rel] = found
+
+    def policy_failed(self, exc: Exception) -> None:
+        """A policy edit that could not be applied (the last good policies stay)."""
+        said = str(exc) if isinstance(exc, FormatError) else f"{type(exc).__name__}: {exc}"
+        logger.warning("policy change not applied (the last good policies stay): %s", said,
+                       exc_info=None if isinstance(exc, FormatError) else exc)
+        with self._lock:
+            self._drop_policy()
+            self._policy = said
+            self._add(said)
+
+    def policies_applied(self) -> None:
+        """The policy files loaded: their problem, if any, is mended."""
+        with self._lock:
+            self._drop_policy()
+
+    def _drop_policy(self) -> None:
+        if self._policy in self.listed:
+            self.listed.remove(self._policy)
+        self._policy = None
+
+    def _add(self, text: str) -> None:
+        if text in self.listed:  # met again: listed as the newest
+            self.listed.remove(text)
+        self.listed.append(text)
+        del self.listed[:-LISTED_MAX]
+
+
+class PolicyReload:
+    """The store's policy files as last applied, by their stats: an edit is applied
+    before the next write (`refresh`) or when its file events come (`apply`)."""
+
+    def __init__(self, memory: Memory, store: Path, problems: Problems) -> None:
+        self.memory = memory
+        self.store = store
+        self.problems = problems
+        self._seen: dict[str, StatKey | None] = {}
+        self._lock = threading.Lock()  # a write waits for another's reload
+
+    def note(self) -> None:
+        """Take the files as they are now as applied (the watcher's start)."""
+        self._seen = self._stats()
+
+    def refresh(self) -> None:
+        """Before a write: apply a policy edit whose file events are still on their way.
+
+        A redaction pattern added a moment ago must already apply to the next
+        event; a stat of the few policy files costs microseconds. Every kind of write
+        calls it (the group writer's events, a batch, a decision, a task, a handoff),
+        from any thread: one that comes while another reloads waits for the reload.
+        """
+        with self._lock:
+            stats = self._stats()
+            if stats == self._seen:
+                return
+            changed = sorted(rel for rel in stats.keys() | self._seen.keys()
+                             if stats.get(rel) != self._seen.get(rel))
+            self._seen = stats
+            self.apply(changed)
+
+    def apply(self, changed: list[str]) -> None:
+        """Load the policy files changed; a problem is listed until they load."""
+        try:
+            self.memory.invalidate(changed)
+        except Exception as exc:  # a FormatError, or a bug: the last good ones stay
+            self.problems.policy_failed(exc)
+        else:
+            self.problems.policies_applied()
+
+    def _stats(self) -> dict[str, StatKey | None]:
+        stats: dict[str, StatKey | None] = {}
+        for rel in self.memory.policies.hashes:
+            try:
+                stats[rel] = stat_key(os.stat(self.store / rel))
+            except FileNotFoundError:
+                stats[rel] = None
+        return stats
