@@ -385,8 +385,8 @@ class _Connection:
             # "sensitivity": "none"`) is refused, not read as its last value; NaN too
             message = self.server.decode(line.decode("utf-8"))  # bytes: UTF-16 guessed too
         except ValueError as exc:  # not JSON, not UTF-8, or an integer json.loads refuses
-            self.send(response(None, error={"code": PARSE_ERROR,
-                                             "message": f"parse error: {json_problem(exc)}"}))
+            said = Fault(PARSE_ERROR, f"parse error: {json_problem(exc)}")  # it may quote a key
+            self.send(response(None, error=self.server.error_object(said)))
             return
         except RecursionError:  # else it ends this connection's reader, unanswered
             self.send(response(None, error={"code": PARSE_ERROR, "message": "parse error: "

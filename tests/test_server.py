@@ -706,3 +706,9 @@ def test_a_key_given_twice_is_refused_not_read_as_its_last_value(served: Daemon)
     result = served.cli("call", "record_event", '{"content": {"text": "x"}, "tags": [], '
                         '"tags": ["a"]}', check=False)
     assert result.returncode == 2 and "key 'tags' is given twice" in result.stderr
+    key = "ghp_" + "abcdefghijklmnopqrstuvwxyz0123456789"  # a secret as a key, twice
+    [answer] = exchange(served, json.dumps({"jsonrpc": "2.0", "id": 2, "method": "status"})
+                        .encode().replace(b'"id": 2', f'"{key}": 1, "{key}": 2, "id": 2'
+                                          .encode()) + b"\n")
+    assert answer["error"]["code"] == -32700 and key not in json.dumps(answer)
+    assert "key '[REDACTED]' is given twice" in answer["error"]["message"]
