@@ -336,6 +336,18 @@ def test_a_failure_quotes_no_secret_it_was_given(cli: Cli, args: list[str]) -> N
     assert SECRET not in result.output
 
 
+def test_a_failure_is_redacted_by_the_stores_own_patterns(cli: Cli) -> None:
+    """An unknown command is looked up before the root knows the store: its message was
+    redacted by the patterns `gitmem init` writes, not by the store's own."""
+    privacy = cli.config.store / "policies" / "privacy.yaml"
+    privacy.write_text(privacy.read_text().replace(
+        "  redact_patterns:\n", "  redact_patterns:\n    - 'zzsecret\\w+'\n"))
+    for args in (["nosuchcmd-zzsecret123"], ["record", "x", "--kind", "zzsecretKIND"]):
+        result = cli(*args, ok=False)
+        assert result.exit_code in (1, 2) and "[REDACTED]" in result.output
+        assert "zzsecret" not in result.output
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (["record", "x", "--kind", "gossip"], 1, "field 'kind'"),
     (["record", "x", "--channel", "radio"], 1, "field 'channel'"),

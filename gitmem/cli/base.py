@@ -103,19 +103,21 @@ def say(message: str) -> None:
     click.echo(message, err=True)
 
 
-def _redactor(obj: object) -> Callable[[str], str]:
+def _redactor(ctx: click.Context) -> Callable[[str], str]:
     """What a failure's message goes through: the store's privacy policy, else (no store,
-    or its policy does not load) the one `gitmem init` writes."""
+    or its policy does not load) the one `gitmem init` writes. The root's options name
+    the store before its callback has run (a command name is looked up first)."""
     from gitmem.errors import FormatError
     from gitmem.policies import POLICY_FILES, parse_privacy, shipped_privacy
 
+    obj = ctx.obj if isinstance(ctx.obj, Context) else Context(ctx.params.get("store"),
+                                                                ctx.params.get("dsn"))
     try:
-        path = obj.config().store / POLICY_FILES[1] if isinstance(obj, Context) else None
+        path = obj.config().store / POLICY_FILES[1]
         problems: list[FormatError] = []
-        if path is not None:
-            privacy = parse_privacy(path.read_text(encoding="utf-8"), POLICY_FILES[1], problems)
-            if not problems:
-                return privacy.redact_message
+        privacy = parse_privacy(path.read_text(encoding="utf-8"), POLICY_FILES[1], problems)
+        if not problems:
+            return privacy.redact_message
     except (GitmemError, OSError, UnicodeDecodeError):
         pass
     return shipped_privacy().redact_message
@@ -130,7 +132,7 @@ class _Root(click.Group):
             return super().invoke(ctx)
         except click.ClickException as exc:
             # click shows `message` as it stands (a usage error with its hint): set it
-            exc.message = _redactor(ctx.obj)(exc.message)  # type: ignore[misc]
+            exc.message = _redactor(ctx)(exc.message)  # type: ignore[misc]
             raise
 
 
