@@ -226,12 +226,17 @@ def parents(repo: git.Repo, rev: str) -> list[str]:
 def fast_forwarded_from(repo: git.Repo) -> str | None:
     """Where a merge that just fast-forwarded HEAD (`git merge`, `git pull`: no commit
     made, so no pre-merge-commit check) left it, by id: ORIG_HEAD when it is an older
-    commit of HEAD's own history and HEAD is no merge commit; else None."""
+    commit of HEAD's own history and HEAD's reflog says the move was a fast-forward
+    (it may land on a merge commit someone else made); without a reflog, when HEAD is
+    no merge commit. Else None."""
     orig = str(repo.git.rev_parse("--verify", "-q", "ORIG_HEAD^{commit}",
                                   with_exceptions=False)).strip()
     head = str(repo.git.rev_parse("--verify", "-q", "HEAD^{commit}",
                                   with_exceptions=False)).strip()
-    if not orig or not head or orig == head or len(parents(repo, head)) > 1:
+    if not orig or not head or orig == head:
+        return None
+    moved = str(repo.git.log("-g", "-1", "--format=%gs", "HEAD", with_exceptions=False)).strip()
+    if not (moved.endswith("Fast-forward") if moved else len(parents(repo, head)) < 2):
         return None
     ancestor = repo.git.merge_base("--is-ancestor", orig, head, with_exceptions=False,
                                    with_extended_output=True)[0] == 0

@@ -494,6 +494,16 @@ def test_a_fast_forward_that_takes_lines_out_is_named_after_the_merge(root: Path
     run_git(root, "checkout", "-q", main)
     result = run_git(root, "merge", "appends")  # a clean fast-forward: nothing to say
     assert result.returncode == 0 and "gitmem" not in result.stderr, result.stderr
+    run_git(root, "checkout", "-q", "-b", "side", main)  # the drop, under a merge commit
+    (root / "notes.txt").write_text("side work\n")
+    assert commit(root, "side").returncode == 0
+    run_git(root, "checkout", "-q", "teammate")
+    assert run_git(root, "merge", "-q", "--no-ff", "--no-verify", "--no-edit",
+                   "side").returncode == 0
+    run_git(root, "checkout", "-q", main)
+    result = run_git(root, "merge", "teammate")  # fast-forwards onto that merge commit
+    assert result.returncode == 0 and "Fast-forward" in result.stdout
+    assert "this merge fast-forwarded" in result.stderr, result.stderr
 
 
 def test_verify_since_checks_a_branch_against_where_it_left_the_other(
