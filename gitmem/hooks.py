@@ -105,8 +105,10 @@ def _not_installed(name: str) -> str:
     said = "gitmem: gitmem is not installed here (pip install gitmem)"
     if name not in ("pre-commit", "pre-merge-commit"):
         return f'echo "{said}: the index was not brought up to date" >&2'
-    return (f'stores=$(git config --get-all {STORE_KEY}); '
-            'if [ -z "$stores" ] || git diff --cached --quiet -- $stores; then exit 0; fi; '
+    # a clone records no stores until `gitmem hooks install` runs in it: memory/ anywhere
+    return (f'stores=$(git config --get-all {STORE_KEY}); if [ -n "$stores" ]; then '
+            'git diff --cached --quiet -- $stores; else stores=memory; '
+            "git diff --cached --quiet -- ':(glob)**/memory/**'; fi && exit 0; "
             f'echo "{said}: the change staged in $stores cannot be checked; install it, or '
             'commit with --no-verify" >&2; exit 1')
 

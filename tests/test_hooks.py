@@ -371,7 +371,12 @@ def test_hooks_shared_with_a_clone_without_gitmem_stop_only_what_they_cannot_che
     assert "gitmem is not installed here (pip install gitmem)" in result.stderr
     assert "the change staged in memory cannot be checked" in result.stderr
     assert "No module named" not in result.stderr
+    git(repo, "config", "--unset-all", "gitmem.store")  # a clone: no store recorded yet
+    result = run_git(repo, "commit", "-q", "-m", "event", env=without)
+    assert result.returncode == 1 and "cannot be checked" in result.stderr
     run_git(repo, "reset", "-q", "HEAD", "--", DAY)
+    result = run_git(repo, "commit", "-q", "--allow-empty", "-m", "nothing", env=without)
+    assert result.returncode == 0, result.stderr
     result = run_git(repo, "checkout", "-q", "-b", "other", env=without)
     assert result.returncode == 0
     assert "the index was not brought up to date" in result.stderr
