@@ -120,7 +120,8 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     """
     started = time.perf_counter()
     budgets = policies.budgets
-    privacy = policies.privacy  # a secret asked about is no more shown than one stored
+    privacy = policies.privacy  # a secret asked about is no more shown than one stored,
+    searched = privacy.without_secrets(request.query_text)  # nor searched: none is stored
     request = replace(request, query_text=privacy.redact(request.query_text),
                       intent=privacy.redact(request.intent))
     now = parse_ts(request.now) if request.now else datetime.now(UTC)
@@ -130,7 +131,8 @@ def build_acb(request: AcbRequest, policies: Policies, cache: ContextCache,
     key = (request.tenant_id, request.session_id, request.agent_id, request.channel,
            max_tokens)
     build = Build(request, policies, cache, db, now, policies.privacy.rule(
-        request.channel), Packer(max_tokens - reserve), scale, key, shared=encoded)
+        request.channel), Packer(max_tokens - reserve), scale, key, shared=encoded,
+                  searched=searched)
     fast = not request.query_text.strip() and not request.handoff_id
     packed = cache.bundle(key, lambda: _pack(build)) if fast else _pack(build)
     sections: Any = packed.sections

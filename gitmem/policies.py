@@ -130,6 +130,15 @@ class Privacy:
             text = pattern.sub(self._replacement, text)
         return text
 
+    def without_secrets(self, text: str) -> str:
+        """`text` with what the patterns match taken out, a space in its place (what a
+        query searches: the index holds none of it)."""
+        if not self._may_hold(text):
+            return text
+        for pattern in self.patterns:
+            text = pattern.sub(" ", text)
+        return text
+
     @cached_property
     def _replacement(self) -> str:
         """`redaction` as `re.sub` takes it literally: `\\g<0>` in it would have put the

@@ -48,6 +48,7 @@ class Build:
     scale: float
     key: tuple[Any, ...]   # what a cached bundle or prefix of this request is kept under
     shared: bool = False   # items of the cached prefix may be handed out without a copy
+    searched: str = ""     # the query as searched: what the patterns match taken out
     provenance: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     conflicts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # by summary
@@ -206,10 +207,7 @@ class _Evidence:
             return self.result
         started = time.perf_counter()
         db = build.db()
-        # the query as provenance shows it, without its redactions' words: the index
-        # holds none of the secrets they stand for
-        terms = lexicon.analyze(db, build.request.query_text.replace(
-            build.policies.privacy.redaction, " "))
+        terms = lexicon.analyze(db, build.searched)
         limits = planning.Limits.of(build.policies.budgets)
         self.result = retrieval.retrieve(db, build.request.tenant_id, terms, limits, build.now,
                                          build.rule)

@@ -1697,3 +1697,19 @@ def test_a_secret_in_the_query_or_intent_is_neither_shown_nor_searched(memory: M
     assert {t["term"] for t in provenance["query_terms"]} >= {"fail"}
     assert not {"redact", "redacted"} & {t["term"] for t in provenance["query_terms"]}
     assert section(acb, "retrieved_evidence")  # the rest of the question still searches
+
+
+@pytest.mark.parametrize("redaction", ["", "x"])
+def test_the_query_searched_keeps_the_words_the_redaction_string_is_part_of(
+        memory: Memory, redaction: str) -> None:
+    """The query was searched with every occurrence of the redaction string taken out:
+    with `redaction: ""` nothing was searched at all, with "x" no word holding an x."""
+    privacy = memory.store / "policies" / "privacy.yaml"
+    privacy.write_text(privacy.read_text().replace('redaction: "[REDACTED]"',
+                                                   f'redaction: "{redaction}"'))
+    event = say(memory, "Fix the xylophone deploy on fridays")
+    acb = memory.build_acb({"now": NOW, "query_text": "fix the xylophone deploy "
+                            "password=hunter22"})
+    terms = {t["term"] for t in acb["provenance"]["query_terms"]}
+    assert {"fix", "xylophone", "deploy"} <= terms and "hunter22" not in json.dumps(acb)
+    assert event in [i["id"] for i in section(acb, "retrieved_evidence")]
