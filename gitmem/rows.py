@@ -9,8 +9,6 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
-import itertools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -268,12 +266,16 @@ def _minted(content: dict[str, Any]) -> dict[str, str]:
 def _redact_text(text: str, content: dict[str, Any], privacy: Privacy) -> str:
     """`privacy.redact` over an event's chunk text, leaving the ids the write path minted
     whole (an artifact without a name shows its id: the ACB's link to the output)."""
-    minted = _minted(content)
-    if not minted:
+    return _redacted_around(text, [v for v in _minted(content).values() if v in text],
+                            privacy)
+
+
+def _redacted_around(text: str, kept: list[str], privacy: Privacy) -> str:
+    if not kept:
         return privacy.redact(text)
-    parts = re.split("(" + "|".join(map(re.escape, minted.values())) + ")", text)
-    return "".join(part if odd else privacy.redact(part)
-                   for odd, part in zip(itertools.cycle((False, True)), parts))
+    # split on the id itself (a pattern made of it would be compiled per event)
+    return kept[0].join(_redacted_around(part, kept[1:], privacy)
+                        for part in text.split(kept[0]))
 
 
 def stored_event(event: Event, privacy: Privacy) -> Event:
