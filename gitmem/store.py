@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -30,15 +30,18 @@ DIRECTORIES = ("policies", "views", "events", "decisions", "tasks", "summaries/s
                "summaries/episode", "handoffs", "artifacts")
 UNION_RULE = "events/**/*.jsonl merge=union"
 
+# Matched whole (`fullmatch`: `$` let a name end in a newline), in ASCII digits (`\d` took
+# Arabic-Indic ones); a day file's name is a real day, in its month's folder
+# (`_a_day`, and the pattern's own reference to its folder).
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("events", re.compile(r"^events/\d{4}-\d{2}/\d{4}-\d{2}-\d{2}\.jsonl$")),
-    ("decision", re.compile(r"^decisions/dec_[0-9A-HJKMNP-TV-Z]{26}\.md$")),
-    ("task", re.compile(r"^tasks/tsk_[0-9A-HJKMNP-TV-Z]{26}\.md$")),
-    ("summary", re.compile(r"^summaries/(session|episode)/sum_[0-9A-HJKMNP-TV-Z]{26}\.md$")),
-    ("handoff", re.compile(r"^handoffs/hof_[0-9A-HJKMNP-TV-Z]{26}\.yaml$")),
-    ("view", re.compile(r"^views/[A-Za-z0-9][A-Za-z0-9._-]*\.md$")),
-    ("policy", re.compile(r"^(policies/(budgets|privacy|channels)\.yaml|manifest\.json)$")),
-    ("artifact", re.compile(r"^artifacts/[0-9a-f]{2}/[0-9a-f]{64}$")),
+    ("events", re.compile(r"events/([0-9]{4}-[0-9]{2})/(\1-[0-9]{2})\.jsonl")),
+    ("decision", re.compile(r"decisions/dec_[0-9A-HJKMNP-TV-Z]{26}\.md")),
+    ("task", re.compile(r"tasks/tsk_[0-9A-HJKMNP-TV-Z]{26}\.md")),
+    ("summary", re.compile(r"summaries/(session|episode)/sum_[0-9A-HJKMNP-TV-Z]{26}\.md")),
+    ("handoff", re.compile(r"handoffs/hof_[0-9A-HJKMNP-TV-Z]{26}\.yaml")),
+    ("view", re.compile(r"views/[A-Za-z0-9][A-Za-z0-9._-]*\.md")),
+    ("policy", re.compile(r"policies/(budgets|privacy|channels)\.yaml|manifest\.json")),
+    ("artifact", re.compile(r"artifacts/[0-9a-f]{2}/[0-9a-f]{64}")),
 )
 INDEXED_KINDS = ("events", "decision", "task", "summary", "handoff", "view")
 TENANT_FILE_KINDS = frozenset({"decision", "task"})  # files whose rows concern their tenant only
@@ -49,9 +52,18 @@ RECORD_KINDS = frozenset({"decision", "task", "summary", "handoff"})
 def classify(rel: str) -> str | None:
     """What a store-relative path holds, or None for files gitmem ignores."""
     for kind, pattern in _PATTERNS:
-        if pattern.match(rel):
-            return kind
+        found = pattern.fullmatch(rel)
+        if found:
+            return kind if kind != "events" or _a_day(found[2]) else None
     return None
+
+
+def _a_day(name: str) -> bool:
+    try:
+        date.fromisoformat(name)
+    except ValueError:  # 2026-02-30
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -309,3 +309,24 @@ def test_a_store_path_inside_a_store_names_the_store(tmp_path: Path) -> None:
         load_config(str(store / "decisions"), env={}, cwd=tmp_path)
     assert str(caught.value) == (f"{store / 'decisions'} is inside the gitmem store {store}: "
                                  f"pass --store {store}")
+
+
+@pytest.mark.parametrize(("rel", "kind"), [
+    ("events/2026-03/2026-03-01.jsonl", "events"),
+    ("events/2024-02/2024-02-29.jsonl", "events"),
+    ("events/2026-03/2026-03-01.jsonl\n", None),  # `$` matched before a final newline
+    ("views/rules.md\n", None),
+    ("events/\u0662\u0660\u0662\u0666-\u0660\u0663/\u0662\u0660\u0662\u0666-\u0660\u0663-"
+     "\u0660\u0667.jsonl", None),  # `\d` matched Arabic-Indic digits
+    ("events/2026-02/2026-02-30.jsonl", None),  # no such day
+    ("events/2026-03/2026-04-01.jsonl", None),  # not its month's folder
+    ("events/2026-13/2026-13-01.jsonl", None),
+    ("decisions/dec_01KHBYB0000000000000000009.md", "decision"),
+    ("manifest.json", "policy"), ("policies/privacy.yaml", "policy"),
+    ("policies/privacy.yaml.orig", None),
+])
+def test_a_store_path_is_a_record_only_when_its_whole_name_says_so(rel: str,
+                                                                   kind: str | None) -> None:
+    """Names that are no record's were read as records: gitmem status said the store was
+    clean, and an ACB served a file FORMATS.md says is never read."""
+    assert classify(rel) == kind
