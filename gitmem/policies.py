@@ -370,6 +370,10 @@ def parse_budgets(text: str, path: str = "policies/budgets.yaml",
     each added to it, the default standing in for a bad value (so for every parser)."""
     r = PolicyReader(text, path, errors)
     r.known(r.data, "", BUDGET_KEYS)
+    if r.loaded and r.data.get("sections") is None:  # never a silent "show nothing"
+        r.problem("sections" if "sections" in r.data else "",
+                  "no sections: every bundle would be empty (an empty file, or one cut "
+                  "short while being saved?); `sections: {}` shows nothing on purpose")
     sections: dict[str, SectionBudget] = {}
     for name, spec in r.mapping(r.data, "sections", "sections").items():
         if name not in SECTIONS:
@@ -423,7 +427,7 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml",
     r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
     r.known(store, "store", STORE_KEYS)
-    if store.get("redact_patterns") is None:  # never a silent "redact nothing"
+    if r.loaded and store.get("redact_patterns") is None:  # never a silent "redact nothing"
         r.problem("store.redact_patterns" if "redact_patterns" in store else "store",
                   "no redact_patterns: nothing would be redacted (an empty file, or one "
                   "cut short while being saved?); `redact_patterns: []` redacts nothing "

@@ -31,8 +31,10 @@ class PolicyReader:
     def __init__(self, text: str, path: str, errors: list[FormatError] | None = None) -> None:
         self.text, self.path, self.errors = text, path, errors
         self.data: Mapping[str, Any] = {}
+        self.loaded = False  # the text was YAML (else its one problem is said already)
         try:
             self.data = load_yaml(text, path)
+            self.loaded = True
         except FormatError as exc:
             self.report(exc)
 

@@ -337,6 +337,18 @@ def test_a_privacy_file_without_patterns_is_refused_not_read_as_redact_nothing(
     assert parse_privacy("version: 1\nstore:\n  redact_patterns: []\n").patterns == ()
 
 
+@pytest.mark.parametrize("text", ["", "version: 1\n", "version: 1\nsections:\n"])
+def test_a_budgets_file_without_sections_is_refused_not_read_as_show_nothing(
+        text: str) -> None:
+    """An empty budgets.yaml (an editor's save caught half way) made every bundle empty,
+    silently; a running daemon served empty bundles while a save was under way."""
+    with pytest.raises(ValidationError) as caught:
+        parse_budgets(text)
+    assert caught.value.path == "policies/budgets.yaml"
+    assert "no sections: every bundle would be empty" in str(caught.value)
+    assert parse_budgets("version: 1\nsections: {}\n").sections == {}
+
+
 @pytest.mark.parametrize(("pattern", "said"), [
     ("(x+x+)+y", "repeats what holds a repeat of its own"),
     ("(\\w+\\s?)+:", "repeats what holds a repeat of its own"),
