@@ -74,8 +74,9 @@ def field_line(text: str, key: str) -> int | None:
 def _record_frontmatter(text: str, path: str, what: str) -> tuple[dict[str, Any], str, int]:
     """Frontmatter that a decision, task or summary file must open with."""
     if _FENCE.match(text.removeprefix("\ufeff")) is None:
+        found = "line 1 is not '---'" if text.strip() else "the file is empty"
         raise FormatError(f"a {what} file starts with YAML frontmatter between '---' lines "
-                          "(id, ts, ...); line 1 is not '---'", path=path, line=1)
+                          f"(id, ts, ...); {found}", path=path, line=1)
     return split_frontmatter(text, path)
 
 

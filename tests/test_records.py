@@ -334,6 +334,17 @@ def test_decision_with_refs_key_missing_still_names_a_line() -> None:
     assert str(err).startswith(f"{DEC_PATH}:1: ")
 
 
+@pytest.mark.parametrize(("text", "said"), [
+    ("", "the file is empty"), ("\n  \n", "the file is empty"),
+    ("id: dec_x\n", "line 1 is not '---'")])
+def test_a_record_file_without_frontmatter_says_what_it_holds(text: str, said: str) -> None:
+    """An empty decision was said to have a line 1 that is not '---'."""
+    with pytest.raises(FormatError) as caught:
+        parse_decision(text, DEC_PATH, "default")
+    assert (caught.value.line, caught.value.path) == (1, DEC_PATH)
+    assert str(caught.value).endswith(said)
+
+
 def test_broken_frontmatter_names_the_line() -> None:
     text = decision_text().replace('"scope": ', "").replace('scope: "project"', "scope: [project")
     err = decision_error(text)
