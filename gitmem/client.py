@@ -116,6 +116,10 @@ class Client:
                               f"within {self.connect_timeout}s; see .gitmem/daemon.log") from None
         except OSError as exc:
             sock.close()
+            state = self.socket_path.parent
+            if state.exists() and not state.is_dir():  # `daemon start` would be refused
+                raise DaemonError(f"no daemon can answer on {self.socket_path}: {state} is a "
+                                  "file, not a directory; move it away to run one") from None
             if exc.errno in _NOT_LISTENING:
                 raise DaemonError(f"no daemon answers on {self.socket_path}; start one with "
                                   "`gitmem daemon start`") from None

@@ -881,3 +881,14 @@ def test_a_bundle_the_daemon_builds_and_a_write_with_no_daemon_import_no_read_pa
         assert "gitmem.prompt" in bundle and not READ_PATH & bundle
         assert "tiktoken" not in bundle  # rendering a bundle counts nothing
         assert imported("acb", "Oslo", GITMEM_NO_DAEMON="1") >= READ_PATH  # built here
+
+
+def test_gitmem_call_where_gitmem_state_is_a_file_says_so(cli: Cli) -> None:
+    """It advised `gitmem daemon start`, which is then refused for that file."""
+    state = cli.config.store.parent / ".gitmem"
+    shutil.rmtree(state, ignore_errors=True)
+    state.write_text("")
+    result = cli("call", "status", ok=False)
+    assert result.exit_code == 1
+    assert f"{state} is a file, not a directory; move it away" in result.output
+    assert "gitmem daemon start" not in result.output
