@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -307,7 +307,7 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     heading, anchor, start = "", "", first_line
     lines: list[str] = []
     fence = ""  # the code fence open, as written (``` or ~~~, maybe longer)
-    paragraph = 0  # how many of `lines`, at their end, are a paragraph's (setext text)
+    open_ = _Open()
 
     def flush() -> None:
         text = "\n".join(lines).strip()
@@ -315,11 +315,11 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=start))
 
     for offset, line in enumerate(body.split("\n")):
-        was_open, fence = fence, _fence_after(line, fence)
-        match = None if fence or was_open else _ATX_HEADING.match(line)
-        setext = bool(paragraph) and not was_open and _SETEXT_UNDERLINE.match(line)
+        was_open, fence = fence, fence if open_.html else _fence_after(line, fence)
+        match = None if fence or was_open or open_.html else _ATX_HEADING.match(line)
+        setext = bool(open_.paragraph) and not was_open and _SETEXT_UNDERLINE.match(line)
         if match or setext:
-            above = lines[len(lines) - paragraph:] if setext else []
+            above = lines[len(lines) - open_.paragraph:] if setext else []
             del lines[len(lines) - len(above):]
             flush()
             heading = match.group(2) if match else " ".join(part.strip() for part in above)
@@ -330,24 +330,116 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
                 anchor = f"{base}-{count}"
             seen[base] = count
             used.add(anchor)
-            start, lines, paragraph = first_line + offset - len(above), [*above, line], 0
+            start, lines, open_ = first_line + offset - len(above), [*above, line], _Open()
         else:
             lines.append(line)
-            in_paragraph = not fence and not was_open and (
-                _PARAGRAPH_LINE.match(line) or (paragraph and _CONTINUATION.match(line)))
-            paragraph = paragraph + 1 if in_paragraph else 0
+            open_ = _open_after(line.expandtabs(4), open_, fenced=bool(fence or was_open))
     flush()
     return tuple(chunks)
 
 
 _ATX_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-# A setext heading: a paragraph's lines underlined by `===` (level 1) or `---` (level 2),
-# as CommonMark reads them; a paragraph begins with none of a list's, a quote's, a
-# fence's or an indented code block's marks (`---` under those is a rule, not a heading).
+# A setext heading: a top-level paragraph's lines underlined by `===` (level 1) or `---`
+# (level 2), as CommonMark reads them. What a paragraph is takes a line classifier, not a
+# parser: which lines begin one, which blocks interrupt one, and which lines are a list
+# item's or a block quote's (`---` under those is a rule, not a heading).
 _SETEXT_UNDERLINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
-_PARAGRAPH_LINE = re.compile(r" {0,3}(?![-*+][ \t]|[-*+]$|\d{1,9}[.)](?:[ \t]|$)|[>#|]|<|`{3}|~{3})"
-                             r"(?=\S)(?!(?:[-*_][ \t]*){3,}$)")
-_CONTINUATION = re.compile(r"(?: {4}|\t)[ \t]*\S")  # indented: a paragraph's, not code
+
+
+@dataclass(frozen=True)
+class _Open:
+    """What is open after a line of a view, as far as its headings need to know."""
+
+    paragraph: int = 0  # how many lines, up to here, are a top-level paragraph's
+    lazy: bool = False  # a list item's or quote's paragraph: lines not interrupting it are its
+    item: int = 0       # an open list's content column: lines after a blank indented so far are its
+    html: str = ""      # an open HTML block's end: a pattern, or "\n" for a blank line
+
+
+def _open_after(line: str, open_: _Open, fenced: bool) -> _Open:
+    """What is open after `line` (tabs expanded), `open_` having been open before it."""
+    if open_.html:
+        ends = (not line.strip() if open_.html == "\n"
+                else re.search(open_.html, line, re.IGNORECASE))
+        return _Open() if ends else open_
+    if not line.strip():
+        return _Open(item=open_.item)
+    if open_.item and len(line) - len(line.lstrip()) >= open_.item:  # the list item's line
+        lazy = not fenced and ((open_.lazy and not _interrupts(line))
+                               or _opens_text(line[open_.item:]))
+        return _Open(lazy=lazy, item=open_.item)
+    if fenced:
+        return _Open()
+    if (open_.lazy or open_.paragraph) and not _interrupts(line):
+        return replace(open_, paragraph=open_.paragraph + 1) if open_.paragraph else open_
+    if (item := _LIST_ITEM.match(line)) and not _THEMATIC_BREAK.match(line):
+        column = _item_column(line, item)
+        return _Open(lazy=_opens_text(line[column:]), item=column)
+    if quote := _QUOTE.match(line):
+        return _Open(lazy=_opens_text(line[quote.end():]))
+    if html := _html_block(line, interrupting=False):
+        return html
+    return _Open(paragraph=int(_TEXT.match(line) is not None and not _interrupts(line)))
+
+
+def _interrupts(line: str) -> bool:
+    """Whether `line` begins a block that ends a paragraph open above it (CommonMark 4.8
+    and 5.2: an ordered list from 1 and a bullet list, not empty ones, do; a table row
+    does where GitHub renders tables)."""
+    if _BLOCK_START.match(line) or _THEMATIC_BREAK.match(line) or _fence_after(line, ""):
+        return True
+    item = _LIST_ITEM.match(line)
+    if item and line[item.end():].strip():
+        return item.group(1) is None or int(item.group(1)) == 1
+    return _html_block(line, interrupting=True) is not None
+
+
+def _opens_text(content: str) -> bool:
+    """Whether a list item's or quote's content, past its mark, begins a paragraph."""
+    while not _THEMATIC_BREAK.match(content) and (
+            mark := _QUOTE.match(content) or _LIST_ITEM.match(content)):
+        content = content[mark.end() if mark.re is _QUOTE else _item_column(content, mark):]
+    return (_TEXT.match(content) is not None and not _interrupts(content)
+            and _html_block(content, interrupting=False) is None)
+
+
+def _item_column(line: str, item: re.Match[str]) -> int:
+    """The column a list item's content begins at (CommonMark 5.2)."""
+    rest = line[item.end():]
+    spaces = len(rest) - len(rest.lstrip(" "))
+    return item.end() + (spaces if 1 <= spaces <= 4 and rest.strip() else 1)
+
+
+def _html_block(line: str, interrupting: bool) -> _Open | None:
+    """The HTML block `line` begins (CommonMark 4.6), if any: kinds 1 to 5 run to their
+    end, 6 and 7 to a blank line; kind 7, a tag alone on its line, interrupts no
+    paragraph (such a line is the paragraph's, as `<span>x</span>` is)."""
+    for begin, end in _HTML_RAW:
+        if mark := begin.match(line):
+            found = re.search(end, line[mark.end():], re.IGNORECASE)
+            return _Open() if found else _Open(html=end)
+    if _HTML_TO_BLANK.match(line) or (not interrupting and _HTML_TAG_LINE.match(line)):
+        return _Open(html="\n")
+    return None
+
+
+_TEXT = re.compile(r" {0,3}\S")  # 4 spaces in: indented code, unless a paragraph is open
+_LIST_ITEM = re.compile(r" {0,3}(?:[-+*]|(\d{1,9})[.)])(?= |$)")
+_QUOTE = re.compile(r" {0,3}> ?")
+_THEMATIC_BREAK = re.compile(r" {0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,})$")
+_BLOCK_START = re.compile(r" {0,3}(?:#{1,6}(?:[ \t]|$)|>|\|)")  # ATX heading, quote, table row
+_HTML_RAW = tuple((re.compile(" {0,3}" + begin, re.IGNORECASE), end) for begin, end in (
+    (r"<(?:pre|script|style|textarea)(?:[ \t>]|$)", r"</(?:pre|script|style|textarea)>"),
+    (r"<!--", r"-->"), (r"<\?", r"\?>"), (r"<![a-z]", r">"), (r"<!\[CDATA\[", r"\]\]>")))
+_HTML_TO_BLANK = re.compile(
+    r" {0,3}</?(?:address|article|aside|base|basefont|blockquote|body|caption|center|col"
+    r"|colgroup|dd|details|dialog|dir|div|dl|dt|fieldset|figcaption|figure|footer|form"
+    r"|frame|frameset|h[1-6]|head|header|hr|html|iframe|legend|li|link|main|menu|menuitem"
+    r"|nav|noframes|ol|optgroup|option|p|param|search|section|summary|table|tbody|td"
+    r"|tfoot|th|thead|title|tr|track|ul)(?:[ \t>]|/>|$)", re.IGNORECASE)
+_HTML_TAG_LINE = re.compile(
+    r" {0,3}(?:<[a-z][a-z0-9-]*(?:\s+[a-z_:][\w.:-]*(?:\s*=\s*(?:[^\s\"'=<>`]+|'[^']*'"
+    r"|\"[^\"]*\"))?)*\s*/?>|</[a-z][a-z0-9-]*\s*>)\s*$", re.IGNORECASE)
 
 
 _FENCE_MARK = re.compile(r" {0,3}(`{3,}|~{3,})")

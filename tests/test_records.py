@@ -626,6 +626,31 @@ def test_a_rule_under_what_is_no_paragraph_is_no_heading(above: str) -> None:
     assert [c.heading for c in view.chunks] == ["Top", *heading]
 
 
+# Each case's headings as markdown-it-py's commonmark mode reads them (top level only).
+@pytest.mark.parametrize(("text", "headings"), [
+    ("- a long item that wraps\nonto the next line\n---\nafter", []),  # a lazy line
+    ("> a quote that wraps\nonto the next line\n---\nafter", []),
+    ("- item\n\n  its second paragraph\nlazy\n---", []),
+    ("- item\n\nnot the item's\n---", ["not the item's"]),
+    ("- item\n  ```\n  code\n  ```\nafter the list\n---", ["after the list"]),
+    ("> ```\nafter the quote\n---", ["after the quote"]),
+    ("Para\n2. not a list\n---", ["Para 2. not a list"]),  # only 1. interrupts a paragraph
+    ("Para\n-\n---", ["Para"]),                            # nor does an empty item
+    ("Para\n1. a list\n---", []),
+    ("#hashtag\n---", ["#hashtag"]),                        # no space: no ATX heading
+    ("Text\n<span>x</span>\n===", ["Text <span>x</span>"]),  # inline HTML continues it
+    ("Para\n<div>\n---", []),                              # a block of HTML interrupts it
+    ("<div>\nin the HTML block\n---", []),
+    ("<!-- a comment -->\nafter it\n---", ["after it"]),
+    ("- - -\nafter a rule\n===", ["after a rule"]),
+])
+def test_setext_headings_are_commonmark_s(text: str, headings: list[str]) -> None:
+    """A line after a list item's or a quote's was taken for a paragraph (`---` under it
+    a heading), and an ordered list from 2, `#tag` or an HTML tag line for no paragraph."""
+    view = parse_view(f"# Top\n\n{text}\n", "views/rules.md", "rules")
+    assert [c.heading for c in view.chunks] == ["Top", *headings]
+
+
 def test_every_heading_of_a_view_gets_an_anchor_of_its_own() -> None:
     """`Notes` twice gives notes and notes-1, and a heading `Notes 1` slugifies to
     notes-1 too: each anchor is a chunk's key in the index (a clash failed every
