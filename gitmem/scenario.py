@@ -27,7 +27,16 @@ from gitmem.consistency import CONFLICT_KINDS
 from gitmem.errors import GitmemError, ScenarioError, ValidationError
 from gitmem.packing import OMISSION_REASONS
 from gitmem.policies import SECTIONS
-from gitmem.records import CHANNELS, KINDS, SENSITIVITIES, parse_ts
+from gitmem.records import (
+    CHANNELS,
+    KINDS,
+    SENSITIVITIES,
+    TS_END,
+    TS_MIN,
+    TS_RANGE,
+    format_ts,
+    parse_ts,
+)
 from gitmem.yamlio import SafeLoader, yaml_problem
 
 PRINCIPLES = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "G1")
@@ -240,11 +249,12 @@ def resolve_at(value: str, now: datetime, field: str = "at") -> datetime:
         return now
     if text[:1] in "+-":
         try:
-            return now + timedelta(seconds=parse_duration(text))
+            seconds = parse_duration(text)
         except ValueError as exc:
             raise ScenarioError(f"field {field!r}: {exc} (an offset from the scenario's now); "
                                 f"`{field}:` also takes an RFC 3339 timestamp like "
                                 "2026-02-09T05:12:33+09:00, or `now`") from None
+        return moved(now, seconds, field, text)
     try:
         return parse_ts(text, field)
     except ValidationError as exc:
@@ -252,25 +262,42 @@ def resolve_at(value: str, now: datetime, field: str = "at") -> datetime:
                             "offset from the scenario's now like -35d or +2h") from None
 
 
-def _check_at(check: _Checker, value: Any, now: datetime, where: list[str | int],
-              label: str, field: str = "at") -> None:
-    """`at:` or an acb step's `now:` is a time; an error cites the field's own line."""
+def moved(when: datetime, seconds: float, field: str, value: str) -> datetime:
+    """`when` moved by `seconds`; a ScenarioError naming `field` and its `value` where that
+    leaves the range the index holds, or the calendar (`at: +3000000d` did, with an
+    OverflowError's traceback)."""
     try:
-        resolve_at(str(value), now, field)
+        later: datetime | None = when + timedelta(seconds=seconds)
+    except OverflowError:
+        later = None
+    if later is None or not TS_MIN <= later < TS_END:
+        raise ScenarioError(f"field {field!r}: {value!r} moves the clock from {format_ts(when)} "
+                            f"outside {TS_RANGE}, the range ids and the index can hold")
+    return later
+
+
+def _check_at(check: _Checker, value: Any, now: datetime, where: list[str | int],
+              label: str, field: str = "at") -> datetime:
+    """`at:` or an acb step's `now:` as a time; an error cites the field's own line."""
+    try:
+        return resolve_at(str(value), now, field)
     except ScenarioError as exc:
         raise check.fail(where, str(exc), label) from None
 
 
 def _duration(check: _Checker, modifiers: Mapping[str, Any], key: str,
-              where: list[str | int], label: str) -> float:
-    """`advance:` or `every:` in seconds, moving the clock forward (0 when not given);
-    an error cites the field's own line."""
+              where: list[str | int], label: str, start: datetime) -> float:
+    """`advance:` or `every:` in seconds, moving the clock forward from `start` (0 when not
+    given) and not out of the calendar; an error cites the field's own line."""
     if key not in modifiers:
         return 0.0
     try:
         seconds = parse_duration(str(modifiers[key]))
+        moved(start, seconds, key, str(modifiers[key]))
     except ValueError as exc:
         raise check.fail([*where, key], f"field {key!r}: {exc}", label) from None
+    except ScenarioError as exc:
+        raise check.fail([*where, key], str(exc), label) from None
     if seconds < 0 or (seconds == 0 and key == "every"):
         raise check.fail([*where, key], f"field {key!r}: must move the clock forward, got "
                          f"{modifiers[key]!r}", label)
@@ -386,12 +413,11 @@ def _step(check: _Checker, raw: Any, number: int, bound: set[str], now: datetime
                  where, "step", label)
     _refs_bound(check, body, bound, [*where, action], label)
     at = modifiers.get("at")
-    if at is not None:
-        _check_at(check, at, now, [*where, "at"], label)
+    start = now if at is None else _check_at(check, at, now, [*where, "at"], label)
     if action == "acb" and body.get("now"):
         _check_at(check, body["now"], now, [*where, action, "now"], label, "now")
-    advance = _duration(check, modifiers, "advance", where, label)
-    every = _duration(check, modifiers, "every", where, label) or 1.0
+    advance = _duration(check, modifiers, "advance", where, label, start)
+    every = _duration(check, modifiers, "every", where, label, start) or 1.0
     repeat = modifiers.get("repeat", 0)
     if not 1 <= repeat <= 100000 and "repeat" in modifiers:
         raise check.fail([*where, "repeat"], "field 'repeat': expected 1..100000", label)

@@ -25,7 +25,7 @@ from gitmem.db import Database
 from gitmem.errors import GitError, ScenarioError
 from gitmem.memory import Memory
 from gitmem.records import format_ts
-from gitmem.scenario import Scenario, Step, resolve_at, substitute
+from gitmem.scenario import Scenario, Step, moved, resolve_at, substitute
 from gitmem.store import init_store
 
 WRITE_ACTIONS = ("record", "decide", "task", "summary", "handoff")
@@ -124,7 +124,8 @@ class Run:
         """The story's current time for one write; the clock moves on (a second, or
         the step's `every`)."""
         when = self.cursor
-        self.cursor += self.step_tick
+        self.cursor = moved(when, self.step_tick.total_seconds(), "every",
+                            f"{self.step_tick.total_seconds():g}s")
         return format_ts(when)
 
     def resolve(self, value: Any, i: int | None = None) -> Any:
@@ -297,8 +298,8 @@ def execute(run: Run, step: Step) -> None:
     """Do what one step says (all its repetitions); bind what it produced."""
     if step.at is not None:
         run.cursor = resolve_at(step.at, run.scenario.now)
-    if step.advance:
-        run.cursor += timedelta(seconds=step.advance)
+    if step.advance:  # one step's moves fit the calendar; all the steps' may not
+        run.cursor = moved(run.cursor, step.advance, "advance", f"{step.advance:g}s")
     run.step_tick = timedelta(seconds=step.every)
     times = step.repeat or 1
     numbers = range(1, times + 1) if step.repeat else [None]

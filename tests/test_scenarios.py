@@ -89,6 +89,21 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
      "`at:` also takes an RFC 3339 timestamp like 2026-02-09T05:12:33+09:00, or `now`"),
     ("steps:\n  - acb:\n      query: q\n      now: \"2026-03-01\"\n", 8, "step 1 (acb)",
      "field 'now': expected an RFC 3339 timestamp"),
+    # a clock moved out of the calendar (an OverflowError traceback ended the whole run)
+    ("steps:\n  - record: {text: a}\n    at: \"+99999999999d\"\n", 7, "step 1 (record)",
+     "field 'at': '+99999999999d' moves the clock from 2026-02-01T00:00:00"),
+    ("steps:\n  - record: {text: a}\n    at: \"-99999999d\"\n", 7, "step 1 (record)",
+     "field 'at': '-99999999d' moves the clock from"),
+    ("steps:\n  - record: {text: a}\n    name: n\n    at: \"+3000000d\"\n", 8,
+     "step 1 (record)", "9998-12-31T23:59:59.999999Z, the range ids and the index can hold"),
+    ("steps:\n  - acb: {now: \"+3000000d\"}\n", 6, "step 1 (acb)",
+     "field 'now': '+3000000d' moves the clock"),
+    ("steps:\n  - record: {text: a}\n    advance: 99999999999d\n", 7, "step 1 (record)",
+     "field 'advance': '99999999999d' moves the clock from"),
+    ("steps:\n  - record: {text: a}\n    at: \"9998-01-01T00:00:00Z\"\n    every: 1000d\n",
+     8, "step 1 (record)", "field 'every': '1000d' moves the clock from 9998-01-01T00:00:00"),
+    ("steps:\n  - record: {text: a}\n    at: \"-20500d\"\n", 7, "step 1 (record)",
+     "field 'at': '-20500d' moves the clock from 2026-02-01T00:00:00+00:00 outside 1970"),
     ("steps:\n  - git: {rebase: main}\n", 6, "step 1 (git)", "unknown field 'rebase'"),
     ("steps:\n  - daemon: explode\n", 6, "step 1 (daemon)", "expected one of start, stop"),
     ("steps:\n  - record: {text: a}\nassertions:\n  - {type: event_exists, count: many}\n", 8,
@@ -240,6 +255,32 @@ assertions:
     [failure] = result["failures"]
     assert failure["where"] == "step 2 (decide)" and failure["line"] == 8
     assert "ValidationError" in failure["error"] and "supersedes" in failure["error"]
+
+
+def test_a_clock_moved_out_of_the_calendar_fails_its_step_in_one_line(tmp_path: Path,
+                                                                       dsn: str) -> None:
+    """Each step's move fits the calendar, together they do not: the step that leaves it
+    fails, named, without a traceback (an OverflowError's was shown)."""
+    text = HEAD + """steps:
+  - record: {text: a}
+    advance: 2000000d
+  - record: {text: b}
+    advance: 2000000d
+  - record: {text: c}
+    at: "9998-12-30T00:00:00Z"
+    every: 1d
+    repeat: 2
+"""
+    result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
+    [failure] = result["failures"]
+    assert failure["where"] == "step 2 (record)" and failure["line"] == 8
+    assert failure["error"].startswith("ScenarioError: field 'advance': '1.728e+11s' moves "
+                                       "the clock from 7501-"), failure["error"]
+    assert "traceback" not in failure and "\n" not in failure["error"]
+    text = text.replace("    advance: 2000000d\n", "")
+    [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
+    assert failure["where"] == "step 3 (record)" and "field 'every': '86400s'" in failure["error"]
+    assert "traceback" not in failure
 
 
 def test_decision_assertions_look_in_the_scenarios_tenant(tmp_path: Path, dsn: str) -> None:
