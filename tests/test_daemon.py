@@ -236,11 +236,12 @@ def _left_running(config: Config) -> bool:
 
 
 @pytest.mark.parametrize("command", ["start", "stop"])
-@pytest.mark.parametrize("timeout", ["0", "-1"])
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "-NaN"])
 def test_a_timeout_of_no_time_is_refused_as_a_bad_flag(store_config: Config, command: str,
                                                       timeout: str) -> None:
     """`start --timeout 0` gave up on the daemon it had just spawned and left it running;
-    `stop --timeout -1` stopped it, then failed advising `kill -9`."""
+    `stop --timeout -1` stopped it, then failed advising `kill -9`; `nan` passed the
+    range check and did both."""
     daemon = Daemon(store_config)
     try:
         if command == "stop":

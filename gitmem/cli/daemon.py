@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,21 @@ if TYPE_CHECKING:
     from gitmem.config import Config
 
 
-# a wait of no time cannot succeed: `start` would give up on a daemon it just spawned
-_SECONDS = click.FloatRange(min=0, min_open=True)
+class _Seconds(click.FloatRange):
+    """Seconds to wait, more than none: a wait of no time cannot succeed (`start` would
+    give up on a daemon it just spawned), nor one of NaN, which click's range lets through
+    (no comparison fails for it: `stop --timeout nan` stopped the daemon, then advised
+    `kill -9`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{seconds} is not in the range x>0.", param, ctx)
+        return seconds
+
+
+_SECONDS = _Seconds(min=0, min_open=True)
 
 
 def _served(obj: Context) -> Config:
