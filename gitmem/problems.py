@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("gitmem.watcher")
 
 LISTED_MAX = 20
+# How a policy edit's problem is listed: its file is not skipped (nothing is indexed
+# from it), its edit is not applied.
+NOT_APPLIED = "not applied (the last good policies stay): "
 
 
 class Problems:
@@ -59,8 +62,8 @@ class Problems:
                        exc_info=None if isinstance(exc, FormatError) else exc)
         with self._lock:
             self._drop_policy()
-            self._policy = said
-            self._add(said)
+            self._policy = NOT_APPLIED + said
+            self._add(self._policy)
 
     def policies_applied(self) -> None:
         """The policy files loaded: their problem, if any, is mended."""

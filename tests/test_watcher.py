@@ -225,6 +225,9 @@ def test_a_policy_edit_that_does_not_load_is_reported_and_indexing_goes_on(
     shown = daemon.cli("status").stdout
     assert f"error   policies/privacy.yaml:{problem['line']}: broken YAML" in shown
     assert any("broken YAML" in p for p in daemon.call("daemon_status")["watcher"]["problems"])
+    listed = daemon.cli("daemon", "status").stdout  # not skipped: it said so
+    assert (f"  not applied (the last good policies stay): policies/privacy.yaml:"
+            f"{problem['line']}: broken YAML") in listed and "skipped" not in listed, listed
     privacy.write_text(good)
     wait_for(lambda: not daemon.call("status", {})["errors"])
     wait_for(lambda: not daemon.call("daemon_status")["watcher"]["problems"])  # mended

@@ -169,6 +169,7 @@ def daemon_status(obj: Context, as_json: bool) -> None:
       gitmem daemon status --json
     """
     from gitmem import daemon as lifecycle
+    from gitmem.problems import NOT_APPLIED
 
     with reported():
         report = lifecycle.status(_served(obj))
@@ -194,7 +195,8 @@ def daemon_status(obj: Context, as_json: bool) -> None:
             click.echo(f"watcher  {watcher['mode']}, {watcher['batches']} batches, "
                        f"{watcher['pending_paths']} pending{busy}, database {db}")
             for problem in watcher.get("problems", []):
-                click.echo(f"  skipped {problem}")
+                shown = problem if problem.startswith(NOT_APPLIED) else f"skipped {problem}"
+                click.echo(f"  {shown}")
         committer = info.get("autocommit") or {}
         if committer.get("enabled"):
             waiting = (f", waiting: {committer['last_skipped']}"
