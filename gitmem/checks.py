@@ -136,7 +136,10 @@ class Checker:
             return
         data = self.tree.read(rel)
         if data is None:
-            if kind == "policy" and isinstance(self.tree, WorkTree) and (
+            if isinstance(self.tree, WorkTree) and rel in self.tree.unread:
+                self.fail(rel, None, f"cannot be read: {self.tree.unread[rel]}; gitmem skips "
+                          "it (put a file in its place, or remove it)")
+            elif kind == "policy" and isinstance(self.tree, WorkTree) and (
                     self.tree.store / rel).is_dir():
                 self.fail(rel, None, "cannot be read: Is a directory")  # as the loader says
             elif kind == "policy":

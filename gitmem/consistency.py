@@ -40,9 +40,9 @@ from gitmem.documents import (
     parse_summary,
     parse_task,
 )
-from gitmem.errors import FormatError
+from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.records import Event, iter_events, parse_ts
-from gitmem.store import iter_store_files
+from gitmem.store import iter_store_files, read_regular
 
 NO_SESSION = ""  # a cited record that has no session (decision, task, artifact)
 
@@ -160,9 +160,15 @@ def load_tree(store: Path, default_tenant: str) -> Tree:
         tree.ref_sessions.setdefault(tenant, {})[record_id] = session
 
     for rel, kind in iter_store_files(store):
-        path = store / rel
+        try:
+            data = read_regular(store / rel)
+        except FileNotFoundError:  # gone since it was listed
+            continue
+        except UnreadableFileError as exc:  # a FIFO, a link to nothing: never opened
+            tree.problems.append(FormatError(f"cannot be read: {exc.reason}", path=rel))
+            continue
         if kind == "events":
-            for _, event in iter_events(path.read_bytes(), rel):
+            for _, event in iter_events(data, rel):
                 if isinstance(event, FormatError):
                     tree.problems.append(event)
                     continue
@@ -171,7 +177,8 @@ def load_tree(store: Path, default_tenant: str) -> Tree:
                 if "artifact_id" in event.content:
                     exists(event.tenant_id, str(event.content["artifact_id"]))
             continue
-        text = path.read_text(encoding="utf-8", errors="replace")
+        # universal newlines, as a text-mode read gave them
+        text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
         try:
             if kind == "decision":
                 d = parse_decision(text, rel, default_tenant)

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gitmem.errors import FormatError
+from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.ids import ANY_EVENT_ID
 from gitmem.records import find_event
 from gitmem.rows import EVENT_COLUMNS, FileRows, repeated_id
-from gitmem.store import at_home, home_dates
+from gitmem.store import at_home, home_dates, read_regular
 
 if TYPE_CHECKING:
     import psycopg
@@ -153,8 +153,8 @@ class HomeLines:
             if len(self._read) >= 8:  # a reindex moves on through the days
                 self._read.pop(next(iter(self._read)))
             try:
-                data = (self.store / rel).read_bytes()
-            except OSError:
+                data = read_regular(self.store / rel)
+            except (OSError, UnreadableFileError):  # gone, or no file: holds no line
                 data = b""
             self._read[rel] = (data, set(ANY_EVENT_ID.findall(data)))
         return self._read[rel]

@@ -7,6 +7,7 @@
     │   └── ValidationError  a field has a wrong value or type
     ├── PrivacyError         a write refused by the privacy policy (secret sensitivity)
     ├── StoreError           the memory tree on disk cannot be read or written
+    │   └── UnreadableFileError  a store path holds no regular file (a FIFO, a link loop)
     ├── DatabaseError        the PostgreSQL index cannot be reached or is unusable
     ├── DaemonError          the daemon cannot be started, stopped or reached
     │   └── RpcError         a JSON-RPC call answered with an error
@@ -175,6 +176,18 @@ class StoreError(GitmemError):
 
 class NotFoundError(StoreError):
     """What was asked for is not in the store (an artifact id nobody holds)."""
+
+
+class UnreadableFileError(StoreError):
+    """A store path holds something that is not read as a file: a FIFO, a socket, a
+    device, a directory, a symbolic link to nothing or a loop of them, or a file that
+    cannot be opened. `reason` says which; `directory`: a directory is in its place."""
+
+    def __init__(self, path: str, reason: str, *, directory: bool = False) -> None:
+        self.path = path
+        self.reason = reason
+        self.directory = directory
+        super().__init__(f"{path}: cannot be read: {reason}")
 
 
 class DatabaseError(GitmemError):

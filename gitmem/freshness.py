@@ -6,7 +6,12 @@ which a same-length edit in its middle changes, however many lines were appended
 since. Only where this process knows every byte added since it last read the file
 (its own appends, each made from the stat the one before left) is the prefix not
 read again: the daemon's writes to a growing day file cost what they add, not the
-file's size. `assess` says what a sync would do with the file."""
+file's size. `assess` says what a sync would do with the file.
+
+A path that holds no regular file (`store.open_regular`) is never read: a directory in
+an indexed file's place is the file gone; a FIFO, a socket, a device, a link to nothing
+or a loop of links is `unreadable`, indexed with no rows and one problem naming it
+(`unread_rows`), which status lists until it is mended."""
 
 from __future__ import annotations
 
@@ -22,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from gitmem.db import Row
+from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.policies import Policies
-from gitmem.rows import Appended
-from gitmem.store import StatKey, stat_key, stat_store_files
+from gitmem.rows import Appended, FileRows
+from gitmem.store import StatKey, open_regular, stat_key, stat_store_files
 
 ANCHOR_BYTES = 4096
 RACY_NS = 2_000_000_000
+UNREAD = "unread"  # the content hash of a file indexed as `unreadable` (no sha256 is)
 READ_FILES_KEPT = 4096  # events files whose last reading this process remembers
 
 
@@ -38,7 +45,7 @@ class Assessment:
     path: str
     kind: str
     action: str          # new | append | rewrite | truncate | changed | touched | deleted
-                         # | unchanged
+                         # | unreadable | unchanged
     reason: str
     data: bytes = b""    # complete content to index (JSONL: complete new lines)
     start_line: int = 1
@@ -48,6 +55,7 @@ class Assessment:
     # how many, and their events' ids; `data` is what follows them
     kept_lines: int = 0
     kept: tuple[str, ...] = ()
+    unread: str = ""  # what the path holds instead of a regular file (`unreadable`)
 
     @property
     def stale(self) -> bool:
@@ -129,11 +137,13 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
     lines this process appended to it (an events file), with the stats around each."""
     path = store / rel
     try:
-        handle = path.open("rb")
+        handle = open_regular(path)
     except FileNotFoundError:
         if state is None:
             return Assessment(rel, kind, "unchanged", "not on disk, not indexed")
         return Assessment(rel, kind, "deleted", "indexed but no longer on disk")
+    except UnreadableFileError as exc:
+        return _unreadable(path, rel, kind, state, exc)
     with handle:
         st = os.fstat(handle.fileno())
         if state is not None and _same_stat(state, st):
@@ -153,6 +163,46 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
                           state=new_state)
     return Assessment(rel, kind, "changed", "content hash differs from the index", data,
                       state=new_state)
+
+
+def _unreadable(path: Path, rel: str, kind: str, state: Row | None,
+                exc: UnreadableFileError) -> Assessment:
+    """What sync does with a path that holds no regular file: a directory in its place
+    is the file gone; anything else is indexed with no rows, its problem kept in its
+    state (where status and the daemon list it), its stat (or its link's) as found."""
+    if exc.directory:
+        if state is None:
+            return Assessment(rel, kind, "unchanged", "a directory, not indexed")
+        return Assessment(rel, kind, "deleted", f"indexed, now {exc.reason}: its rows are "
+                          "removed")
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = os.lstat(path)
+    new_state = {"path": rel, "kind": kind, "content_hash": UNREAD, "byte_offset": 0,
+                 "line_count": 0, "head_hash": "", "prefix_crc": 0, "errors": [],
+                 **_stat_fields(st)}
+    problem = unread_problem(rel, exc.reason)
+    if state is not None and state["content_hash"] == UNREAD \
+            and list(state["errors"]) == [problem.to_dict()]:
+        if _same_stat(state, st):
+            return Assessment(rel, kind, "unchanged", f"still {exc.reason}")
+        new_state["errors"] = state["errors"]
+        return Assessment(rel, kind, "touched", f"still {exc.reason}", state=new_state)
+    said = "indexed, now" if state is not None else "not read:"
+    return Assessment(rel, kind, "unreadable", f"{said} {exc.reason}", state=new_state,
+                      unread=exc.reason)
+
+
+def unread_problem(rel: str, reason: str) -> FormatError:
+    """The problem a file indexed as `unreadable` is listed with."""
+    return FormatError(f"cannot be read: {reason}; skipped (put a file in its place, or "
+                       "remove it)", path=rel)
+
+
+def unread_rows(a: Assessment) -> FileRows:
+    """The rows of a file indexed as `unreadable`: none, and its problem."""
+    return FileRows(errors=[unread_problem(a.path, a.unread)])
 
 
 def _assess_jsonl(path: Path, rel: str, handle: Any, st: os.stat_result, state: Row | None,

@@ -39,7 +39,7 @@ from gitmem import gitops
 from gitmem.copies import HomeLines, copies_elsewhere, drop_seen, outranked, repeated_otherwise
 from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
-from gitmem.freshness import Assessment, FileStat, assess, candidates
+from gitmem.freshness import Assessment, FileStat, assess, candidates, unread_rows
 from gitmem.policies import Policies
 from gitmem.readers import read_all
 from gitmem.reread import kept_prefix
@@ -156,7 +156,10 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
         db.execute("delete_file_state", {"path": a.path}, conn)
         return FileRows()
     rows = FileRows()
-    if a.action in ("new", "rewrite", "truncate", "changed", "append"):
+    if a.action == "unreadable":  # no regular file: no rows, its problem in its state
+        _delete_rows(db, conn, a.path)
+        rows = unread_rows(a)
+    elif a.action in ("new", "rewrite", "truncate", "changed", "append"):
         if a.kept_lines:  # an events file's first lines are as indexed
             _delete_rows(db, conn, a.path, a.kept_lines + 1, a.kept)
         elif a.action != "append":
@@ -213,11 +216,12 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
             return found, FileRows(), None
         held = (db.fetchall("file_events", {"path": rel}, conn)
                 if homes is not None and kind == "events" and state is not None
-                and found.action in ("rewrite", "truncate", "deleted") else [])
+                and found.action in ("rewrite", "truncate", "deleted", "unreadable") else [])
         rows = apply(db, conn, found, policies, appended)
         if held and homes is not None:
             homes.update(copies_elsewhere(db, conn, rel, held))
-    return found, rows, None if found.action == "deleted" else found.state["byte_offset"]
+    indexed = found.action not in ("deleted", "unreadable")
+    return found, rows, found.state["byte_offset"] if indexed else None
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -276,7 +280,7 @@ def sync(db: Database, store: Path, policies: Policies,
             report.offsets[rel] = offset
         report.errors.extend(_errors_json(rows.errors))
         report.known_lines += rows.known
-        if again is not None and found.stale:
+        if again is not None and found.stale and found.action != "unreadable":
             found = replace(found, action="rewrite", reason=again)
         if found.stale:
             change: dict[str, Any] = {"path": rel, "action": found.action,

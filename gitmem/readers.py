@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gitmem.freshness import assess
+from gitmem.freshness import assess, unread_rows
 from gitmem.policies import Policies
 from gitmem.rows import FileRows, parse_file
 
@@ -76,7 +76,8 @@ class Read:
 def read_all(store: Path, files: Sequence[tuple[str, str]], policies: Policies,
              workers: int | None = None) -> Iterator[Read]:
     """The rows of each of `files` ((path, kind), store-relative), in their order; a file
-    that vanished since it was listed is left out. `workers`: how many processes read
+    that vanished since it was listed is left out, one that holds no regular file (a
+    FIFO, a loop of links) has no rows and its problem. `workers`: how many processes read
     (None: one per core, up to MAX_WORKERS, when the store is MIN_BYTES or more; 1: the
     calling process)."""
     tasks = _tasks(store, files)
@@ -164,6 +165,9 @@ def _read(store: Path, policies: Policies, files: list[tuple[str, str]]) -> list
     for rel, kind in files:
         found = assess(store, rel, kind, None, policies)
         if found.action == "unchanged":  # vanished between listing and reading
+            continue
+        if found.action == "unreadable":  # no regular file: named, no rows
+            reads.append(Read(rel, found.state, 0, unread_rows(found)))
             continue
         reads.append(Read(rel, found.state, len(found.data) + found.pending_bytes,
                           parse_file(rel, kind, found.data, policies)))

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from gitmem import gitops
-from gitmem.errors import GitError
+from gitmem.errors import GitError, UnreadableFileError
 from gitmem.ids import ANY_EVENT_ID
+from gitmem.store import read_regular
 
 if TYPE_CHECKING:
     import git
@@ -32,17 +33,26 @@ class WorkTree:
 
     def __init__(self, store: Path) -> None:
         self.store = store
+        # what a path read held instead of a file (a FIFO, a link to nothing or a loop
+        # of links), for its check to name: read as absent, never opened for good
+        self.unread: dict[str, str] = {}
 
     def paths(self) -> list[str]:
-        """Every file under the store (hidden and temporary files included)."""
+        """Every path under the store but its directories (hidden and temporary files,
+        FIFOs and broken links included: their checks name them)."""
         return sorted(p.relative_to(self.store).as_posix()
-                      for p in self.store.rglob("*") if p.is_file())
+                      for p in self.store.rglob("*") if not p.is_dir())
 
     def read(self, rel: str) -> bytes | None:
-        """The file's bytes, or None."""
+        """The file's bytes, or None (nothing there, a directory, no regular file:
+        `unread` says what)."""
         try:
-            return (self.store / rel).read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
+            return read_regular(self.store / rel)
+        except FileNotFoundError:
+            return None
+        except UnreadableFileError as exc:
+            if not exc.directory:
+                self.unread[rel] = exc.reason
             return None
 
 
@@ -126,8 +136,8 @@ def _tracked_holding(repo: git.Repo, where: str, event_ids: set[str]) -> list[st
     out = []
     for path in repo.git.ls_files("-z", "--full-name", "--", where).split("\0"):
         try:
-            data = (root / path).read_bytes() if path else b""
-        except OSError:  # gone, or a directory in its place
+            data = read_regular(root / path) if path else b""
+        except (OSError, UnreadableFileError):  # gone, or no file in its place
             continue
         if not wanted.isdisjoint(ANY_EVENT_ID.findall(data)):
             out.append(path)

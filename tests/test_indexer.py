@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -1398,3 +1401,121 @@ def test_a_summary_id_in_both_scopes_is_refused_on_write_and_named_not_crashing_
     out = cli("verify", ok=False).output
     assert (f"memory/{where}: memory/summaries/episode/{summary_id}.md has this summary's id "
             "too") in out
+
+
+# ----------------------------------------------------------------------------- no regular file
+
+
+def _release(fifo: Path) -> None:
+    """Let a reader blocked opening `fifo` go (a writer's open), then remove it."""
+    with contextlib.suppress(OSError):  # no reader waits
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    fifo.unlink(missing_ok=True)
+
+
+def _unblocked(fifos: list[Path], call: Any, timeout: float = 20.0) -> Any:
+    """`call()`, failing the test (not hanging it) should it block on one of `fifos`."""
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(call)
+    try:
+        return future.result(timeout)
+    except FutureTimeout:
+        for fifo in fifos:
+            _release(fifo)
+        pytest.fail(f"blocked opening a FIFO ({', '.join(map(str, fifos))})")
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _problems(errors: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["path"]: e["message"] for e in errors}
+
+
+def test_a_fifo_is_named_and_skipped_and_everything_else_indexed(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """A FIFO's open waited for a writer for good: sync, status and reindex hung."""
+    write(store, DAY, line(1))
+    memory.sync()
+    day2, view = store / DAY2, store / "views" / "glossary.md"
+    view.unlink()
+    os.mkfifo(view)  # indexed, now a FIFO: its rows go
+    os.mkfifo(day2)
+    fifos = [view, day2]
+    try:
+        write(store, DAY, line(2), mode="a")
+        report = _unblocked(fifos, memory.sync)
+        assert changed(report) == {DAY: "append", DAY2: "unreadable",
+                                   "views/glossary.md": "unreadable"}
+        said = "cannot be read: a FIFO (named pipe), not a regular file"
+        assert {p: m.split(";")[0] for p, m in _problems(report.errors).items()} == {
+            DAY2: said, "views/glossary.md": said}
+        assert len(event_ids(dsn, schema)) == 2
+        assert rows(dsn, schema, "SELECT count(*) FROM views WHERE path = %s",
+                    ("views/glossary.md",)) == [(0,)]
+        status = _unblocked(fifos, memory.status)
+        assert status["clean"] and set(_problems(status["errors"])) == {DAY2,
+                                                                        "views/glossary.md"}
+        assert changed(_unblocked(fifos, memory.sync)) == {}
+        _unblocked(fifos, lambda: assert_reindex_equal(memory, dsn, schema))
+    finally:
+        for fifo in fifos:
+            _release(fifo)
+    assert changed(memory.sync()) == {DAY2: "deleted", "views/glossary.md": "deleted"}
+    assert memory.status()["errors"] == []
+
+
+def test_a_loop_of_links_and_a_link_to_nothing_are_named_and_skipped(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """A loop of links crashed sync, status and reindex (ELOOP); a link to nothing was
+    passed over in silence."""
+    write(store, DAY, line(1))
+    views = store / "views"
+    (views / "l1.md").symlink_to("l2.md")
+    (views / "l2.md").symlink_to("l1.md")
+    (views / "dangling.md").symlink_to("/nonexistent/x.md")
+    status = memory.status()
+    assert {s["path"]: s["reason"] for s in status["stale"]
+            if s["path"].startswith("views/")} == {
+        "views/dangling.md": "not read: a symbolic link to nothing (/nonexistent/x.md)",
+        "views/l1.md": "not read: a loop of symbolic links",
+        "views/l2.md": "not read: a loop of symbolic links",
+        **{f"views/{name}.md": "not indexed yet"
+           for name in ("glossary", "identity", "preferences", "rules.project")}}
+    report = memory.sync()  # the bulk load of an empty index
+    assert sorted(_problems(report.errors)) == ["views/dangling.md", "views/l1.md",
+                                                "views/l2.md"]
+    assert event_ids(dsn, schema) == [json.loads(line(1))["id"]]
+    write(store, DAY, line(2), mode="a")
+    assert changed(memory.sync()) == {DAY: "append"}
+    status = memory.status()
+    assert status["clean"] and sorted(_problems(status["errors"])) == [
+        "views/dangling.md", "views/l1.md", "views/l2.md"]
+    assert_reindex_equal(memory, dsn, schema)
+    (views / "dangling.md").unlink()
+    (views / "dangling.md").write_text("# Dangling\n\nnow a file\n")
+    assert changed(memory.sync()) == {"views/dangling.md": "changed"}
+    assert sorted(_problems(memory.status()["errors"])) == ["views/l1.md", "views/l2.md"]
+
+
+def test_an_indexed_file_replaced_by_a_directory_is_gone(memory: Memory, store: Path,
+                                                         dsn: str, schema: str) -> None:
+    """Status and sync crashed (IsADirectoryError), and the old file's rows stayed."""
+    write(store, DAY, line(1))
+    write(store, DAY2, line(2, day="2026-02-10"))
+    memory.sync()
+    (store / DAY).unlink()
+    (store / DAY).mkdir()
+    (store / "views" / "glossary.md").unlink()
+    (store / "views" / "glossary.md").mkdir()
+    reason = "indexed, now a directory, not a file: its rows are removed"
+    assert {s["path"]: s["reason"] for s in memory.status()["stale"]} == {
+        DAY: reason, "views/glossary.md": reason}
+    report = memory.sync()
+    assert {c["path"]: (c["action"], c["reason"]) for c in report.changed} == {
+        DAY: ("deleted", reason), "views/glossary.md": ("deleted", reason)}
+    assert event_ids(dsn, schema) == [json.loads(line(2))["id"]]
+    assert rows(dsn, schema, "SELECT count(*) FROM views WHERE path = %s",
+                ("views/glossary.md",)) == [(0,)]
+    assert memory.status()["clean"] and changed(memory.sync()) == {}
+    assert_reindex_equal(memory, dsn, schema)
+

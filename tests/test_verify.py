@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
@@ -634,3 +638,42 @@ def test_a_pinned_view_a_little_over_a_small_cap_is_cut_or_named_as_left_out(
     assert bool(identity_items) == (said == "shows it cut to fit")
     assert all(i["truncated"] and i["text"].startswith("# Identity\n\nYou are Atlas")
                for i in identity_items)
+
+
+def test_a_fifo_and_links_to_nothing_are_named_not_read(cli: Cli, config: Config) -> None:
+    """verify hung opening a FIFO, and crashed on a link to nothing (FileNotFoundError in
+    consistency.load_tree) or a loop of links."""
+    store = config.store
+    _, good = event_line("s", "still checked", number=1, kind="chat")
+    append(store / DAY, good)
+    fifos = [store / "events/2026-03/2026-03-09.jsonl", store / "views" / "fifo.md"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    (store / "views" / "dangling.md").symlink_to("/nonexistent/x.md")
+    (store / "views" / "l1.md").symlink_to("l2.md")
+    (store / "views" / "l2.md").symlink_to("l1.md")
+    pool = ThreadPoolExecutor(1)
+    try:
+        problems = pool.submit(verify_tree, store).result(timeout=20)
+    except FutureTimeout:
+        pytest.fail("verify blocked opening a FIFO")
+    finally:
+        for fifo in fifos:  # let a reader blocked on it go
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pool.shutdown(wait=True)
+    named = {p.path: p.detail.split(";")[0] for p in problems}
+    assert {path: said for path, said in named.items() if "cannot be read" in said} == {
+        "memory/events/2026-03/2026-03-09.jsonl":
+            "cannot be read: a FIFO (named pipe), not a regular file",
+        "memory/views/fifo.md": "cannot be read: a FIFO (named pipe), not a regular file",
+        "memory/views/dangling.md": "cannot be read: a symbolic link to nothing "
+                                    "(/nonexistent/x.md)",
+        "memory/views/l1.md": "cannot be read: a loop of symbolic links",
+        "memory/views/l2.md": "cannot be read: a loop of symbolic links"}
+    assert f"memory/{DAY}" in named  # the rest is still checked (its kind 'chat')
+    for fifo in fifos:
+        fifo.unlink()
+    result = cli("verify", ok=False)
+    assert "memory/views/dangling.md: cannot be read: a symbolic link to nothing" \
+        in result.output and "Traceback" not in result.output

@@ -6,6 +6,8 @@ person (or git) changes them, never through gitmem.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -823,3 +825,35 @@ def test_a_symlinked_file_edited_through_its_target_is_caught_up(daemon: Daemon,
     target.write_text(target.read_text().replace("Orion", "Vegas"))
     answer = texts(daemon.call("build_acb", request))  # the very next read, no waiting
     assert "named Vegas" in answer and "Orion" not in answer
+
+
+def test_a_fifo_or_a_directory_in_a_file_place_never_wedges_the_indexer(
+        store_config: Config, index: Index) -> None:
+    """A FIFO's open waited for a writer: the indexer wedged until kill -9 and `daemon
+    stop` failed; a view replaced by a directory stayed served, and status failed."""
+    store = store_config.store
+    fifo = store / "events" / "2026-03" / "2026-03-09.jsonl"
+    try:
+        with running(store_config) as daemon:
+            glossary = store / "views" / "glossary.md"
+            wait_for(lambda: index.scalar("SELECT count(*) FROM views WHERE path = %s",
+                                          "views/glossary.md") == 1)
+            fifo.parent.mkdir(parents=True, exist_ok=True)
+            os.mkfifo(fifo)
+            glossary.unlink()
+            glossary.mkdir()
+            event_id, line = event_line("after", "indexed past the FIFO", number=400)
+            append(store / DAY, line)
+            wait_for(lambda: index.has_event(event_id), timeout=10)
+            wait_for(lambda: index.scalar("SELECT count(*) FROM views WHERE path = %s",
+                                          "views/glossary.md") == 0)
+            assert "views/glossary.md" not in json.dumps(daemon.call("build_acb", {}))
+            status = daemon.call("status", {})
+            assert [e["path"] for e in status["errors"]] == [
+                "events/2026-03/2026-03-09.jsonl"]
+            assert "a FIFO (named pipe), not a regular file" in status["errors"][0]["message"]
+            daemon.stop()  # raises should it fail
+    finally:
+        with contextlib.suppress(OSError):  # let a reader blocked on it go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        fifo.unlink(missing_ok=True)
