@@ -119,9 +119,13 @@ class _Outranked(Exception):
 
 
 def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRows) -> int:
+    """Insert a file's rows; how many went in (a row whose key is indexed already does
+    not)."""
+    written = 0
     for table, values in rows.tables.items():
         if values:
             added = db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
+            written += added
             if table == "summaries" and added < len(values):  # the other scope's file
                 rows.errors.append(_summary_twin(values[0][0], path))
             if table == "events" and added < len(values):  # some are indexed already
@@ -133,7 +137,7 @@ def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRo
                 rows.repeats += values
     if rows.repeats:
         rows.errors += repeated_otherwise(db, conn, path, rows.repeats)
-    return rows.count()
+    return written
 
 
 def _summary_twin(summary_id: str, path: str, twin: str | None = None) -> FormatError:
@@ -145,8 +149,9 @@ def _summary_twin(summary_id: str, path: str, twin: str | None = None) -> Format
 
 
 def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
-          policies: Policies, appended: Sequence[Appended] = ()) -> FileRows:
-    """Bring one file's rows and state in step (inside the caller's transaction).
+          policies: Policies, appended: Sequence[Appended] = ()) -> tuple[FileRows, int]:
+    """Bring one file's rows and state in step (inside the caller's transaction); the
+    rows made, and how many of them it wrote.
 
     `appended`: lines this process wrote to the file; those among the new bytes
     are indexed from their events, without decoding them again.
@@ -154,8 +159,8 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
     if a.action == "deleted":
         _delete_rows(db, conn, a.path)
         db.execute("delete_file_state", {"path": a.path}, conn)
-        return FileRows()
-    rows = FileRows()
+        return FileRows(), 0
+    rows, written = FileRows(), 0
     if a.action == "unreadable":  # no regular file: no rows, its problem in its state
         _delete_rows(db, conn, a.path)
         rows = unread_rows(a)
@@ -166,7 +171,7 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
             _delete_rows(db, conn, a.path)
         rows = parse_file(a.path, a.kind, a.data, policies, start_line=a.start_line,
                           offset=a.state["byte_offset"] - len(a.data), appended=appended)
-        _insert(db, conn, a.path, rows)
+        written = _insert(db, conn, a.path, rows)
     state = dict(a.state)
     state["errors"] = json.dumps(list(state.get("errors", [])) + _errors_json(rows.errors))
     with conn.pipeline():  # one round trip for both
@@ -174,7 +179,7 @@ def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
             db.execute("lexemes_count_path",
                        {"path": a.path, "from_line": a.start_line, "sign": 1}, conn)
         db.execute("upsert_file_state", state, conn)
-    return rows
+    return rows, written
 
 
 def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_line: int = 1,
@@ -194,11 +199,11 @@ def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_li
 
 def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies,
                appended: Sequence[Appended] = (), *, force: bool = False,
-               homes: set[str] | None = None) -> tuple[Assessment, FileRows, int | None]:
-    """Sync one file; what was found, the rows made, and the byte offset the index
-    reflects afterwards (None: the file is not indexed). `force`: read it whole, as if
-    never indexed. `homes`: gets the other day files that may hold an event whose rows
-    this file's took away (`_copies_elsewhere`)."""
+               homes: set[str] | None = None) -> tuple[Assessment, FileRows, int, int | None]:
+    """Sync one file; what was found, the rows made, how many were written, and the byte
+    offset the index reflects afterwards (None: the file is not indexed). `force`: read
+    it whole, as if never indexed. `homes`: gets the other day files that may hold an
+    event whose rows this file's took away (`_copies_elsewhere`)."""
     with db.transaction() as conn:
         with conn.pipeline():  # the lock, then the state it guards: one round trip
             db.execute("lock_sync_shared", {"path": rel}, conn)
@@ -211,17 +216,17 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
                 found.action == "touched" and state is not None
                 and all(found.state[k] == state[k] for k in ("size", "ctime_ns", "inode")))):
             # nothing new to record (a recent file stays racy)
-            return found, FileRows(), state["byte_offset"] if state else None
+            return found, FileRows(), 0, state["byte_offset"] if state else None
         if found.action == "unchanged":  # forced, and gone
-            return found, FileRows(), None
+            return found, FileRows(), 0, None
         held = (db.fetchall("file_events", {"path": rel}, conn)
                 if homes is not None and kind == "events" and state is not None
                 and found.action in ("rewrite", "truncate", "deleted", "unreadable") else [])
-        rows = apply(db, conn, found, policies, appended)
+        rows, written = apply(db, conn, found, policies, appended)
         if held and homes is not None:
             homes.update(copies_elsewhere(db, conn, rel, held))
     indexed = found.action not in ("deleted", "unreadable")
-    return found, rows, found.state["byte_offset"] if indexed else None
+    return found, rows, written, found.state["byte_offset"] if indexed else None
 
 
 def sync(db: Database, store: Path, policies: Policies,
@@ -266,9 +271,9 @@ def sync(db: Database, store: Path, policies: Policies,
         rel, kind, again = queue.pop(0)
         force = again is not None
         try:
-            found, rows, offset = _sync_file(db, store, rel, kind, policies,
-                                             appended.get(rel, ()) if appended else (),
-                                             force=force, homes=None if force else homes)
+            found, rows, written, offset = _sync_file(
+                db, store, rel, kind, policies, appended.get(rel, ()) if appended else (),
+                force=force, homes=None if force else homes)
         except _Outranked as exc:  # this file first, then the others, whole
             queue[:0] = [(rel, kind, again), *((path, "events", _OUTRANKED)
                                                for path in _settle(db, rel, exc.event_ids))]
@@ -279,6 +284,7 @@ def sync(db: Database, store: Path, policies: Policies,
         if kind == "events" and offset is not None:
             report.offsets[rel] = offset
         report.errors.extend(_errors_json(rows.errors))
+        report.rows += written
         report.known_lines += rows.known
         if again is not None and found.stale and found.action != "unreadable":
             found = replace(found, action="rewrite", reason=again)

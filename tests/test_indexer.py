@@ -1519,3 +1519,21 @@ def test_an_indexed_file_replaced_by_a_directory_is_gone(memory: Memory, store: 
     assert memory.status()["clean"] and changed(memory.sync()) == {}
     assert_reindex_equal(memory, dsn, schema)
 
+
+def test_sync_counts_the_rows_it_writes(memory: Memory, store: Path, dsn: str,
+                                        schema: str) -> None:
+    """An incremental sync said `"rows": 0` whatever it indexed."""
+    write(store, DAY, line(1))
+    first = memory.sync()  # the bulk load
+    assert first.rebuilt and first.rows == sum(
+        count for (count,) in rows(dsn, schema, "SELECT count(*) FROM events UNION ALL "
+                                   "SELECT count(*) FROM chunks UNION ALL "
+                                   "SELECT count(*) FROM views UNION ALL "
+                                   "SELECT count(*) FROM view_chunks"))
+    write(store, DAY, line(2), mode="a")
+    write(store, "views/notes.md", "# Notes\n\nfirst\n\n## More\n\nsecond\n")
+    report = memory.sync()
+    assert changed(report) == {DAY: "append", "views/notes.md": "new"}
+    # the event and its chunk, the view and its two chunks
+    assert report.rows == 2 + 3 and report.to_dict()["rows"] == 5
+    assert memory.sync().rows == 0
