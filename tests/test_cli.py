@@ -892,3 +892,12 @@ def test_gitmem_call_where_gitmem_state_is_a_file_says_so(cli: Cli) -> None:
     assert result.exit_code == 1
     assert f"{state} is a file, not a directory; move it away" in result.output
     assert "gitmem daemon start" not in result.output
+
+
+def test_reindex_names_a_link_to_nothing_and_goes_on(cli: Cli) -> None:
+    """Its progress bar's total took the size of every file, and a link to nothing
+    ended the command with a traceback before the reindex could name it."""
+    (cli.config.store / "views" / "dangling.md").symlink_to("/nonexistent/x.md")
+    result = cli("reindex")
+    assert "views/dangling.md: cannot be read: a symbolic link to nothing" in result.stderr
+    assert "Traceback" not in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -22,8 +23,8 @@ def reindex(obj: Context) -> None:
     """
     from gitmem.store import iter_store_files
     with reported(), obj.memory() as memory:
-        total = sum((memory.store / rel).stat().st_size
-                    for rel, _ in iter_store_files(memory.store))
+        total = sum(map(_size, (memory.store / rel for rel, _ in
+                                iter_store_files(memory.store))))
         if sys.stderr.isatty():
             with click.progressbar(length=total, label="reindex", file=sys.stderr) as bar:
                 report = memory.reindex(bar.update)
@@ -186,3 +187,12 @@ def verify(obj: Context, as_json: bool, since: str | None) -> None:
             say(f"{store}: no problems" + (f" ({warnings} warning(s))" if warnings else ""))
     if failed:
         raise click.ClickException("; ".join(failed))
+
+
+def _size(path: Path) -> int:
+    """A file's size for the progress bar; 0 for a link to nothing or a loop of links
+    (the reindex names them, and skips them)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
