@@ -7,7 +7,7 @@ import os
 import resource
 import signal
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1066,6 +1066,17 @@ def test_a_refused_handoff_names_its_field_not_a_file_never_written(
     assert snapshot(memory.store) == before
 
 
+def refused_changing_nothing(memory: Memory, write: Callable[[], object], field: str,
+                             said: str) -> None:
+    """`write` is refused naming `field` (its message matching `said`), and the store's
+    files are as they were."""
+    before = snapshot(memory.store)
+    with pytest.raises(ValidationError, match=said) as caught:
+        write()
+    assert caught.value.field == field
+    assert snapshot(memory.store) == before
+
+
 @pytest.mark.parametrize(("call", "field", "said"), [
     (lambda m, e: m.record({"content": {"text": "x"}, "tags": ["ok", ""]}), "tags",
      "got '' as item 2"),
@@ -1089,11 +1100,7 @@ def test_an_empty_string_a_write_is_given_is_refused_never_stored_or_dropped(
     """`--tag ""` stored an empty tag, `--rationale ""` a `- ''` line; `--title ""` and
     `--from ""` were dropped without a word, and `--from "bad from!"` was taken."""
     evt = memory.record({"content": {"text": "the reason"}}).id
-    before = snapshot(memory.store)
-    with pytest.raises(ValidationError, match=said) as caught:
-        call(memory, evt)
-    assert caught.value.field == field
-    assert snapshot(memory.store) == before
+    refused_changing_nothing(memory, lambda: call(memory, evt), field, said)
 
 
 def test_an_empty_title_or_from_on_the_command_line_is_refused(cli: Cli) -> None:
@@ -1165,11 +1172,7 @@ def test_a_task_write_names_the_callers_fields_not_its_events(
     """`gitmem task ""` and the socket's `task {}` named 'content.title', where
     `task {"title": 5}` named 'title'."""
     task_id = memory.task("Rotate the keys").content["task_id"]
-    before = snapshot(memory.store)
-    with pytest.raises(ValidationError, match=said) as caught:
-        call(memory, task_id)
-    assert caught.value.field == field
-    assert snapshot(memory.store) == before
+    refused_changing_nothing(memory, lambda: call(memory, task_id), field, said)
 
 
 def test_a_task_named_by_an_empty_title_on_the_command_line_names_title(cli: Cli) -> None:
