@@ -30,7 +30,7 @@ from gitmem.db import Row
 from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.policies import Policies
 from gitmem.rows import Appended, FileRows
-from gitmem.store import StatKey, open_regular, stat_key, stat_store_files
+from gitmem.store import StatKey, classify, open_regular, stat_key, stat_store_files
 
 ANCHOR_BYTES = 4096
 RACY_NS = 2_000_000_000
@@ -136,6 +136,11 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
     """Compare one file with its indexed state (reads only what it must). `appended`:
     lines this process appended to it (an events file), with the stats around each."""
     path = store / rel
+    if classify(rel) is None:  # indexed when gitmem read more names than it does now
+        if state is None:
+            return Assessment(rel, kind, "unchanged", "no record's name, not indexed")
+        return Assessment(rel, kind, "deleted", "indexed, but its name is no record's: "
+                          "gitmem reads it no more (`gitmem status` lists it as ignored)")
     try:
         handle = open_regular(path)
     except FileNotFoundError:

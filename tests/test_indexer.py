@@ -1537,3 +1537,24 @@ def test_sync_counts_the_rows_it_writes(memory: Memory, store: Path, dsn: str,
     # the event and its chunk, the view and its two chunks
     assert report.rows == 2 + 3 and report.to_dict()["rows"] == 5
     assert memory.sync().rows == 0
+
+
+def test_a_file_an_older_index_read_under_a_name_no_more_read_loses_its_rows(
+        memory: Memory, store: Path, dsn: str, schema: str) -> None:
+    """A day file in another month's folder was indexed before names had to be a real
+    day's in its month's folder: a sync then kept its rows ("unchanged"), the ACB served
+    them, and status said clean while listing the file as ignored. The index is made
+    as the older rules made it: the file indexed, then its rows moved to the name."""
+    write(store, DAY, line(1))
+    memory.sync()
+    misplaced = "events/2026-03/2026-02-09.jsonl"
+    (store / misplaced).parent.mkdir(parents=True)
+    os.replace(store / DAY, store / misplaced)
+    for (table,) in rows(dsn, schema, "SELECT table_name FROM information_schema.columns "
+                         "WHERE table_schema = %s AND column_name = 'path'", (schema,)):
+        rows(dsn, schema, f'UPDATE "{table}" SET path = %s WHERE path = %s', (misplaced, DAY))
+    assert event_ids(dsn, schema) == [json.loads(line(1))["id"]]
+    assert misplaced in [item["path"] for item in memory.status()["stale"]]
+    assert changed(memory.sync()) == {misplaced: "deleted"}
+    assert event_ids(dsn, schema) == []
+    assert_reindex_equal(memory, dsn, schema)
