@@ -131,13 +131,22 @@ class Privacy:
         return text
 
     def without_secrets(self, text: str) -> str:
-        """`text` with what the patterns match taken out, a space in its place (what a
-        query searches: the index holds none of it)."""
+        """`text` with what the patterns match taken out, a space in its place, and the
+        redaction string where it stands alone (a bundle's text pasted back): what a
+        query searches, for the index holds none of the one and every row of the other."""
+        if self._marker is not None and self.redaction in text:
+            text = self._marker.sub(" ", text)
         if not self._may_hold(text):
             return text
         for pattern in self.patterns:
             text = pattern.sub(" ", text)
         return text
+
+    @cached_property
+    def _marker(self) -> re.Pattern[str] | None:
+        if not self.redaction.strip():
+            return None
+        return re.compile(r"(?<!\w)" + re.escape(self.redaction) + r"(?!\w)")
 
     @cached_property
     def _replacement(self) -> str:

@@ -1713,3 +1713,15 @@ def test_the_query_searched_keeps_the_words_the_redaction_string_is_part_of(
     terms = {t["term"] for t in acb["provenance"]["query_terms"]}
     assert {"fix", "xylophone", "deploy"} <= terms and "hunter22" not in json.dumps(acb)
     assert event in [i["id"] for i in section(acb, "retrieved_evidence")]
+
+
+def test_the_redaction_string_in_a_query_is_not_searched(memory: Memory) -> None:
+    """A bundle's text pasted back into a query searched "redacted", which every row that
+    held a secret holds."""
+    say(memory, "deploy notes: token: abc123 for the staging cluster")
+    say(memory, "the vault password: hunter2 was rotated")
+    acb = memory.build_acb({"now": NOW, "query_text": "what is the [REDACTED] value"})
+    assert acb["provenance"]["query_text"] == "what is the [REDACTED] value"
+    assert not {"redact", "redacted"} & {t["term"].lower()
+                                         for t in acb["provenance"]["query_terms"]}
+    assert section(acb, "retrieved_evidence") == []
