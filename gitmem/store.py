@@ -413,7 +413,7 @@ def read_artifact(store: Path, artifact_id: str) -> bytes:
 
 
 EXPECTED_NAMES = {
-    "events": "events/YYYY-MM/YYYY-MM-DD.jsonl",
+    "events": "events/YYYY-MM/YYYY-MM-DD.jsonl, of a day that exists, in its month's folder",
     "decisions": "decisions/dec_<ULID>.md",
     "tasks": "tasks/tsk_<ULID>.md",
     "summaries": "summaries/session|episode/sum_<ULID>.md",

@@ -981,13 +981,16 @@ def test_status_names_files_ignored_for_their_name(memory: Memory, store: Path) 
     write(store, "decisions/use-fts.md", "---\nrefs: []\n---\nUse FTS.\n")
     write(store, "views/My Notes.md", "# Notes\n")
     write(store, "events/2026-02/today.jsonl", line(1))
+    write(store, "events/2026-02/2026-02-30.jsonl", line(2))  # no such day: no record's
     write(store, "views/.rules.md.swp", "editor state")
     memory.sync()
     status = memory.status()
     assert status["clean"]  # nothing indexable is stale; these are reported apart
+    day = ("ignored: not named events/YYYY-MM/YYYY-MM-DD.jsonl, of a day that exists, in "
+           "its month's folder")
     assert status["unrecognized"] == [
-        {"path": "events/2026-02/today.jsonl",
-         "reason": "ignored: not named events/YYYY-MM/YYYY-MM-DD.jsonl"},
+        {"path": "events/2026-02/2026-02-30.jsonl", "reason": day},
+        {"path": "events/2026-02/today.jsonl", "reason": day},
         {"path": "decisions/use-fts.md", "reason": "ignored: not named decisions/dec_<ULID>.md"},
         {"path": "views/My Notes.md",
          "reason": "ignored: not named views/<name>.md (letters, digits and ._-)"},
