@@ -436,7 +436,9 @@ def parse_privacy(text: str, path: str = "policies/privacy.yaml",
     r.known(r.data, "", PRIVACY_KEYS)
     store = r.mapping(r.data, "store", "store")
     r.known(store, "store", STORE_KEYS)
-    if r.loaded and store.get("redact_patterns") is None:  # never a silent "redact nothing"
+    # never a silent "redact nothing" (a `store` that is no mapping is its own problem)
+    said = not isinstance(r.data.get("store", {}), dict | None)
+    if r.loaded and not said and store.get("redact_patterns") is None:
         r.problem("store.redact_patterns" if "redact_patterns" in store else "store",
                   "no redact_patterns: nothing would be redacted (an empty file, or one "
                   "cut short while being saved?); `redact_patterns: []` redacts nothing "

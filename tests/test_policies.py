@@ -335,6 +335,9 @@ def test_a_privacy_file_without_patterns_is_refused_not_read_as_redact_nothing(
     err = privacy_error(text)
     assert "no redact_patterns: nothing would be redacted" in str(err)
     assert parse_privacy("version: 1\nstore:\n  redact_patterns: []\n").patterns == ()
+    problems: list[FormatError] = []
+    parse_privacy("version: 1\nstore: 5\n", errors=problems)  # one problem, not two
+    assert [p.detail for p in problems] == ["expected a mapping, got int"]
 
 
 @pytest.mark.parametrize("text", ["", "version: 1\n", "version: 1\nsections:\n"])
