@@ -18,12 +18,14 @@ from gitmem.errors import (
     DatabaseError,
     FormatError,
     NotFoundError,
+    UnreadableFileError,
     ValidationError,
     json_kind,
 )
 from gitmem.policies import Policies, file_hash, load_policies
 from gitmem.recorder import Recorder
 from gitmem.records import CHANNELS, Event, check_choice, check_storable, format_ts, name_or
+from gitmem.regular_files import read_regular
 from gitmem.retries import Recorded
 from gitmem.rows import Announced, Appended
 from gitmem.store import RECORD_KINDS, Placed, check_artifact_id, classify, read_artifact
@@ -146,9 +148,9 @@ class Memory:
     def _policies_changed(self) -> bool:
         for rel, digest in self._policies.hashes.items():
             try:
-                if file_hash((self.store / rel).read_bytes()) != digest:
+                if file_hash(read_regular(self.store / rel)) != digest:
                     return True
-            except FileNotFoundError:
+            except (OSError, UnreadableFileError):  # gone, a FIFO: load_policies names it
                 return True
         return False
 

@@ -17,10 +17,11 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gitmem.errors import FormatError, ValidationError, malformed_json
+from gitmem.errors import FormatError, UnreadableFileError, ValidationError, malformed_json
 from gitmem.patterns import pattern_problem, screened
 from gitmem.policy_reader import PolicyReader
 from gitmem.records import CHANNELS, SENSITIVITIES, RepeatedKey, decode_json, valid_name
+from gitmem.regular_files import read_regular
 
 SECTIONS = ("identity", "rules", "task_state", "relevant_decisions", "retrieved_evidence",
             "recent_window", "tool_state", "handoff")
@@ -591,12 +592,16 @@ def read_policies(store: Path) -> tuple[Policies, list[FormatError]]:
     def parse(rel: str, parser: Callable[[str, str, list[FormatError]], _Parsed],
               default: _Parsed) -> _Parsed:
         try:
-            data = (store / rel).read_bytes()
+            data = read_regular(store / rel)  # a FIFO there would hang verify, the daemon
         except FileNotFoundError:
             problems.append(FormatError("missing; run `gitmem init` to create the default",
                                         path=rel))
             return default
-        except OSError as exc:  # a directory in its place, a file that cannot be read
+        except UnreadableFileError as exc:  # a FIFO, a link to nothing, a loop of links
+            reason = "Is a directory" if exc.directory else exc.reason  # as it was said
+            problems.append(FormatError(f"cannot be read: {reason}", path=rel))
+            return default
+        except OSError as exc:  # a file that cannot be read
             problems.append(FormatError(f"cannot be read: {exc.strerror or exc}", path=rel))
             return default
         hashes[rel] = file_hash(data)

@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from gitmem.documents import field_line
-from gitmem.errors import FormatError
+from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.items import cut_to_fit
 from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import SECTIONS, Budgets, Policies, parse_privacy
 from gitmem.policy_reader import yaml_line
 from gitmem.prompt import header_tokens
 from gitmem.records import CHANNELS
+from gitmem.regular_files import read_regular
 from gitmem.rows import FileRows
 from gitmem.store import classify, template
 from gitmem.yamlio import load_yaml
@@ -95,10 +96,10 @@ def _policy_text(store: Path, rel: str) -> str | None:
     """A policy file's text, or None where it is missing (the defaults apply) or does not
     read as YAML (its own check says so)."""
     try:
-        text = (store / rel).read_text(encoding="utf-8")
+        text = read_regular(store / rel).decode("utf-8")
         load_yaml(text, rel)
-    except (OSError, UnicodeDecodeError, FormatError):
-        return None
+    except (OSError, UnreadableFileError, UnicodeDecodeError, FormatError):
+        return None  # a FIFO, say: its own check says so
     return text
 
 
@@ -115,9 +116,9 @@ def views_missing(store: Path, paths: Iterable[str], display: str) -> list[Forma
     problems = []
     for rel in (CHANNELS_FILE, PRIVACY):
         try:
-            text = (store / rel).read_text(encoding="utf-8")
+            text = read_regular(store / rel).decode("utf-8")
             data = load_yaml(text, rel)
-        except (OSError, UnicodeDecodeError, FormatError):
+        except (OSError, UnreadableFileError, UnicodeDecodeError, FormatError):
             continue  # no file: the defaults apply; a broken one: its own check says so
         for steps, name in _view_lists(rel, data):
             value = _at(data, steps)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import functools
 import hashlib
 import json
 import os
 import re
-import stat
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -18,12 +16,13 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
-from typing import BinaryIO
 
 from gitmem import ids
-from gitmem.errors import NotFoundError, StoreError, UnreadableFileError, ValidationError
+from gitmem.errors import NotFoundError, StoreError, ValidationError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
 from gitmem.records import MAX_OFFSET, check_id
+from gitmem.regular_files import open_regular as open_regular
+from gitmem.regular_files import read_regular as read_regular
 
 TEMPLATE_FILES = (
     "policies/budgets.yaml", "policies/privacy.yaml", "policies/channels.yaml",
@@ -307,54 +306,6 @@ def file_stat(path: Path) -> StatKey | None:
         return stat_key(os.stat(path))
     except OSError:
         return None
-
-
-_NOT_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-
-
-def open_regular(path: Path) -> BinaryIO:
-    """`path` opened for reading when it is a regular file (links followed); else
-    UnreadableFileError saying what is there, or FileNotFoundError when nothing is.
-
-    The one rule of every reader of the store's files by a listing: a FIFO's plain
-    open waits for a writer for good (a sync, the daemon's indexer wedged until kill
-    -9), so it is opened without waiting (which a regular file's reads ignore) and
-    looked at before a byte is read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        if not os.path.islink(path):
-            raise FileNotFoundError(2, "No such file or directory", str(path)) from None
-        raise UnreadableFileError(str(path), "a symbolic link to nothing "
-                                  f"({os.readlink(path)})") from None
-    except OSError as exc:  # a loop of links (ELOOP), no permission
-        raise UnreadableFileError(str(path), _os_reason(exc)) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise UnreadableFileError(str(path), _not_file(st.st_mode),
-                                  directory=stat.S_ISDIR(st.st_mode))
-    return open(fd, "rb")
-
-
-def read_regular(path: Path) -> bytes:
-    """The bytes of `path` under `open_regular`'s rule."""
-    with open_regular(path) as handle:
-        return handle.read()
-
-
-def _not_file(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory, not a file"
-    what = next((name for test, name in _NOT_FILES if test(mode)), "not a file")
-    return f"{what}, not a regular file"
-
-
-def _os_reason(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "a loop of symbolic links"
-    return exc.strerror or str(exc)
 
 
 def content_digest(data: bytes) -> bytes:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import subprocess
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -554,6 +558,29 @@ def test_non_utf8_policy_file(tmp_path: Path) -> None:
         load_policies(store)
     assert caught.value.path == "policies/budgets.yaml"
     assert caught.value.line == BUDGETS.count("\n") + 1 and "UTF-8" in str(caught.value)
+
+
+@pytest.mark.parametrize("rel", ["policies/budgets.yaml", "policies/privacy.yaml"])
+def test_a_fifo_at_a_policy_file_is_named_not_waited_on(config: Config, rel: str) -> None:
+    """A FIFO's open waited for a writer: verify, status and sync hung (and a failure's
+    message, redacted by the privacy policy, with them); the file is named instead."""
+    policy = config.store / rel
+    policy.unlink()
+    os.mkfifo(policy)
+    env = {**os.environ, "GITMEM_STORE": str(config.store), "GITMEM_DSN": config.dsn or "",
+           "GITMEM_SCHEMA": config.schema}
+    try:
+        for command in (("verify",), ("status",), ("sync",), ("record", "hello")):
+            result = subprocess.run([sys.executable, "-m", "gitmem", *command], env=env,
+                                    capture_output=True, text=True, timeout=30)
+            assert result.returncode == 1, (command, result.stdout, result.stderr)
+            said = result.stdout + result.stderr
+            assert f"{rel}: cannot be read: a FIFO (named pipe), not a regular file" in said
+            assert "Traceback" not in said
+    finally:
+        with contextlib.suppress(OSError):  # let a reader blocked on it go
+            os.close(os.open(policy, os.O_WRONLY | os.O_NONBLOCK))
+        policy.unlink()
 
 
 # The shapes of secret the default policy must catch in a string, and prose that looks

@@ -235,6 +235,36 @@ def test_a_policy_edit_that_does_not_load_is_reported_and_indexing_goes_on(
     wait_for(lambda: not daemon.call("daemon_status")["watcher"]["problems"])  # mended
 
 
+def test_a_fifo_at_a_policy_file_is_named_and_the_last_good_policies_stay(
+        daemon: Daemon) -> None:
+    """Reading it waited for a writer: the daemon wedged for good at its next write."""
+    budgets = daemon.config.store / "policies" / "budgets.yaml"
+    good = budgets.read_bytes()
+    before = daemon.call("build_acb", {})["provenance"]["policy_hashes"]
+    budgets.unlink()
+    os.mkfifo(budgets)
+    try:
+        with daemon.client(timeout=30) as client:
+            recorded = client.call("record_event", {"session_id": "fifo",
+                                                    "content": {"text": "past the FIFO"}})
+            acb = client.call("build_acb", {"session_id": "fifo"})
+            assert acb["provenance"]["policy_hashes"] == before  # the last good ones
+            assert [i["id"] for i in items(acb, "recent_window")] == [recorded["event_id"]]
+            wait_for(lambda: any(e["path"] == "policies/budgets.yaml"
+                                 for e in client.call("status", {})["errors"]))
+            [problem] = [e for e in client.call("status", {})["errors"]
+                         if e["path"] == "policies/budgets.yaml"]
+            assert "cannot be read: a FIFO (named pipe), not a regular file" in \
+                problem["message"]
+            assert client.call("daemon_status")["indexer"]["alive"]
+    finally:
+        with contextlib.suppress(OSError):  # let a reader blocked on it go
+            os.close(os.open(budgets, os.O_WRONLY | os.O_NONBLOCK))
+        budgets.unlink()
+    budgets.write_bytes(good)
+    wait_for(lambda: not daemon.call("status", {})["errors"])
+
+
 def test_a_policy_that_shapes_rows_remakes_them(daemon: Daemon, index: Index) -> None:
     long_text = "\n\n".join(f"paragraph {n}: " + "word " * 80 for n in range(6))
     event_id, line = event_line("long", long_text, number=300)

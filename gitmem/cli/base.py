@@ -109,13 +109,15 @@ def _redactor(ctx: click.Context) -> Callable[[str], str]:
     the store before its callback has run (a command name is looked up first)."""
     from gitmem.errors import FormatError
     from gitmem.policies import POLICY_FILES, parse_privacy, shipped_privacy
+    from gitmem.regular_files import read_regular
 
     obj = ctx.obj if isinstance(ctx.obj, Context) else Context(ctx.params.get("store"),
                                                                 ctx.params.get("dsn"))
     try:
         path = obj.config().store / POLICY_FILES[1]
         problems: list[FormatError] = []
-        privacy = parse_privacy(path.read_text(encoding="utf-8"), POLICY_FILES[1], problems)
+        text = read_regular(path).decode("utf-8")  # a FIFO there: the shipped policy
+        privacy = parse_privacy(text, POLICY_FILES[1], problems)
         if not problems:
             return privacy.redact_message
     except (GitmemError, OSError, UnicodeDecodeError):

@@ -1,0 +1,66 @@
+"""Regular files only: the one rule by which gitmem opens a file of the store (or a
+policy file) that anyone can have replaced with something else. A FIFO's plain open
+waits for a writer for good (a sync, the daemon's indexer wedged until kill -9), a
+loop of links fails; so a file is opened without waiting (which a regular file's
+reads ignore) and looked at before a byte is read."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from gitmem.errors import UnreadableFileError
+
+_NOT_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """`path` opened for reading when it is a regular file (links followed); else
+    UnreadableFileError saying what is there, or FileNotFoundError when nothing is."""
+    return open(_open_fd(path, os.O_RDONLY), "rb")
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of `path` under `open_regular`'s rule."""
+    with open_regular(path) as handle:
+        return handle.read()
+
+
+def _open_fd(path: Path, flags: int) -> int:
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.islink(path):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory",
+                                    str(path)) from None
+        raise UnreadableFileError(str(path), "a symbolic link to nothing "
+                                  f"({os.readlink(path)})") from None
+    except OSError as exc:  # a loop of links (ELOOP), no permission
+        raise UnreadableFileError(str(path), _os_reason(exc)) from None
+    return _checked(fd, path)
+
+
+def _checked(fd: int, path: Path) -> int:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise UnreadableFileError(str(path), _not_file(st.st_mode),
+                                  directory=stat.S_ISDIR(st.st_mode))
+    return fd
+
+
+def _not_file(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    what = next((name for test, name in _NOT_FILES if test(mode)), "not a file")
+    return f"{what}, not a regular file"
+
+
+def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a loop of symbolic links"
+    return exc.strerror or str(exc)
