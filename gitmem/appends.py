@@ -5,15 +5,17 @@ before the append and put in place after it (gitmem/recovery.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from gitmem.errors import StoreError
+from gitmem.errors import StoreError, UnreadableFileError
+from gitmem.regular_files import open_append
 from gitmem.rows import Announced
-from gitmem.store import StatKey, exclusive, staging_file, stat_key
+from gitmem.store import StatKey, staging_file, stat_key
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +82,14 @@ def append_lock(path: Path) -> Iterator[int]:
         try:
             if created:
                 make_dirs(path.parent)
-            fd = held.enter_context(exclusive(path, os.O_RDWR | os.O_APPEND | os.O_CREAT))
+            fd = open_append(path)  # a FIFO, a directory: refused before any byte
+            held.callback(os.close, fd)  # closing releases the lock
+            fcntl.flock(fd, fcntl.LOCK_EX)
             if created or os.fstat(fd).st_size == 0:  # another writer may have made it
                 fsync_dir(path.parent)  # and not yet made its name durable
+        except UnreadableFileError as exc:
+            raise StoreError(f"cannot append to {path}: it is {exc.reason}; nothing was "
+                             "written") from exc
         except OSError as exc:
             raise StoreError(f"cannot append to {path}: {exc.strerror or exc}; "
                              "nothing was written") from exc

@@ -2,7 +2,7 @@
 policy file) that anyone can have replaced with something else. A FIFO's plain open
 waits for a writer for good (a sync, the daemon's indexer wedged until kill -9), a
 loop of links fails; so a file is opened without waiting (which a regular file's
-reads ignore) and looked at before a byte is read."""
+reads and writes ignore) and looked at before a byte is read or written."""
 
 from __future__ import annotations
 
@@ -30,16 +30,28 @@ def read_regular(path: Path) -> bytes:
         return handle.read()
 
 
+def open_append(path: Path) -> int:
+    """A descriptor of `path` for appending, the file created if nothing is there; else
+    UnreadableFileError saying what is there (a FIFO would take the bytes and block once
+    full, under the day file's lock), or the system's OSError."""
+    return _open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+
+
 def _open_fd(path: Path, flags: int) -> int:
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except (FileNotFoundError, NotADirectoryError):
         if not os.path.islink(path):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory",
                                     str(path)) from None
         raise UnreadableFileError(str(path), "a symbolic link to nothing "
                                   f"({os.readlink(path)})") from None
+    except IsADirectoryError:  # opened for writing
+        raise UnreadableFileError(str(path), "a directory, not a file",
+                                  directory=True) from None
     except OSError as exc:  # a loop of links (ELOOP), no permission
+        if exc.errno != errno.ELOOP and flags != os.O_RDONLY:
+            raise  # a writer says the system's reason itself
         raise UnreadableFileError(str(path), _os_reason(exc)) from None
     return _checked(fd, path)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import signal
 import stat
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -18,6 +21,7 @@ import pytest
 
 from gitmem import ids
 from gitmem.appends import append_lines
+from gitmem.config import Config
 from gitmem.derived import RecordFiles, cut_excerpt
 from gitmem.documents import parse_decision, parse_task
 from gitmem.errors import FormatError, PrivacyError, StoreError, ValidationError
@@ -1202,3 +1206,52 @@ def lines_of_store(store: Path) -> list[dict[str, Any]]:
     """Every event line of the store's day files, in file order."""
     return [json.loads(line) for path in sorted((store / "events").rglob("*.jsonl"))
             for line in path.read_bytes().splitlines() if line]
+
+
+# ----------------------------------------------------------------------------- no regular file
+
+
+def run_gitmem(config: Config, *args: str) -> subprocess.CompletedProcess[str]:
+    """`gitmem ARGS` as a process of its own, failing the test (not hanging it) should it
+    block on a FIFO."""
+    env = {**os.environ, "GITMEM_STORE": str(config.store), "GITMEM_DSN": config.dsn or "",
+           "GITMEM_SCHEMA": config.schema}
+    return subprocess.run([sys.executable, "-m", "gitmem", *args], env=env,
+                          capture_output=True, text=True, timeout=30, cwd=config.root)
+
+
+@contextmanager
+def fifo_at(path: Path) -> Iterator[int]:
+    """A FIFO at `path`, and a reader of it that never waits (what was put in it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        yield reader
+    finally:
+        os.close(reader)
+        path.unlink()
+
+
+def test_a_day_file_that_is_a_fifo_or_a_directory_is_refused_before_any_byte(
+        config: Config) -> None:
+    """A FIFO took the bytes, then the write failed ("Illegal seek"); past 64 KB it
+    blocked for good under the day file's lock."""
+    day = config.store / "events" / "2026-01" / "2026-01-06.jsonl"
+    big = config.root / "big.jsonl"
+    big.write_text("".join(json.dumps({"ts": "2026-01-06T10:00:00Z",
+                                       "content": {"text": f"{n} " + "word " * 200}}) + "\n"
+                           for n in range(100)))
+    with fifo_at(day) as reader:
+        for args in (("x", "--ts", "2026-01-06T10:00:00Z"), ("--json", str(big))):
+            result = run_gitmem(config, "record", *args)
+            assert result.returncode == 1, result.stderr
+            assert (f"{day}: it is a FIFO (named pipe), not a regular file; nothing was "
+                    "written") in result.stderr
+            assert "Traceback" not in result.stderr
+            with contextlib.suppress(BlockingIOError):
+                assert os.read(reader, 1 << 20) == b""  # not a byte put in
+    day.mkdir()
+    result = run_gitmem(config, "record", "x", "--ts", "2026-01-06T10:00:00Z")
+    assert result.returncode == 1
+    assert f"{day}: it is a directory, not a file; nothing was written" in result.stderr
