@@ -24,9 +24,10 @@ from gitmem.documents import (
     summary_to_text,
     task_to_text,
 )
-from gitmem.errors import FormatError, ValidationError, shown
+from gitmem.errors import FormatError, UnreadableFileError, ValidationError, shown
 from gitmem.policies import Policies
 from gitmem.records import SENSITIVITIES, find_event, parse_ts
+from gitmem.regular_files import read_regular
 from gitmem.store import artifact_path, classify, day_file_rel, record_paths
 from gitmem.task_edits import edited_task
 
@@ -67,10 +68,14 @@ class RecordFiles:
         staged = staging.get(self.store / rel)
         if staged is not None:
             return staged.data.decode("utf-8")
-        try:
-            return (self.store / rel).read_text(encoding="utf-8")
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        try:  # a FIFO there would wait for a writer for good
+            return read_regular(self.store / rel).decode("utf-8")
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except UnreadableFileError as exc:  # a FIFO, a link to nothing: raised
+            if exc.directory:  # no file there, as before
+                return None
+            raise
 
     def excerpt(self, content: dict[str, Any]) -> list[Staged]:
         """A tool result's output cut to its excerpt (in `content`); the whole output as
@@ -133,7 +138,11 @@ class RecordFiles:
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an id that exists", field="refs")
             parse = _PARSERS.get(classify(rels[0]) or "") if rels else None
-            text = self.current(rels[0], staging) if parse is not None else None
+            try:
+                text = self.current(rels[0], staging) if parse is not None else None
+            except UnreadableFileError as exc:
+                raise ValidationError(f"{ref} cannot be cited: {exc}; mend the file",
+                                      field="refs") from None
             if parse is None or text is None:
                 continue
             try:
@@ -151,21 +160,32 @@ class RecordFiles:
         when = ids.time_of(event_id)
         if when is None:
             return None
+        unread: UnreadableFileError | None = None
         for offset in (0, -1, 1):  # an event's file is its own date, at its own offset
             rel = day_file_rel(when + timedelta(days=offset))
             try:
-                found = find_event((self.store / rel).read_bytes(), event_id, rel)
+                found = find_event(read_regular(self.store / rel), event_id, rel)
             except (FileNotFoundError, NotADirectoryError):
+                continue
+            except UnreadableFileError as exc:  # a FIFO, a directory, a loop of links
+                unread = unread or exc
                 continue
             if found is not None:
                 return found[1].tenant_id
+        if unread is not None:  # it may be in that file: no telling it is not
+            raise ValidationError(f"{event_id} cannot be looked for: {unread}; mend the "
+                                  "file, or cite another event", field="refs")
         return None
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
                          staging: Staging) -> Decision:
         """A decision cited as superseded or handed over must be one of the tenant's."""
         rel = f"decisions/{dec}.md"
-        text = self.current(rel, staging)
+        try:
+            text = self.current(rel, staging)
+        except UnreadableFileError as exc:
+            raise ValidationError(f"decision {dec} cannot be read: {exc}",
+                                  field=field_name) from None
         if text is None:
             raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
                                   field=field_name)

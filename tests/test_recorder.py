@@ -1255,3 +1255,44 @@ def test_a_day_file_that_is_a_fifo_or_a_directory_is_refused_before_any_byte(
     result = run_gitmem(config, "record", "x", "--ts", "2026-01-06T10:00:00Z")
     assert result.returncode == 1
     assert f"{day}: it is a directory, not a file; nothing was written" in result.stderr
+
+
+@pytest.mark.parametrize("what", ["fifo", "directory", "loop"])
+def test_an_event_ref_whose_day_file_is_no_file_is_refused_naming_it(
+        config: Config, what: str) -> None:
+    """Looking for the cited event in its day file hung on a FIFO, and was a traceback
+    on a directory (IsADirectoryError) or a loop of links (ELOOP)."""
+    day = config.store / "events" / "2026-01" / "2026-01-06.jsonl"
+    ref = ids.new_id("evt", datetime(2026, 1, 6, 10, tzinfo=UTC))
+    said = {"fifo": "a FIFO (named pipe), not a regular file",
+            "directory": "a directory, not a file", "loop": "a loop of symbolic links"}[what]
+    with contextlib.ExitStack() as made:
+        if what == "fifo":
+            made.enter_context(fifo_at(day))
+        elif what == "directory":
+            day.mkdir(parents=True)
+        else:
+            day.parent.mkdir(parents=True)
+            day.symlink_to(day.name)
+        result = run_gitmem(config, "record", "c", "--ref", ref)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"{ref} cannot be looked for: {day}: cannot be read: {said}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_record_ref_whose_file_is_a_fifo_is_refused_naming_it(config: Config) -> None:
+    """Reading the cited decision's file for its tenant hung (RecordFiles.current)."""
+    dec = ids.new_id("dec")
+    path = config.store / "decisions" / f"{dec}.md"
+    with fifo_at(path) as reader:
+        result = run_gitmem(config, "record", "c", "--ref", dec)
+        with contextlib.suppress(BlockingIOError):
+            assert os.read(reader, 1) == b""
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (f"{dec} cannot be cited: {path}: cannot be read: a FIFO (named pipe), not a "
+            "regular file") in result.stderr
+    dangling = config.store / "decisions" / f"{ids.new_id('dec')}.md"
+    dangling.symlink_to(config.root / "elsewhere.md")  # a link to nothing: not there
+    result = run_gitmem(config, "record", "c", "--ref", dangling.stem)
+    assert result.returncode == 1
+    assert f"{dangling.stem} is not in the store (a dangling reference)" in result.stderr
