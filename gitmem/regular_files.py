@@ -33,8 +33,22 @@ def read_regular(path: Path) -> bytes:
 def open_append(path: Path) -> int:
     """A descriptor of `path` for appending, the file created if nothing is there; else
     UnreadableFileError saying what is there (a FIFO would take the bytes and block once
-    full, under the day file's lock), or the system's OSError."""
-    return _open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    full, under the day file's lock), or the system's OSError. A link to nothing is
+    refused, never followed: the file would be made where it points, outside the
+    repository, and git would keep only the link."""
+    flags = os.O_RDWR | os.O_APPEND
+    try:
+        return _open_fd(path, flags)
+    except FileNotFoundError:
+        pass
+    try:  # nothing there: made here, never through a link put in its place meanwhile
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise UnreadableFileError(str(path), _dangling(path)) from None
+        raise
+    return _checked(fd, path)
 
 
 def _open_fd(path: Path, flags: int) -> int:
@@ -44,8 +58,7 @@ def _open_fd(path: Path, flags: int) -> int:
         if not os.path.islink(path):
             raise FileNotFoundError(errno.ENOENT, "No such file or directory",
                                     str(path)) from None
-        raise UnreadableFileError(str(path), "a symbolic link to nothing "
-                                  f"({os.readlink(path)})") from None
+        raise UnreadableFileError(str(path), _dangling(path)) from None
     except IsADirectoryError:  # opened for writing
         raise UnreadableFileError(str(path), "a directory, not a file",
                                   directory=True) from None
@@ -63,6 +76,10 @@ def _checked(fd: int, path: Path) -> int:
         raise UnreadableFileError(str(path), _not_file(st.st_mode),
                                   directory=stat.S_ISDIR(st.st_mode))
     return fd
+
+
+def _dangling(path: Path) -> str:
+    return f"a symbolic link to nothing ({os.readlink(path)})"
 
 
 def _not_file(mode: int) -> str:

@@ -1296,3 +1296,20 @@ def test_a_record_ref_whose_file_is_a_fifo_is_refused_naming_it(config: Config) 
     result = run_gitmem(config, "record", "c", "--ref", dangling.stem)
     assert result.returncode == 1
     assert f"{dangling.stem} is not in the store (a dangling reference)" in result.stderr
+
+
+def test_a_day_file_that_is_a_link_to_nothing_is_refused_nothing_written_anywhere(
+        config: Config, tmp_path: Path) -> None:
+    """The write followed the link and made its target, outside the repository (git
+    committed only the link; sync calls that path a link to nothing)."""
+    outside = tmp_path / "outside" / "day.jsonl"
+    outside.parent.mkdir()
+    day = config.store / "events" / "2026-01" / "2026-01-07.jsonl"
+    day.parent.mkdir(parents=True)
+    day.symlink_to(outside)
+    result = run_gitmem(config, "record", "through link", "--ts", "2026-01-07T10:00:00Z")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (f"cannot append to {day}: it is a symbolic link to nothing ({outside}); "
+            "nothing was written") in result.stderr
+    assert not outside.exists() and day.is_symlink()
+    assert list(outside.parent.iterdir()) == []
