@@ -128,6 +128,6 @@ class PolicyReload:
         for rel in self.memory.policies.hashes:
             try:
                 stats[rel] = stat_key(os.stat(self.store / rel))
-            except FileNotFoundError:
+            except OSError:  # gone, or a loop of links: loading it names which
                 stats[rel] = None
         return stats
