@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from bench.queries import Ask
 from gitmem import lexicon, planning, retrieval
 from gitmem.db import Database
-from gitmem.policies import ChannelRule, Policies
+from gitmem.policies import Policies
+from gitmem.privacy import ChannelRule
 from gitmem.records import parse_ts
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from gitmem import planning, retrieval
 from gitmem.db import Database, named_queries
 from gitmem.lexicon import Term, qualify
-from gitmem.policies import ChannelRule
+from gitmem.privacy import ChannelRule
 
 
 def exact_top(db: Database, tenant: str, terms: Sequence[Term], limits: planning.Limits,

@@ -16,7 +16,7 @@ import psycopg
 from gitmem.db import Database, Row
 from gitmem.errors import FormatError
 from gitmem.freshness import Assessment
-from gitmem.policies import Privacy
+from gitmem.privacy import Privacy
 from gitmem.records import Event, iter_events, parse_ts
 from gitmem.rows import repeated_id, stored_event
 from gitmem.store import at_home

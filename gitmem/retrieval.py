@@ -46,7 +46,7 @@ from gitmem.planning import (
     short_covered,
     unit_bounds,
 )
-from gitmem.policies import ChannelRule
+from gitmem.privacy import ChannelRule
 from gitmem.rows import SHORT_TOKENS, tenant_tag
 
 MAX_TERMS = 12          # the rarest terms of a long question are kept

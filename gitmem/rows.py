@@ -28,7 +28,8 @@ from gitmem.documents import (
 from gitmem.errors import FormatError
 from gitmem.folding import fold, search_text
 from gitmem.ids import ANY_REF
-from gitmem.policies import Policies, Privacy
+from gitmem.policies import Policies
+from gitmem.privacy import Privacy
 from gitmem.records import (
     Event,
     check_storable,

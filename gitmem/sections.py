@@ -24,7 +24,8 @@ from gitmem.context import ContextCache, TenantDecisions, ViewRow
 from gitmem.db import Database, Row, TextArray
 from gitmem.errors import ValidationError
 from gitmem.packing import ITEM_SEPARATOR_TOKENS, Packer, Section
-from gitmem.policies import ChannelRule, Policies
+from gitmem.policies import Policies
+from gitmem.privacy import ChannelRule
 
 if TYPE_CHECKING:
     from gitmem.acb import AcbRequest

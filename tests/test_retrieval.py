@@ -14,7 +14,7 @@ import pytest
 from gitmem import baselines, lexicon, planning, retrieval, sections
 from gitmem.db import sql_text
 from gitmem.memory import Memory
-from gitmem.policies import ChannelRule
+from gitmem.privacy import ChannelRule
 from gitmem.rows import SHORT_TOKENS, tenant_tag
 
 NOW = datetime.fromisoformat("2026-03-01T12:00:00+00:00")
