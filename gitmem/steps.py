@@ -71,6 +71,7 @@ class Run:
     acbs: list[dict[str, Any]] = field(default_factory=list)   # every ACB built (for not_stored)
     daemon: Any = None
     step_tick: timedelta = TICK
+    clock_out: ScenarioError | None = None  # the clock's last move left the range
 
     def __post_init__(self) -> None:
         self.root = self.workdir / "repo"
@@ -123,9 +124,14 @@ class Run:
     def tick(self) -> str:
         """The story's current time for one write; the clock moves on (a second, or
         the step's `every`)."""
+        if self.clock_out is not None:  # a write after the last the range could hold
+            raise self.clock_out
         when = self.cursor
-        self.cursor = moved(when, self.step_tick.total_seconds(), "every",
-                            f"{self.step_tick.total_seconds():g}s")
+        seconds = self.step_tick.total_seconds()
+        try:
+            self.cursor = moved(when, seconds, "every", f"{seconds:g}s")
+        except ScenarioError as exc:  # only a write still to come would be outside
+            self.clock_out = exc
         return format_ts(when)
 
     def resolve(self, value: Any, i: int | None = None) -> Any:
@@ -297,7 +303,7 @@ def _store_path(run: Run, rel: str) -> Path:
 def execute(run: Run, step: Step) -> None:
     """Do what one step says (all its repetitions); bind what it produced."""
     if step.at is not None:
-        run.cursor = resolve_at(step.at, run.scenario.now)
+        run.cursor, run.clock_out = resolve_at(step.at, run.scenario.now), None
     if step.advance:  # one step's moves fit the calendar; all the steps' may not
         run.cursor = moved(run.cursor, step.advance, "advance", f"{step.advance:g}s")
     run.step_tick = timedelta(seconds=step.every)
