@@ -318,43 +318,50 @@ def unchecked_commit(store: Path) -> list[str]:
     """Warnings for a commit git made without the pre-commit hook (`git revert`, `git
     cherry-pick`, `git am`, a rebase, `git commit --no-verify`): what that hook would
     have refused. The commit is made; the warning says how to take it back."""
-    try:
-        problems = verify_commit(store, read_policies(store)[0])
-    except GitmemError as exc:
-        return [f"gitmem: this commit was not checked ({exc}); run `gitmem verify`"]
-    errors = [p for p in problems if p.severity == "error"]
-    if not errors:
-        return []
-    return [f"gitmem: this commit was made without the pre-commit check (git revert, "
-            f"cherry-pick, am, rebase and --no-verify skip it), and the check finds "
-            f"{len(errors)} problem(s) in it:", *(f"  {p}" for p in errors),
-            "gitmem: take it back before you push it: `git reset --soft HEAD^` undoes the "
-            "commit and keeps its changes staged, to mend and commit again (a secret then "
-            "never reaches the history others fetch)"]
+    return _checked_after(
+        store, None, unchecked="this commit was not checked ({exc}); run `gitmem verify`",
+        found="this commit was made without the pre-commit check (git revert, cherry-pick, "
+              "am, rebase and --no-verify skip it), and the check finds {n} problem(s) in it:",
+        way_back="take it back before you push it: `git reset --soft HEAD^` undoes the "
+                 "commit and keeps its changes staged, to mend and commit again (a secret "
+                 "then never reaches the history others fetch)")
 
 
 def fast_forward_problems(store: Path) -> list[str]:
     """Warnings for a merge that fast-forwarded (`git merge`, `git pull`): it made no
     commit, so no pre-merge-commit check saw what it brought in; what that check would
     have refused in it (a day file's lines taken out, a secret), ORIG_HEAD to HEAD."""
+    unchecked = "this merge was not checked ({exc}); run `gitmem verify --since ORIG_HEAD`"
     try:
         with contextlib.closing(gitops.open_repo(store)) as repo:
             orig = gitops.fast_forwarded_from(repo)
-        if orig is None:
-            return []
-        problems = verify_commit(store, read_policies(store)[0], "HEAD", base=orig)
     except GitmemError as exc:
-        return [f"gitmem: this merge was not checked ({exc}); run `gitmem verify --since "
-                "ORIG_HEAD`"]
+        return [f"gitmem: {unchecked.format(exc=exc)}"]
+    if orig is None:
+        return []
+    return _checked_after(
+        store, orig, unchecked=unchecked,
+        found="this merge fast-forwarded (no merge commit, so no pre-merge check), and the "
+              "check finds {n} problem(s) in what it brought in:",
+        way_back="`git reset --keep ORIG_HEAD` goes back to before the merge (your "
+                 "uncommitted changes stay); mend the branch merged, or merge with --no-ff "
+                 "to have it checked")
+
+
+def _checked_after(store: Path, base: str | None, *, unchecked: str, found: str,
+                   way_back: str) -> list[str]:
+    """What the pre-commit check would have refused in HEAD against `base` (None: its
+    first parent), as warnings: `found` (its `{n}` the count), each problem, `way_back`;
+    `unchecked` (its `{exc}` the reason) where the check cannot run."""
+    try:
+        problems = verify_commit(store, read_policies(store)[0], "HEAD", base=base)
+    except GitmemError as exc:
+        return [f"gitmem: {unchecked.format(exc=exc)}"]
     errors = [p for p in problems if p.severity == "error"]
     if not errors:
         return []
-    return [f"gitmem: this merge fast-forwarded (no merge commit, so no pre-merge check), "
-            f"and the check finds {len(errors)} problem(s) in what it brought in:",
-            *(f"  {p}" for p in errors),
-            "gitmem: `git reset --keep ORIG_HEAD` goes back to before the merge (your "
-            "uncommitted changes stay); mend the branch merged, or merge with --no-ff to "
-            "have it checked"]
+    return [f"gitmem: {found.format(n=len(errors))}", *(f"  {p}" for p in errors),
+            f"gitmem: {way_back}"]
 
 
 def _absolute_git_env() -> None:
