@@ -10,14 +10,13 @@ problem alone is listed (an editor's saves one after the other would fill the li
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitmem.errors import FormatError
-from gitmem.store import StatKey, stat_key
+from gitmem.store import StatKey, file_stat
 
 if TYPE_CHECKING:
     from gitmem.memory import Memory
@@ -124,10 +123,5 @@ class PolicyReload:
             self.problems.policies_applied()
 
     def _stats(self) -> dict[str, StatKey | None]:
-        stats: dict[str, StatKey | None] = {}
-        for rel in self.memory.policies.hashes:
-            try:
-                stats[rel] = stat_key(os.stat(self.store / rel))
-            except OSError:  # gone, or a loop of links: loading it names which
-                stats[rel] = None
-        return stats
+        # None: gone, or a loop of links (loading it names which)
+        return {rel: file_stat(self.store / rel) for rel in self.memory.policies.hashes}
