@@ -79,11 +79,7 @@ class Privacy:
 
     def redact(self, text: str) -> str:
         """`text` with every redaction pattern's matches replaced."""
-        if not self._may_hold(text):
-            return text  # the common case: nothing to redact, a quick scan per pattern
-        for pattern in self.patterns:
-            text = pattern.sub(self._replacement, text)
-        return text
+        return self._substituted(text, self._replacement)
 
     def without_secrets(self, text: str) -> str:
         """`text` with what the patterns match taken out, a space in its place, and the
@@ -91,10 +87,14 @@ class Privacy:
         query searches, for the index holds none of the one and every row of the other."""
         if self._marker is not None and self.redaction in text:
             text = self._marker.sub(" ", text)
+        return self._substituted(text, " ")
+
+    def _substituted(self, text: str, replacement: str) -> str:
+        """`text` with every pattern's matches replaced by `replacement` (a template)."""
         if not self._may_hold(text):
-            return text
+            return text  # the common case: nothing to redact, a quick scan per pattern
         for pattern in self.patterns:
-            text = pattern.sub(" ", text)
+            text = pattern.sub(replacement, text)
         return text
 
     @cached_property
