@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from gitmem import ids
-from gitmem.errors import NotFoundError, StoreError, ValidationError
+from gitmem.errors import NotFoundError, StoreError, UnreadableFileError, ValidationError
 from gitmem.policies import FORMAT_VERSION, TOKENIZER
 from gitmem.records import MAX_OFFSET, check_id
 from gitmem.regular_files import open_regular as open_regular
@@ -227,9 +227,9 @@ def _init_store(root: Path, default_tenant: str) -> InitReport:
 def _holds_store(path: Path) -> bool:
     """Whether `path` is a gitmem store (its manifest says so): not only a folder
     holding a manifest.json of some other tool's."""
-    try:
-        return b'"gitmem"' in (path / "manifest.json").read_bytes()[:4096]
-    except OSError:
+    try:  # a FIFO named so in a folder above would wait for a writer for good
+        return b'"gitmem"' in read_regular(path / "manifest.json")[:4096]
+    except (OSError, UnreadableFileError):
         return False
 
 

@@ -96,6 +96,17 @@ def test_init_inside_a_store_is_refused_and_changes_nothing(tmp_path: Path, inne
     assert snapshot(target) == before
 
 
+def test_init_below_a_fifo_named_manifest_json_does_not_wait_on_it(tmp_path: Path) -> None:
+    """Looking for a store above, init read every manifest.json it met: a FIFO named so
+    would have waited for a writer for good."""
+    os.mkfifo(tmp_path / "manifest.json")
+    done = subprocess.run([sys.executable, "-m", "gitmem", "init", str(tmp_path / "proj")],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GITMEM_NO_DAEMON": "1"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "proj" / "memory" / "manifest.json").is_file()
+
+
 def test_a_manifest_of_another_tools_makes_no_store_and_a_file_is_no_store(
         tmp_path: Path) -> None:
     (tmp_path / "manifest.json").write_text('{"name": "an extension", "version": "1.0"}')
