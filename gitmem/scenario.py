@@ -141,6 +141,8 @@ class Step:
     assertions: tuple[Mapping[str, Any], ...] = ()
     expect_error: str = ""
     line: int | None = None
+    clock: Mapping[str, tuple[str, int | None]] = field(default_factory=dict)  # at, advance,
+    # every: as the file wrote them, and their lines (a clock error quotes and cites them)
 
     @property
     def label(self) -> str:
@@ -291,16 +293,18 @@ def _duration(check: _Checker, modifiers: Mapping[str, Any], key: str,
     given) and not out of the calendar; an error cites the field's own line."""
     if key not in modifiers:
         return 0.0
+    text = str(modifiers[key])
     try:
-        seconds = parse_duration(str(modifiers[key]))
-        moved(start, seconds, key, str(modifiers[key]))
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise check.fail([*where, key], f"field {key!r}: {exc}", label) from None
+    if seconds < 0 or (seconds == 0 and key == "every"):  # before the range: `-9e9d` is that
+        raise check.fail([*where, key], f"field {key!r}: must move the clock forward, got "
+                         f"{text!r}", label)
+    try:
+        moved(start, seconds, key, text)
     except ScenarioError as exc:
         raise check.fail([*where, key], str(exc), label) from None
-    if seconds < 0 or (seconds == 0 and key == "every"):
-        raise check.fail([*where, key], f"field {key!r}: must move the clock forward, got "
-                         f"{modifiers[key]!r}", label)
     return seconds
 
 
@@ -420,7 +424,8 @@ def _step(check: _Checker, raw: Any, number: int, bound: set[str], now: datetime
     every = _duration(check, modifiers, "every", where, label, start) or 1.0
     repeat = modifiers.get("repeat", 0)
     if not 1 <= repeat <= 100000 and "repeat" in modifiers:
-        raise check.fail([*where, "repeat"], "field 'repeat': expected 1..100000", label)
+        raise check.fail([*where, "repeat"], f"field 'repeat': expected 1..100000, got "
+                         f"{repeat!r}", label)
     if modifiers.get("expect_error") and modifiers["expect_error"] not in ERRORS:
         raise check.fail([*where, "expect_error"], f"field 'expect_error': expected one of "
                          f"{', '.join(ERRORS)}", label)
@@ -439,7 +444,9 @@ def _step(check: _Checker, raw: Any, number: int, bound: set[str], now: datetime
                 bind=bind, at=None if at is None else str(at), advance=advance, every=every,
                 repeat=repeat, assertions=tuple(items),
                 expect_error=str(modifiers.get("expect_error", "")),
-                line=check.line(where))
+                line=check.line(where),
+                clock={k: (str(modifiers[k]), check.line([*where, k]))
+                       for k in ("at", "advance", "every") if k in modifiers})
 
 
 def _action_values(check: _Checker, action: str, body: Mapping[str, Any],

@@ -24,7 +24,7 @@ from gitmem.config import Config
 from gitmem.db import Database
 from gitmem.errors import GitError, ScenarioError
 from gitmem.memory import Memory
-from gitmem.records import format_ts
+from gitmem.records import TS_RANGE, format_ts
 from gitmem.scenario import Scenario, Step, moved, resolve_at, substitute
 from gitmem.store import init_store
 
@@ -41,6 +41,16 @@ class Failure(Exception):
     def __init__(self, expected: Any, actual: Any, excerpt: Any = None) -> None:
         self.expected, self.actual, self.excerpt = expected, actual, excerpt
         super().__init__(f"expected {expected}, got {actual}")
+
+
+@dataclass(frozen=True)
+class ClockOut:
+    """A write's tick that left the clock's range: the step's, after which of its writes."""
+
+    step: Step | None
+    writes: int               # the step's writes so far; the tick after the last left
+    first: datetime           # the time of the step's first write
+    last: datetime            # the time of its last
 
 
 @dataclass
@@ -71,7 +81,10 @@ class Run:
     acbs: list[dict[str, Any]] = field(default_factory=list)   # every ACB built (for not_stored)
     daemon: Any = None
     step_tick: timedelta = TICK
-    clock_out: ScenarioError | None = None  # the clock's last move left the range
+    current: Step | None = None        # the step running, its writes so far and the first's time
+    writes: int = 0
+    first_write: datetime | None = None
+    clock_out: ClockOut | None = None  # the clock's last move left the range
 
     def __post_init__(self) -> None:
         self.root = self.workdir / "repo"
@@ -125,13 +138,14 @@ class Run:
         """The story's current time for one write; the clock moves on (a second, or
         the step's `every`)."""
         if self.clock_out is not None:  # a write after the last the range could hold
-            raise self.clock_out
+            raise clock_error(self, self.clock_out)
         when = self.cursor
-        seconds = self.step_tick.total_seconds()
+        self.first_write = when if self.writes == 0 else self.first_write
+        self.writes += 1
         try:
-            self.cursor = moved(when, seconds, "every", f"{seconds:g}s")
-        except ScenarioError as exc:  # only a write still to come would be outside
-            self.clock_out = exc
+            self.cursor = moved(when, self.step_tick.total_seconds(), "every", "")
+        except ScenarioError:  # only a write still to come would be outside
+            self.clock_out = ClockOut(self.current, self.writes, self.first_write or when, when)
         return format_ts(when)
 
     def resolve(self, value: Any, i: int | None = None) -> Any:
@@ -304,8 +318,13 @@ def execute(run: Run, step: Step) -> None:
     """Do what one step says (all its repetitions); bind what it produced."""
     if step.at is not None:
         run.cursor, run.clock_out = resolve_at(step.at, run.scenario.now), None
+    run.current, run.writes, run.first_write = step, 0, None
     if step.advance:  # one step's moves fit the calendar; all the steps' may not
-        run.cursor = moved(run.cursor, step.advance, "advance", f"{step.advance:g}s")
+        try:
+            written = step.clock.get("advance", (f"{step.advance:g}s", None))[0]
+            run.cursor = moved(run.cursor, step.advance, "advance", written)
+        except ScenarioError as exc:
+            raise _located(run, step, "advance", str(exc)) from None
     run.step_tick = timedelta(seconds=step.every)
     times = step.repeat or 1
     numbers = range(1, times + 1) if step.repeat else [None]
@@ -337,6 +356,36 @@ def execute(run: Run, step: Step) -> None:
     if step.bind:
         run.bindings[step.bind] = produced if step.repeat else (
             produced[0] if produced else None)
+
+
+def _located(run: Run, step: Step, key: str, message: str) -> ScenarioError:
+    """`message` at the line of the step's `key` (its own line when the file has none)."""
+    line = step.clock[key][1] if key in step.clock else step.line
+    where = f"{run.scenario.path}:{line}" if line else str(run.scenario.path)
+    return ScenarioError(f"{where}: {step.label}: {message}")
+
+
+def clock_error(run: Run, out: ClockOut) -> ScenarioError:
+    """A write refused because a write's tick moved the clock out of its range, said in
+    the file's terms: the `every:` as written, or the default tick the step has instead."""
+    step, by = run.current, out.step
+    outside = f"outside {TS_RANGE}, the range ids and the index can hold"
+    if step is None or by is None:  # not from a step: nothing in the file to cite
+        return ScenarioError(f"the clock is {outside}")
+    every = by.clock.get("every", ("", None))[0]
+    if by is step:
+        writes = step.repeat or 1
+        each = (f"field 'every': {every!r} for each of its {writes} writes moves" if every
+                else f"its {writes} writes at 1 s each (the default: the step has no "
+                "`every:`) move")
+        return _located(run, step, "every", f"{each} the clock from {format_ts(out.first)} "
+                        f"{outside}: write {out.writes + 1} of {writes} would be "
+                        f"{every or '1 s'} after {format_ts(out.last)}")
+    tick = (f"its `every: {every}` (line {by.clock['every'][1]})" if every
+            else "1 s, the default tick (it has no `every:`)")
+    return _located(run, step, "", f"its write would be {outside}: {by.label} (line "
+                    f"{by.line}) moved the clock past its end after its last write, at "
+                    f"{format_ts(out.last)}, by {tick}; give this step an `at:`")
 
 
 def _other(run: Run, action: str, f: Mapping[str, Any]) -> None:

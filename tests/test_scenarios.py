@@ -111,7 +111,12 @@ def write(tmp_path: Path, text: str, name: str = "t.scenario.yaml") -> Path:
     ("steps:\n  - write: {path: ../../etc/passwd, text: x}\n", 6, "step 1 (write)",
      "must be a path inside the store"),
     ("steps:\n  - record: {text: a}\n    repeat: 0\n", 7, "step 1 (record)",
-     "field 'repeat': expected 1..100000"),
+     "field 'repeat': expected 1..100000, got 0"),  # the value was not quoted
+    ("steps:\n  - record: {text: a}\n    repeat: 100001\n", 7, "step 1 (record)",
+     "field 'repeat': expected 1..100000, got 100001"),
+    # a huge backward move is backward (it was "moves the clock ... outside 1970..")
+    ("steps:\n  - record: {text: a}\n    advance: -99999999999d\n", 7, "step 1 (record)",
+     "field 'advance': must move the clock forward, got '-99999999999d'"),
     ("steps:\n  - task: {status: done}\n", 6, "step 1 (task)",
      "task: missing required field 'title' (a new task needs one; an update gives task_id"),
     ("steps:\n  - acb: {}\n    assertions:\n      - {type: acb_section_contains, section: "
@@ -274,15 +279,81 @@ def test_a_clock_moved_out_of_the_calendar_fails_its_step_in_one_line(tmp_path: 
     result = run_scenario(load_scenario(write(tmp_path, text)), dsn)
     [failure] = result["failures"]
     assert failure["where"] == "step 2 (record)" and failure["line"] == 8
-    assert failure["error"].startswith("ScenarioError: field 'advance': '1.728e+11s' moves "
+    # the value as the file wrote it (it was '1.728e+11s'), at the field's own line
+    assert failure["error"].startswith(f"ScenarioError: {tmp_path / 't.scenario.yaml'}:9: "
+                                       "step 2 (record): field 'advance': '2000000d' moves "
                                        "the clock from 7501-"), failure["error"]
     assert "traceback" not in failure and "\n" not in failure["error"]
     text = text.replace("    advance: 2000000d\n", "")
     [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
-    assert failure["where"] == "step 3 (record)" and "field 'every': '86400s'" in failure["error"]
-    assert "from 9998-12-31T00:00:00" in failure["error"] and "traceback" not in failure
+    assert failure["where"] == "step 3 (record)" and (  # it was '86400s'
+        ":10: step 3 (record): field 'every': '1d' for each of its 3 writes moves the clock "
+        "from 9998-12-30T00:00:00+00:00 outside 1970") in failure["error"], failure["error"]
+    assert "write 3 of 3 would be 1d after 9998-12-31T00:00:00" in failure["error"]
+    assert "traceback" not in failure
     text = text.replace("repeat: 3", "repeat: 2")  # both writes in range: the tick after
     assert run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"] == []  # is no write
+
+
+def test_a_clock_move_out_of_range_quotes_the_file(tmp_path: Path, dsn: str) -> None:
+    """`advance: 6h` that leaves the range at run time was quoted back as '21600s'."""
+    text = HEAD + """steps:
+  - record: {text: a}
+    at: "9998-12-31T18:00:00Z"
+  - record: {text: b}
+    advance: 6h
+"""
+    [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
+    assert failure["error"] == (
+        f"ScenarioError: {tmp_path / 't.scenario.yaml'}:9: step 2 (record): field 'advance': "
+        "'6h' moves the clock from 9998-12-31T18:00:01+00:00 outside 1970-01-01T00:00:00Z .. "
+        "9998-12-31T23:59:59.999999Z, the range ids and the index can hold")
+
+
+def test_the_default_tick_out_of_range_is_not_blamed_on_every(tmp_path: Path,
+                                                              dsn: str) -> None:
+    """A step with no `every:` whose writes (1 s apart, the default) leave the range was
+    refused as "field 'every': '1s' moves the clock", a field the file does not have."""
+    path = tmp_path / "t.scenario.yaml"
+    text = HEAD + """steps:
+  - record: {text: "a {i}"}
+    at: "9998-12-31T23:59:58Z"
+    repeat: 3
+"""
+    [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
+    assert failure["error"] == (
+        f"ScenarioError: {path}:6: step 1 (record): its 3 writes at 1 s each (the default: "
+        "the step has no `every:`) move the clock from 9998-12-31T23:59:58+00:00 outside "
+        "1970-01-01T00:00:00Z .. 9998-12-31T23:59:59.999999Z, the range ids and the index can "
+        "hold: write 3 of 3 would be 1 s after 9998-12-31T23:59:59+00:00")
+    # an earlier step's last tick left the range: the refused write's step, and that one
+    text = HEAD + """steps:
+  - record: {text: a}
+    at: "9998-12-31T23:59:59Z"
+  - acb: {query: a}
+  - decide: {text: b, refs: [x]}
+"""
+    [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
+    assert failure["where"] == "step 3 (decide)" and "'every'" not in failure["error"]
+    assert failure["error"].startswith(f"ScenarioError: {path}:9: step 3 (decide): its write "
+                                       "would be outside 1970"), failure["error"]
+    assert failure["error"].endswith(
+        ": step 1 (record) (line 6) moved the clock past its end after its last write, at "
+        "9998-12-31T23:59:59+00:00, by 1 s, the default tick (it has no `every:`); give this "
+        "step an `at:`"), failure["error"]
+    text = HEAD + """steps:
+  - record: {text: a}
+    at: "9998-12-31T23:00:00Z"
+  - record: {text: b}
+    every: 90m
+  - decide: {text: c, refs: [x]}
+"""
+    [failure] = run_scenario(load_scenario(write(tmp_path, text)), dsn)["failures"]
+    assert failure["error"].startswith(f"ScenarioError: {path}:10: step 3 (decide):")
+    assert failure["error"].endswith(
+        "step 2 (record) (line 8) moved the clock past its end after its last write, at "
+        "9998-12-31T23:00:01+00:00, by its `every: 90m` (line 9); give this step an `at:`"
+    ), failure["error"]
 
 
 def test_decision_assertions_look_in_the_scenarios_tenant(tmp_path: Path, dsn: str) -> None:
