@@ -30,11 +30,14 @@ committed version as git commits it, with LF.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
+from gitmem import ids
 from gitmem.copies import Copy, EventLines, why_original
 from gitmem.documents import (
     Decision,
@@ -56,8 +59,9 @@ from gitmem.policies import (
 from gitmem.policy_warnings import pinned_view_too_big
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import BATCH_PREFIX, PREFIX
+from gitmem.regular_files import DIRECTORY
 from gitmem.rows import parse_file
-from gitmem.store import classify, day_file_rel, misnamed, record_paths
+from gitmem.store import classify, day_file_rel, linked_folders, misnamed, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
 from gitmem.trees import GitTree, Tree, WorkTree
 
@@ -141,7 +145,7 @@ class Checker:
                           "it (put a file in its place, or remove it)")
             elif kind == "policy" and isinstance(self.tree, WorkTree) and (
                     self.tree.store / rel).is_dir():
-                self.fail(rel, None, "cannot be read: Is a directory")  # as the loader says
+                self.fail(rel, None, f"cannot be read: {DIRECTORY}")  # as the loader says
             elif kind == "policy":
                 self.fail(rel, None, "missing; run `gitmem init` to create the default")
             elif kind == "events" and self.base is not None and self.base.read(rel) is not None:
@@ -399,7 +403,11 @@ class Checker:
                 exists = ref.target not in missing_events
             else:
                 exists = any(p in paths for p in record_paths(ref.target))
-            if not exists:
+            if not exists and (unread := self._unread_day(ref.target)) is not None:
+                self.fail(ref.path, ref.line, f"{ref.target} cannot be looked for: "
+                          f"{self.display}{unread}; mend the file, or cite another event",
+                          ref.field)
+            elif not exists:
                 self.fail(ref.path, ref.line, f"{ref.target} is not in the store (a dangling "
                           "reference); cite an id that exists", ref.field)
             elif ref.tenant and self._decision_tenant(ref.target) not in (None, ref.tenant):
@@ -409,6 +417,34 @@ class Checker:
         self._check_loops()
         if complete:
             self._check_forks()
+            self._check_linked_folders()
+
+    def _check_linked_folders(self) -> None:
+        """A link to a folder in a record directory of the work tree: never entered, so
+        none of its files is read (`gitmem status` lists it as ignored), and git keeps
+        only the link. A whole-store check, with the references'."""
+        if not isinstance(self.tree, WorkTree):
+            return
+        for rel in linked_folders(self.tree.store):
+            try:
+                target = os.readlink(self.tree.store / rel)
+            except OSError:  # removed meanwhile
+                continue
+            self.fail(rel, None, f"a symbolic link to a folder ({target}): gitmem never "
+                      "enters it, so none of its files is read (and git keeps only the "
+                      "link); move the files into the store, or remove the link")
+
+    def _unread_day(self, ref: str) -> str | None:
+        """The work tree's day file that may hold event `ref` (its own date, or a day
+        either side, as the write path looks) but could not be read, and what is there: a
+        link to nothing, a loop of links, a FIFO (None: no such file, or not an event)."""
+        when = ids.time_of(ref) if ref.startswith("evt_") else None
+        if when is None or not isinstance(self.tree, WorkTree):
+            return None
+        unread = self.tree.unread
+        days = (day_file_rel(when + timedelta(days=offset)) for offset in (0, -1, 1))
+        return next((f"{rel}: cannot be read: {unread[rel]}" for rel in days if rel in unread),
+                    None)
 
     def _check_forks(self) -> None:
         """A warning where two active decisions supersede the same one (two branches that

@@ -332,9 +332,8 @@ def read_policies(store: Path) -> tuple[Policies, list[FormatError]]:
             problems.append(FormatError("missing; run `gitmem init` to create the default",
                                         path=rel))
             return default
-        except UnreadableFileError as exc:  # a FIFO, a link to nothing, a loop of links
-            reason = "Is a directory" if exc.directory else exc.reason  # as it was said
-            problems.append(FormatError(f"cannot be read: {reason}", path=rel))
+        except UnreadableFileError as exc:  # a FIFO, a directory, a link to nothing...
+            problems.append(FormatError(f"cannot be read: {exc.reason}", path=rel))
             return default
         except OSError as exc:  # a file that cannot be read
             problems.append(FormatError(f"cannot be read: {exc.strerror or exc}", path=rel))

@@ -19,17 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gitmem import ids
-from gitmem.appends import (
-    discard,
-    place_staged,
-    stage_file,
-)
+from gitmem.appends import discard, place_staged, stage_file
 from gitmem.derived import RecordFiles, Staged, Staging
-from gitmem.documents import (
-    Handoff,
-    handoff_to_text,
-    parse_handoff,
-)
+from gitmem.documents import Handoff, handoff_to_text, parse_handoff
 from gitmem.errors import (
     DatabaseError,
     FormatError,
@@ -64,6 +56,7 @@ from gitmem.store import (
     day_file_rel,
     exclusive,
     file_stat,
+    require_cited_links,
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -350,6 +343,7 @@ class Recorder:
         for dec in packet.decisions:
             self.files.require_decision(dec, "decisions", packet.tenant_id, {})
         # what it cites is there, and its tenant's: as for an event's refs
+        require_cited_links(self.store, packet.refs, ())
         self.files.require_records(packet.refs, {}, packet.tenant_id)
         self._require_events(packet.refs, packet.tenant_id, {}, {})
         self._publish([Staged(self.store / rel, text.encode())])
@@ -447,6 +441,7 @@ class Recorder:
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
         event = parse_event(full)  # every type and enum checked before files are derived
+        require_cited_links(self.store, event.refs, staging)
         self.files.require_records(event.refs, staging, event.tenant_id)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)

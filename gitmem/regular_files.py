@@ -16,6 +16,7 @@ from gitmem.errors import UnreadableFileError
 
 _NOT_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+DIRECTORY = "a directory, not a file"  # the reason of a directory in a file's place
 
 
 def open_regular(path: Path) -> BinaryIO:
@@ -60,8 +61,7 @@ def _open_fd(path: Path, flags: int) -> int:
                                     str(path)) from None
         raise UnreadableFileError(str(path), _dangling(path)) from None
     except IsADirectoryError:  # opened for writing
-        raise UnreadableFileError(str(path), "a directory, not a file",
-                                  directory=True) from None
+        raise UnreadableFileError(str(path), DIRECTORY, directory=True) from None
     except OSError as exc:  # a loop of links (ELOOP), no permission
         if exc.errno != errno.ELOOP and flags != os.O_RDONLY:
             raise  # a writer says the system's reason itself
@@ -84,7 +84,7 @@ def _dangling(path: Path) -> str:
 
 def _not_file(mode: int) -> str:
     if stat.S_ISDIR(mode):
-        return "a directory, not a file"
+        return DIRECTORY
     what = next((name for test, name in _NOT_FILES if test(mode)), "not a file")
     return f"{what}, not a regular file"
 

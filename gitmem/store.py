@@ -382,11 +382,22 @@ def unrecognized_files(store: Path) -> list[dict[str, str]]:
     found: list[dict[str, str]] = []
     for top in EXPECTED_NAMES:
         for rel, entry in _files_under(str(store), top):
-            if not entry.name.startswith(".") and _links_to_folder(entry):
+            if _linked_folder(entry):
                 found.append({"path": rel, "reason": "ignored: a link to a folder, not entered"})
             elif (expected := misnamed(rel)) is not None:
                 found.append({"path": rel, "reason": f"ignored: not named {expected}"})
     return found
+
+
+def linked_folders(store: Path) -> list[str]:
+    """The symbolic links to a folder in the record directories, which gitmem never
+    enters (`unrecognized_files` lists them as ignored; `gitmem verify` names them)."""
+    return [rel for top in EXPECTED_NAMES for rel, entry in _files_under(str(store), top)
+            if _linked_folder(entry)]
+
+
+def _linked_folder(entry: os.DirEntry[str]) -> bool:
+    return not entry.name.startswith(".") and _links_to_folder(entry)
 
 
 def misnamed(rel: str) -> str | None:
@@ -494,11 +505,32 @@ def record_paths(record_id: str) -> list[str]:
     return []
 
 
+def require_cited_links(store: Path, refs: Iterable[str], staged: Iterable[Path]) -> None:
+    """Raise where a record an event cites is no file but something else at its path (a
+    symbolic link to nothing or a loop of them, a directory, a FIFO): named, as every
+    reader names it, never called missing nor taken for the record
+    (`derived.RecordFiles.require_records` checks the rest)."""
+    written = set(staged)
+    for ref in refs:
+        paths = [store / rel for rel in record_paths(ref)]
+        if any(path in written or path.is_file() for path in paths):
+            continue  # there
+        for path in filter(os.path.lexists, paths):
+            try:
+                read_regular(path)
+            except UnreadableFileError as exc:
+                raise ValidationError(f"{ref} cannot be cited: {exc}; mend the file",
+                                      field="refs") from None
+
+
 def require_task(store: Path, task_id: str) -> None:
     """Raise unless `task_id` names a task of the store: the target of an update that
     must not create a task by a mistyped id."""
     check_id(task_id, "tsk", "task_id")
-    if not (store / "tasks" / f"{task_id}.md").is_file():
+    path = store / "tasks" / f"{task_id}.md"
+    if not path.exists() and os.path.islink(path):  # a link to nothing: named
+        read_regular(path)
+    if not path.is_file():
         raise NotFoundError(f"no task {task_id} to update: tasks/{task_id}.md is not in "
                             f"{store} (leave the id out to create a task)")
 

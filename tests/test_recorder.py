@@ -1291,11 +1291,46 @@ def test_a_record_ref_whose_file_is_a_fifo_is_refused_naming_it(config: Config) 
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert (f"{dec} cannot be cited: {path}: cannot be read: a FIFO (named pipe), not a "
             "regular file") in result.stderr
-    dangling = config.store / "decisions" / f"{ids.new_id('dec')}.md"
-    dangling.symlink_to(config.root / "elsewhere.md")  # a link to nothing: not there
-    result = run_gitmem(config, "record", "c", "--ref", dangling.stem)
-    assert result.returncode == 1
-    assert f"{dangling.stem} is not in the store (a dangling reference)" in result.stderr
+
+
+@pytest.mark.parametrize("what", ["dangling", "loop", "directory"])
+def test_a_record_ref_whose_file_is_a_link_to_nothing_is_refused_naming_it(
+        config: Config, what: str) -> None:
+    """A link to nothing (or a loop of links) at a cited record's path was called `not in
+    the store (a dangling reference)`, naming neither the file nor the link; a directory
+    there was taken for the record (the write went ahead, verify refused it later)."""
+    dec = ids.new_id("dec")
+    path = config.store / "decisions" / f"{dec}.md"
+    gone = config.root / "elsewhere.md"
+    said = {"dangling": f"a symbolic link to nothing ({gone})",
+            "loop": "a loop of symbolic links", "directory": "a directory, not a file"}[what]
+    if what == "dangling":
+        path.symlink_to(gone)
+    elif what == "loop":
+        path.symlink_to(path.name)
+    else:
+        path.mkdir()
+    before = snapshot(config.store)
+    for command in (("record", "c", "--ref", dec), ("decide", "d", "--ref", dec),
+                    ("handoff", "bob", "t", "--ref", dec)):
+        result = run_gitmem(config, *command)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert (f"field 'refs': {dec} cannot be cited: {path}: cannot be read: {said}; "
+                "mend the file") in result.stderr, command
+        assert "dangling reference" not in result.stderr
+    assert snapshot(config.store) == before and not gone.exists()
+
+
+def test_a_task_update_whose_file_is_a_link_to_nothing_names_it(config: Config) -> None:
+    """`task --id` said the task `is not in` the store where its file is a link to nothing."""
+    task = ids.new_id("tsk")
+    path = config.store / "tasks" / f"{task}.md"
+    path.symlink_to(config.root / "gone.md")
+    result = run_gitmem(config, "task", "--id", task, "--status", "done")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (f"{path}: cannot be read: a symbolic link to nothing ({config.root / 'gone.md'})"
+            in result.stderr)
+    assert "is not in" not in result.stderr
 
 
 def test_a_day_file_that_is_a_link_to_nothing_is_refused_nothing_written_anywhere(

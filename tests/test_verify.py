@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gitmem import tokens
+from gitmem import ids, tokens
 from gitmem.config import Config
 from gitmem.documents import field_line
 from gitmem.memory import Memory
@@ -20,6 +20,7 @@ from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import load_policies
 from gitmem.prompt import header_tokens
 from gitmem.records import content_hash
+from gitmem.store import day_file_rel
 from gitmem.supersession import supersede_loops
 from gitmem.verify import verify_tree
 from tests.conftest import Cli, git
@@ -38,16 +39,64 @@ def test_a_fresh_store_with_records_has_no_problems(cli: Cli, memory: Memory) ->
     assert result.output.rstrip().endswith(": no problems")  # no warning either
 
 
+@pytest.mark.parametrize("rel", ["policies/budgets.yaml", "policies/privacy.yaml",
+                                 "policies/channels.yaml"])
 def test_a_directory_in_place_of_a_policy_file_is_named_not_a_traceback(
-        cli: Cli, config: Config) -> None:
-    budgets = config.store / "policies" / "budgets.yaml"
-    budgets.unlink()
-    budgets.mkdir()
-    for command in (("verify",), ("status",), ("record", "hello")):
+        cli: Cli, config: Config, rel: str) -> None:
+    """Named as a FIFO or a link to nothing there is (regular_files' wording), not with
+    the system's errno text ("Is a directory")."""
+    policy = config.store / rel
+    policy.unlink()
+    policy.mkdir()
+    for command in (("verify",), ("status",), ("record", "hello"), ("acb", "hello")):
         result = cli(*command, ok=False)
         assert result.exit_code == 1, command
-        assert "policies/budgets.yaml: cannot be read: Is a directory" in result.output, command
-        assert "Traceback" not in result.output
+        assert f"{rel}: cannot be read: a directory, not a file" in result.output, command
+        assert "Is a directory" not in result.output and "Traceback" not in result.output
+
+
+def test_a_link_to_a_folder_in_the_store_is_named_by_verify_as_status_lists_it(
+        cli: Cli, config: Config, tmp_path: Path) -> None:
+    """`gitmem status` listed a symbolic link to a folder as ignored (never entered) and
+    `gitmem verify` said nothing of it: the files behind it were neither read nor checked."""
+    store = config.store
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "2026-01").mkdir(parents=True)
+    _, line = event_line("s", "out of the store", number=1)
+    (elsewhere / "2026-01" / "2026-01-05.jsonl").write_text(line)
+    (store / "events" / "2026-01").symlink_to(elsewhere / "2026-01")
+    (store / "views" / "team").symlink_to(elsewhere)
+    status = cli("status", ok=False)
+    assert "ignored events/2026-01: ignored: a link to a folder, not entered" in status.output
+    assert "ignored views/team: ignored: a link to a folder, not entered" in status.output
+    result = cli("verify", ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    for rel, target in (("events/2026-01", elsewhere / "2026-01"), ("views/team", elsewhere)):
+        assert (f"memory/{rel}: a symbolic link to a folder ({target}): gitmem never enters "
+                "it, so none of its files is read (and git keeps only the link); move the "
+                "files into the store, or remove the link") in result.output
+    assert "2 problem(s)" in result.output
+
+
+def test_an_event_ref_whose_day_file_is_a_link_to_nothing_names_that_file(
+        cli: Cli, config: Config, tmp_path: Path) -> None:
+    """The citing line said `... is not in the store (a dangling reference)`, naming
+    neither the day file that may hold the event nor what is in its place."""
+    store = config.store
+    cited, _ = event_line("s", "cited", number=1)
+    _, citing = event_line("s", "cites it", number=2, refs=[cited])
+    append(store / DAY, citing)
+    when = ids.time_of(cited)
+    assert when is not None
+    rel = day_file_rel(when)  # where the cited event would be: its id's own date
+    gone = tmp_path / "moved-away.jsonl"
+    (store / rel).parent.mkdir(parents=True)
+    (store / rel).symlink_to(gone)
+    result = cli("verify", ok=False)
+    assert (f"memory/{DAY}:1: field 'refs': {cited} cannot be looked for: memory/{rel}: "
+            f"cannot be read: a symbolic link to nothing ({gone}); mend the file, or cite "
+            "another event") in result.output
+    assert "dangling reference" not in result.output
 
 
 def test_every_problem_is_listed_as_path_line(cli: Cli, config: Config,
