@@ -306,7 +306,6 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     used: set[str] = set()      # every anchor given: each is a chunk's key
     heading, anchor, start = "", "", first_line
     lines: list[str] = []
-    fence = ""  # the code fence open, as written (``` or ~~~, maybe longer)
     open_ = _Open()
 
     def flush() -> None:
@@ -315,9 +314,11 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=start))
 
     for offset, line in enumerate(body.split("\n")):
-        was_open, fence = fence, fence if open_.html else _fence_after(line, fence)
-        match = None if fence or was_open or open_.html else _ATX_HEADING.match(line)
-        setext = bool(open_.paragraph) and not was_open and _SETEXT_UNDERLINE.match(line)
+        # a line at the margin is in a fence or an HTML block only if one is open at top
+        # level: a fence in a list item ends with the item
+        inside = open_.html or (open_.fence and not open_.item)
+        match = None if inside else _ATX_HEADING.match(line)
+        setext = bool(open_.paragraph) and _SETEXT_UNDERLINE.match(line)
         if match or setext:
             above = lines[len(lines) - open_.paragraph:] if setext else []
             del lines[len(lines) - len(above):]
@@ -333,7 +334,7 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             start, lines, open_ = first_line + offset - len(above), [*above, line], _Open()
         else:
             lines.append(line)
-            open_ = _open_after(line.expandtabs(4), open_, fenced=bool(fence or was_open))
+            open_ = _open_after(line.expandtabs(4), open_)
     flush()
     return tuple(chunks)
 
@@ -352,31 +353,58 @@ class _Open:
 
     paragraph: int = 0  # how many lines, up to here, are a top-level paragraph's
     lazy: bool = False  # a list item's or quote's paragraph: lines not interrupting it are its
+    own: bool = False   # that paragraph is the item's or quote's own, not one nested in it
     item: int = 0       # an open list's content column: lines after a blank indented so far are its
     html: str = ""      # an open HTML block's end: a pattern, or "\n" for a blank line
+    fence: str = ""     # an open code fence, as written: the list item's when `item` is set
+    bare: bool = False  # the list item is its mark alone so far: a blank line ends it
 
 
-def _open_after(line: str, open_: _Open, fenced: bool) -> _Open:
+def _open_after(line: str, open_: _Open) -> _Open:
     """What is open after `line` (tabs expanded), `open_` having been open before it."""
     if open_.html:
         ends = (not line.strip() if open_.html == "\n"
                 else re.search(open_.html, line, re.IGNORECASE))
         return _Open() if ends else open_
     if not line.strip():
-        return _Open(item=open_.item)
+        return _Open(item=0 if open_.bare else open_.item, fence=open_.fence)
     if open_.item and len(line) - len(line.lstrip()) >= open_.item:  # the list item's line
-        lazy = not fenced and ((open_.lazy and not _interrupts(line))
-                               or _opens_text(line[open_.item:]))
-        return _Open(lazy=lazy, item=open_.item)
-    if fenced:
-        return _Open()
-    if (open_.lazy or open_.paragraph) and not _interrupts(line):
-        return replace(open_, paragraph=open_.paragraph + 1) if open_.paragraph else open_
+        content = line[open_.item:]
+        if open_.fence:
+            return _Open(item=open_.item, fence=_fence_after(content, open_.fence))
+        if open_.lazy and open_.own and _SETEXT_UNDERLINE.match(content):
+            return _Open(item=open_.item)  # underlines the item's paragraph: a heading in it
+        if open_.lazy and not _interrupts(content) and (
+                open_.own or not _LIST_ITEM.match(content)):  # a nested one's line is lazy
+            return open_
+        return _Open(lazy=_opens_text(content), own=not _nested(content), item=open_.item,
+                     fence=_fence_after(content, ""))
+    if open_.fence:
+        if not open_.item:
+            return replace(open_, fence=_fence_after(line, open_.fence))
+        open_ = _Open()  # a line left of the item's content ends the item and its fence
+    # a lazy line goes on a list item's or quote's paragraph (`===` too: an underline is
+    # never lazy, so it is text); any list item, even an empty one or one from 2, ends it:
+    # only a paragraph whose own line it is resists those (CommonMark 5.2)
+    if open_.lazy and not _interrupts(line) and not _LIST_ITEM.match(line):
+        return open_
+    if open_.paragraph and not _interrupts(line):
+        return replace(open_, paragraph=open_.paragraph + 1)
+    if fence := _fence_after(line, ""):
+        return _Open(fence=fence)
     if (item := _LIST_ITEM.match(line)) and not _THEMATIC_BREAK.match(line):
         column = _item_column(line, item)
-        return _Open(lazy=_opens_text(line[column:]), item=column)
+        content = line[column:]
+        return _Open(lazy=_opens_text(content), own=not _nested(content), item=column,
+                     fence=_fence_after(content, ""), bare=not content.strip())
     if quote := _QUOTE.match(line):
-        return _Open(lazy=_opens_text(line[quote.end():]))
+        content = line[quote.end():]
+        if open_.lazy and not open_.item and content.strip():  # the quote's paragraph:
+            if open_.own and _SETEXT_UNDERLINE.match(content):  # underlined, a heading in it
+                return _Open()
+            if not _interrupts(content) and (open_.own or not _LIST_ITEM.match(content)):
+                return open_                                    # or its line
+        return _Open(lazy=_opens_text(content), own=not _nested(content))
     if html := _html_block(line, interrupting=False):
         return html
     return _Open(paragraph=int(_TEXT.match(line) is not None and not _interrupts(line)))
@@ -401,6 +429,12 @@ def _opens_text(content: str) -> bool:
         content = content[mark.end() if mark.re is _QUOTE else _item_column(content, mark):]
     return (_TEXT.match(content) is not None and not _interrupts(content)
             and _html_block(content, interrupting=False) is None)
+
+
+def _nested(content: str) -> bool:
+    """Whether a list item's or quote's content, past its mark, opens a quote or list in it."""
+    return not _THEMATIC_BREAK.match(content) and bool(
+        _QUOTE.match(content) or _LIST_ITEM.match(content))
 
 
 def _item_column(line: str, item: re.Match[str]) -> int:

@@ -643,10 +643,25 @@ def test_a_rule_under_what_is_no_paragraph_is_no_heading(above: str) -> None:
     ("<div>\nin the HTML block\n---", []),
     ("<!-- a comment -->\nafter it\n---", ["after it"]),
     ("- - -\nafter a rule\n===", ["after a rule"]),
+    ("- item\n-\nNotes\n---", ["Notes"]),         # any list item ends a lazy paragraph
+    ("> quote\n-\nNotes\n---", ["Notes"]),
+    ("- item\n2.\nNotes\n---", ["Notes"]),         # an empty item from 2 too
+    ("-\n\n  Notes\n---", ["Notes"]),              # a blank line ends an empty item
+    ("* item\n   ===\n===\n---", ["==="]),          # the underline ends the item's paragraph
+    ("1. x\n    ---\nNotes\n===", ["Notes"]),
+    ("> - c\n>     more\nlazy\n---", []),          # the quoted item's line, then a lazy one
+    ("> q\n> ===\nNotes\n---", ["Notes"]),         # the quote's own underline
+    ("> q\n>     more\nlazy\n---", []),            # the quote's paragraph goes on
+    ("- item\n  ```\nNotes\n---", ["Notes"]),      # a fence in an item ends with it
+    ("- item\n  ```\n# Code\n", ["Code"]),
+    ("- item\n  ```\n```\n# in a fence\n", []),
+    ("-   item\n     # heading in it\nlazy\n---", ["lazy"]),  # it ends the paragraph
 ])
 def test_setext_headings_are_commonmark_s(text: str, headings: list[str]) -> None:
     """A line after a list item's or a quote's was taken for a paragraph (`---` under it
-    a heading), and an ordered list from 2, `#tag` or an HTML tag line for no paragraph."""
+    a heading), and an ordered list from 2, `#tag` or an HTML tag line for no paragraph;
+    a list item after a lazy line, an underline in a list item or a quote, and a fence
+    in a list item were read as they are not."""
     view = parse_view(f"# Top\n\n{text}\n", "views/rules.md", "rules")
     assert [c.heading for c in view.chunks] == ["Top", *headings]
 
