@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from gitmem import gitops
+from gitmem import gitops, twins
 from gitmem.copies import HomeLines, copies_elsewhere, drop_seen, outranked, repeated_otherwise
 from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
@@ -55,7 +55,6 @@ from gitmem.store import (
     TENANT_FILE_KINDS,
     classify,
     iter_store_files,
-    record_paths,
     unrecognized_files,
 )
 
@@ -110,12 +109,13 @@ def _stats_of(states: Mapping[str, Row]) -> dict[str, FileStat]:
 
 
 class _Outranked(Exception):
-    """A file's lines outrank the ones some ids are indexed from (gitmem/copies.py):
-    its transaction rolls back, and `sync` settles those ids (`_settle`)."""
+    """A file's lines outrank the ones some ids are indexed from (gitmem/copies.py), or
+    its summary the other scope's file (gitmem/twins.py): its transaction rolls back, and
+    `sync` settles those ids (`_settle`)."""
 
-    def __init__(self, event_ids: list[str]) -> None:
-        super().__init__(", ".join(event_ids))
-        self.event_ids = event_ids
+    def __init__(self, event_ids: list[str], summary_ids: list[str] | None = None) -> None:
+        self.event_ids, self.summary_ids = event_ids, summary_ids or []
+        super().__init__(", ".join([*event_ids, *self.summary_ids]))
 
 
 def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRows) -> int:
@@ -127,7 +127,10 @@ def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRo
             added = db.insert_rows(conn, table, TABLE_COLUMNS[table], values)
             written += added
             if table == "summaries" and added < len(values):  # the other scope's file
-                rows.errors.append(_summary_twin(values[0][0], path))
+                taken, twin_errors = twins.outranked_twins(db, conn, path, values)
+                if taken:
+                    raise _Outranked([], taken)
+                rows.errors += twin_errors
             if table == "events" and added < len(values):  # some are indexed already
                 taken = outranked(db, conn, path, values)
                 if taken:
@@ -138,14 +141,6 @@ def _insert(db: Database, conn: psycopg.Connection[Row], path: str, rows: FileRo
     if rows.repeats:
         rows.errors += repeated_otherwise(db, conn, path, rows.repeats)
     return written
-
-
-def _summary_twin(summary_id: str, path: str, twin: str | None = None) -> FormatError:
-    """The problem of a summary file whose id the other scope's file (`twin`, indexed)
-    holds too: one of them is indexed, not both."""
-    twin = twin or next(p for p in record_paths(summary_id) if p != path)
-    return FormatError(f"summary {summary_id} is also {twin}, which is indexed: ids never "
-                       "repeat; remove one of them", path=path, line=1)
 
 
 def apply(db: Database, conn: psycopg.Connection[Row], a: Assessment,
@@ -203,7 +198,8 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
     """Sync one file; what was found, the rows made, how many were written, and the byte
     offset the index reflects afterwards (None: the file is not indexed). `force`: read
     it whole, as if never indexed. `homes`: gets the other day files that may hold an
-    event whose rows this file's took away (`_copies_elsewhere`)."""
+    event whose rows this file's took away (`_copies_elsewhere`), or the other scope's
+    file of a summary it gave up (`twins.given_up`)."""
     with db.transaction() as conn:
         with conn.pipeline():  # the lock, then the state it guards: one round trip
             db.execute("lock_sync_shared", {"path": rel}, conn)
@@ -222,9 +218,13 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
         held = (db.fetchall("file_events", {"path": rel}, conn)
                 if homes is not None and kind == "events" and state is not None
                 and found.action in ("rewrite", "truncate", "deleted", "unreadable") else [])
+        summaries = (twins.held(db, conn, rel) if homes is not None and kind == "summary"
+                     and found.action in ("changed", "deleted", "unreadable") else set())
         rows, written = apply(db, conn, found, policies, appended)
         if held and homes is not None:
             homes.update(copies_elsewhere(db, conn, rel, held))
+        if summaries and homes is not None:
+            homes.update(twins.given_up(db, conn, rel, summaries))
     indexed = found.action not in ("deleted", "unreadable")
     return found, rows, written, found.state["byte_offset"] if indexed else None
 
@@ -264,7 +264,8 @@ def sync(db: Database, store: Path, policies: Policies,
         todo = [(p, k) for p, k in todo if k in ("events", "decision", "task", "summary",
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
-    homes: set[str] = set()  # day files holding an event another file's rows took away
+    homes: set[str] = set()  # day files holding an event another file's rows took away,
+    # and summary files whose twin gave their id up (gitmem/twins.py)
     # (path, kind, why it is read again whole: None, or _GAVE_UP / _OUTRANKED)
     queue: list[tuple[str, str, str | None]] = [(rel, kind, None) for rel, kind in todo]
     while queue:
@@ -275,11 +276,11 @@ def sync(db: Database, store: Path, policies: Policies,
                 db, store, rel, kind, policies, appended.get(rel, ()) if appended else (),
                 force=force, homes=None if force else homes)
         except _Outranked as exc:  # this file first, then the others, whole
-            queue[:0] = [(rel, kind, again), *((path, "events", _OUTRANKED)
-                                               for path in _settle(db, rel, exc.event_ids))]
+            queue[:0] = [(rel, kind, again), *_again(
+                _settle(db, rel, exc.event_ids, exc.summary_ids), _OUTRANKED)]
             continue
         if not queue and homes:  # read those again, whole, once the rest is done
-            queue = [(home, "events", _GAVE_UP) for home in sorted(homes)]
+            queue = _again(sorted(homes), _GAVE_UP)
             homes.clear()
         if kind == "events" and offset is not None:
             report.offsets[rel] = offset
@@ -312,17 +313,26 @@ _OUTRANKED = ("holds a line of an event id that another file's line, its origina
               "indexed from (gitmem/copies.py)")
 
 
-def _settle(db: Database, rel: str, event_ids: list[str]) -> list[str]:
-    """Forget the files other than `rel` that hold a line of these ids (their rows and
-    state), for the caller to read them again whole after `rel`: the index then holds
-    each id from its original line, and names the others as repeats of it, as a
-    reindex does. Under the lock each file's sync shares, taken exclusively: no sync
-    writes those files' rows meanwhile. A crash before they are read again leaves them
-    unindexed, which the next sync of the store reads as new files."""
+def _again(paths: Iterable[str], reason: str) -> list[tuple[str, str, str | None]]:
+    """Queue entries reading `paths` again whole: day files for `reason`, summary files
+    for their twin's."""
+    return [(path, "events", reason) if classify(path) in ("events", None)
+            else (path, "summary", twins.READ_AGAIN) for path in paths]
+
+
+def _settle(db: Database, rel: str, event_ids: list[str], summary_ids: list[str]) -> list[str]:
+    """Forget the files other than `rel` that hold a line of these event ids, or these
+    summaries (their rows and state), for the caller to read them again whole after
+    `rel`: the index then holds each event from its original line and each summary from
+    the file that sorts first, and names the others, as a reindex does. Under the lock
+    each file's sync shares, taken exclusively: no sync writes those files' rows
+    meanwhile. A crash before they are read again leaves them unindexed, which the next
+    sync of the store reads as new files."""
     with db.transaction() as conn:
         db.execute("lock_sync_exclusive", None, conn)
-        paths = sorted({r["path"] for r in db.fetchall("event_holders", {"ids": event_ids},
-                                                       conn)} - {rel})
+        holders = db.fetchall("event_holders", {"ids": event_ids}, conn) + db.fetchall(
+            "summaries_elsewhere", {"ids": summary_ids, "path": rel}, conn)
+        paths = sorted({r["path"] for r in holders} - {rel})
         for path in paths:
             _delete_rows(db, conn, path)
             db.execute("delete_file_state", {"path": path}, conn)
@@ -349,10 +359,7 @@ def reindex(db: Database, store: Path, policies: Policies,
         with _gc_paused(), _CopyBehind(db, conn) as loader:
             for read in read_all(store, files, policies, workers):
                 rel, rows = read.rel, read.rows
-                for summary in rows.tables["summaries"]:
-                    if seen_summaries.setdefault(summary[0], rel) != rel:  # ids clash
-                        rows = FileRows(errors=[*rows.errors, _summary_twin(
-                            summary[0], rel, seen_summaries[summary[0]])])
+                rows = twins.first_kept(rows, rel, seen_summaries)
                 dropped = drop_seen(rows, seen_events, rel, homes)
                 copies += sorted({(rel, row[0]) for row in dropped})
                 if dropped or rows.repeats:  # named once every file is in, if they differ

@@ -58,6 +58,15 @@ ORDER BY u.line
 -- Where the index holds these events from another file than %(path)s.
 SELECT event_id, path, line, home FROM events WHERE event_id = ANY (%(ids)s) AND path <> %(path)s
 
+-- name: summaries_elsewhere
+-- Where the index holds these summaries from another file than %(path)s (the other
+-- scope's: gitmem/twins.py).
+SELECT summary_id, path FROM summaries WHERE summary_id = ANY (%(ids)s) AND path <> %(path)s
+
+-- name: file_summaries
+-- The summaries whose rows a file holds.
+SELECT summary_id FROM summaries WHERE path = %(path)s
+
 -- name: event_holders
 -- The files an event's rows come from, or that hold a copy of it (a reading of them all
 -- again settles which line is its original).

@@ -1406,6 +1406,101 @@ def test_a_summary_id_in_both_scopes_is_refused_on_write_and_named_not_crashing_
             "too") in out
 
 
+def _summary_in(memory: Memory, scope: str) -> tuple[str, Path]:
+    """A summary recorded in `scope`'s folder, indexed: its id and file."""
+    evt = memory.record({"content": {"text": "We ship on Thursdays"}}).id
+    made = memory.record({"kind": "summary", "refs": [evt],
+                          "content": {"text": "shipping day", "scope": scope}})
+    summary_id = made.content["summary_id"]
+    memory.sync()
+    return summary_id, memory.store / "summaries" / scope / f"{summary_id}.md"
+
+
+def _twin_of(path: Path) -> Path:
+    """The same summary id written by hand in the other scope's folder, saying more."""
+    scope = path.parent.name
+    other = "episode" if scope == "session" else "session"
+    twin = path.parent.parent / other / path.name
+    twin.parent.mkdir(parents=True, exist_ok=True)
+    twin.write_text(path.read_text().replace(f"scope: {scope}", f"scope: {other}")
+                    .replace("shipping day", f"shipping day as the {other} tells it"))
+    return twin
+
+
+def _summary_paths(dsn: str, schema: str) -> list[str]:
+    return [r[0] for r in rows(dsn, schema, "SELECT path FROM summaries")]
+
+
+def _summary_problems(memory: Memory) -> dict[str, str]:
+    return {e["path"]: e["message"] for e in memory.status()["errors"]
+            if e["path"].startswith("summaries/")}
+
+
+@pytest.mark.parametrize("watched", [False, True])
+@pytest.mark.parametrize("recorded", ["session", "episode"])
+def test_a_summary_in_both_scopes_is_indexed_from_the_file_a_reindex_keeps(
+        memory: Memory, dsn: str, schema: str, recorded: str, watched: bool) -> None:
+    """The same summary id under both scopes (a twin): a reindex keeps the file that
+    sorts first (episode/) and names the other; a sync kept whichever it read first, so
+    the summary's row, its chunk's text and the lexeme counts depended on the order the
+    files came in. Whichever is there first, by a full sync or one of the path the
+    watcher saw, the index is the reindex's."""
+    summary_id, first = _summary_in(memory, recorded)
+    twin = _twin_of(first)
+    rel = str(twin.relative_to(memory.store))
+    memory.sync([rel] if watched else None)
+    episode = f"summaries/episode/{summary_id}.md"
+    session = f"summaries/session/{summary_id}.md"
+    assert _summary_paths(dsn, schema) == [episode]
+    assert _summary_problems(memory) == {session: (
+        f"summary {summary_id} is also {episode}, which is indexed: ids never repeat; "
+        "remove one of them")}
+    assert memory.status()["clean"]
+    assert_reindex_equal(memory, dsn, schema)
+
+
+@pytest.mark.parametrize("how", ["deleted", "invalid"])
+def test_the_other_scopes_summary_is_indexed_when_the_indexed_one_gives_it_up(
+        memory: Memory, dsn: str, schema: str, how: str) -> None:
+    """The indexed file of a twin pair deleted (or no longer a valid summary: a scope its
+    folder is not): the other file, never read again, left the summary out of the index
+    while status said clean and named a problem of a file that no longer exists."""
+    summary_id, indexed = _summary_in(memory, "episode")
+    _twin_of(indexed)
+    memory.sync()
+    assert _summary_paths(dsn, schema) == [f"summaries/episode/{summary_id}.md"]
+    if how == "deleted":
+        indexed.unlink()
+    else:
+        indexed.write_text(indexed.read_text().replace("scope: episode", "scope: session"))
+    report = memory.sync([str(indexed.relative_to(memory.store))])  # as the watcher does
+    session = f"summaries/session/{summary_id}.md"
+    assert changed(report)[session] == "rewrite"
+    assert _summary_paths(dsn, schema) == [session]
+    assert session not in _summary_problems(memory)
+    [(text,)] = rows(dsn, schema, "SELECT text FROM chunks WHERE source_id = %s",
+                     (summary_id,))
+    assert text.startswith("Summary (session): ") and "as the session tells it" in text
+    assert memory.status()["clean"]
+    assert_reindex_equal(memory, dsn, schema)
+
+
+def test_deleting_the_twin_left_out_clears_its_problem_and_keeps_the_summary(
+        memory: Memory, dsn: str, schema: str) -> None:
+    """A summary recorded in session/, then its id written in episode/ too: episode's is
+    indexed (it sorts first) and session's named. Deleting session's leaves the summary
+    indexed from episode's, and no problem named."""
+    summary_id, first = _summary_in(memory, "session")
+    _twin_of(first)
+    memory.sync()
+    first.unlink()
+    memory.sync()
+    assert _summary_paths(dsn, schema) == [f"summaries/episode/{summary_id}.md"]
+    assert _summary_problems(memory) == {}
+    assert memory.status()["clean"]
+    assert_reindex_equal(memory, dsn, schema)
+
+
 # ----------------------------------------------------------------------------- no regular file
 
 
