@@ -61,7 +61,14 @@ from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import BATCH_PREFIX, PREFIX
 from gitmem.regular_files import DIRECTORY
 from gitmem.rows import parse_file
-from gitmem.store import classify, day_file_rel, linked_folders, misnamed, record_paths
+from gitmem.store import (
+    RECORD_FOLDERS,
+    classify,
+    day_file_rel,
+    linked_folders,
+    misnamed,
+    record_paths,
+)
 from gitmem.supersession import Link, closing_entry, supersede_loops
 from gitmem.trees import GitTree, Tree, WorkTree
 
@@ -125,6 +132,8 @@ class Checker:
     def check_file(self, rel: str) -> None:
         """Every check that concerns one file alone."""
         kind = classify(rel)
+        if self._committed_link(rel, kind):
+            return
         if kind is None:
             if rel.rsplit("/", 1)[-1].startswith(BATCH_PREFIX):
                 self.fail(rel, None, "the journal of a write across day files that did not "
@@ -378,6 +387,28 @@ class Checker:
             self.fail(rel, number, f"matches the redaction pattern {pattern!r} of "
                       "policies/privacy.yaml: secrets are never stored; remove it")
 
+    def _committed_link(self, rel: str, kind: str | None) -> bool:
+        """A symbolic link that git holds (mode 120000) in place of a record folder, in
+        one, or where a record or policy file should be: git keeps only where it points,
+        so nothing behind it is versioned or reviewed, and gitmem never enters a link to
+        a folder. Named as what it is (its blob is not the file: never parsed)."""
+        if not isinstance(self.tree, GitTree) or rel not in self.tree.links():
+            return False
+        if kind is None and rel.partition("/")[0] not in RECORD_FOLDERS:
+            return False  # a file gitmem never reads, wherever it points
+        target, undo = self.tree.links()[rel], f"`git rm --cached {self.display}{rel}`"
+        if self.tree.links_to_folder(rel):
+            self.fail(rel, None, f"a symbolic link to a folder ({target}): gitmem never "
+                      "enters it and git keeps only the link, so none of its files is read, "
+                      f"versioned or reviewed; take the link out of the commit ({undo}), "
+                      "then move the files into the store in its place, or remove the link")
+        else:
+            self.fail(rel, None, f"a symbolic link ({target}), not a file: git keeps only "
+                      "where it points, so the file itself is not versioned or reviewed; "
+                      f"take the link out of the commit ({undo}), then put the file itself "
+                      "in its place, or remove the link")
+        return True
+
     # ------------------------------------------------------------------ references
 
     def check_refs(self, *, complete: bool) -> None:
@@ -420,9 +451,10 @@ class Checker:
             self._check_linked_folders()
 
     def _check_linked_folders(self) -> None:
-        """A link to a folder in a record directory of the work tree: never entered, so
-        none of its files is read (`gitmem status` lists it as ignored), and git keeps
-        only the link. A whole-store check, with the references'."""
+        """A link to a folder in a record directory of the work tree, or in place of one
+        (events/ itself, say): never entered, so none of its files is read (`gitmem
+        status` lists it as ignored), and git keeps only the link. A whole-store check,
+        with the references'."""
         if not isinstance(self.tree, WorkTree):
             return
         for rel in linked_folders(self.tree.store):
@@ -430,7 +462,8 @@ class Checker:
                 target = os.readlink(self.tree.store / rel)
             except OSError:  # removed meanwhile
                 continue
-            self.fail(rel, None, f"a symbolic link to a folder ({target}): gitmem never "
+            what = "a folder" if (self.tree.store / rel).is_dir() else "no folder"
+            self.fail(rel, None, f"a symbolic link to {what} ({target}): gitmem never "
                       "enters it, so none of its files is read (and git keeps only the "
                       "link); move the files into the store, or remove the link")
 

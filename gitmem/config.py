@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gitmem.errors import ConfigError
+from gitmem.errors import ConfigError, UnreadableFileError
+from gitmem.regular_files import read_regular
 
 STORE_DIRNAME = "memory"
 STATE_DIRNAME = ".gitmem"
@@ -148,11 +149,26 @@ def stores_here(store: str | None, cwd: Path | None = None) -> list[Path] | None
 def _manifest_lost(store: Path) -> None:
     """Raise if `store` is a store whose manifest.json is gone (its folders are there):
     say so, not that there is no store."""
-    if _has_store_folders(store, "events", "policies", "decisions"):
-        raise ConfigError(f"{store} holds a store's files but no manifest.json (deleted?): "
-                          f"restore it (`git checkout -- {store.name}/manifest.json` in "
-                          f"{store.parent}), or run `gitmem init {store.parent}` to write a "
-                          "new one (it leaves every other file as it is)")
+    if not _has_store_folders(store, "events", "policies", "decisions"):
+        return
+    manifest = store / "manifest.json"
+    restore = (f"restore it (`git checkout -- {store.name}/manifest.json` in {store.parent}), "
+               f"or run `gitmem init {store.parent}` to write a new one (it leaves every "
+               "other file as it is)")
+    if os.path.lexists(manifest):  # a directory, a FIFO, a link to nothing in its place
+        try:
+            read_regular(manifest)
+        except UnreadableFileError as exc:
+            raise ConfigError(f"{store} holds a store's files but its manifest.json cannot "
+                              f"be read: {manifest} is {exc.reason}; remove it "
+                              f"(`rm {'-r ' if exc.directory else ''}{manifest}`), then "
+                              + restore) from None
+        except OSError:  # gone meanwhile
+            pass
+        else:
+            return  # a file after all (made meanwhile): its reader says what it holds
+    raise ConfigError(f"{store} holds a store's files but no manifest.json (deleted?): "
+                      + restore)
 
 
 def _has_store_folders(directory: Path, *names: str) -> bool:

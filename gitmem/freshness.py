@@ -11,7 +11,9 @@ file's size. `assess` says what a sync would do with the file.
 A path that holds no regular file (`store.open_regular`) is never read: a directory in
 an indexed file's place is the file gone; a FIFO, a socket, a device, a link to nothing
 or a loop of links is `unreadable`, indexed with no rows and one problem naming it
-(`unread_rows`), which status lists until it is mended."""
+(`unread_rows`), which status lists until it is mended. A file behind a symbolic link to
+a folder (a record folder that is one, or a folder within) is never read: gone, if it
+was indexed."""
 
 from __future__ import annotations
 
@@ -30,7 +32,14 @@ from gitmem.db import Row
 from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.policies import Policies
 from gitmem.rows import Appended, FileRows
-from gitmem.store import StatKey, classify, open_regular, stat_key, stat_store_files
+from gitmem.store import (
+    StatKey,
+    classify,
+    link_on_way,
+    open_regular,
+    stat_key,
+    stat_store_files,
+)
 
 ANCHOR_BYTES = 4096
 RACY_NS = 2_000_000_000
@@ -141,6 +150,11 @@ def assess(store: Path, rel: str, kind: str, state: Row | None,
             return Assessment(rel, kind, "unchanged", "no record's name, not indexed")
         return Assessment(rel, kind, "deleted", "indexed, but its name is no record's: "
                           "gitmem reads it no more (`gitmem status` lists it as ignored)")
+    if (link := link_on_way(store, rel)) is not None:  # never entered (store.linked_folders)
+        if state is None:
+            return Assessment(rel, kind, "unchanged", f"behind the link {link}/, not entered")
+        return Assessment(rel, kind, "deleted", f"indexed, now behind the symbolic link "
+                          f"{link}/, which gitmem never enters: its rows are removed")
     try:
         handle = open_regular(path)
     except FileNotFoundError:

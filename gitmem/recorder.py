@@ -56,6 +56,7 @@ from gitmem.store import (
     day_file_rel,
     exclusive,
     file_stat,
+    refuse_linked,
     require_cited_links,
 )
 
@@ -473,16 +474,16 @@ class Recorder:
 
     # ------------------------------------------------------------------ commit
 
-    def _require_store(self) -> None:
-        """Refuse to write where the store was: moved or deleted under a long-lived
-        writer (the daemon), a write would make a new, partial store there."""
+    def _require_store(self, paths: Iterable[Path] = ()) -> None:
+        """Refuse to write where the store was (moved or deleted under the daemon: a new,
+        partial store), or through a symbolic link to a folder (`store.refuse_linked`)."""
         if not (self.store / "manifest.json").is_file():
             raise StoreError(f"the store {self.store} is gone (moved or deleted?): nothing "
                              "was written; stop the daemon serving it (`gitmem daemon "
                              "stop`) and start one from where the store is now")
+        refuse_linked(self.store, paths)
 
     def _commit(self, prepared: list[_Prepared]) -> None:
-        self._require_store()
         by_file: dict[str, list[Event]] = {}
         days: dict[str, str] = {}  # the timestamp's date part -> its day file
         for p in prepared:
@@ -490,6 +491,7 @@ class Recorder:
             if rel is None:
                 rel = days[p.event.ts[:10]] = day_file_rel(p.event.when)
             by_file.setdefault(rel, []).append(p.event)
+        self._require_store(self.store / rel for rel in by_file)
         # Every line of every file is encoded before the first byte is written (what was
         # validated encodes: check_storable refuses unpaired surrogates)
         encoded = {rel: [e.to_line().encode("utf-8") for e in events]
@@ -530,6 +532,7 @@ class Recorder:
         """Each file written and fsynced under a temporary name beginning with its
         prefix, beside its target (`appends.stage_file`); none left when one fails."""
         temps: list[tuple[Path, Staged]] = []
+        refuse_linked(self.store, (item.target for item, _ in staged))
         try:
             for item, prefix in staged:
                 if item.target.exists() and not item.replace_existing:

@@ -356,11 +356,14 @@ def read_artifact(store: Path, artifact_id: str) -> bytes:
     """The bytes of an artifact, or NotFoundError naming the id (a ValidationError for
     what is not an artifact id)."""
     check_artifact_id(artifact_id)
+    path = artifact_path(store, artifact_id)
+    if (folder := link_on_way(store, path.relative_to(store).as_posix())) is not None:
+        raise StoreError(f"artifact {artifact_id} cannot be read: {_behind(store, folder)}; "
+                         + _unlink_hint(store, folder))
     try:
-        return artifact_path(store, artifact_id).read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
-        raise NotFoundError(f"artifact {artifact_id} not found under "
-                         f"{artifact_path(store, artifact_id)}") from None
+        raise NotFoundError(f"artifact {artifact_id} not found under {path}") from None
 
 
 EXPECTED_NAMES = {
@@ -374,12 +377,14 @@ EXPECTED_NAMES = {
 
 
 def unrecognized_files(store: Path) -> list[dict[str, str]]:
-    """Files in the record directories that gitmem ignores because of their name.
+    """Files in the record directories that gitmem ignores because of their name, and
+    the symbolic links it never enters (a record folder itself, or one within).
 
     A decision saved as `decisions/use-fts.md` would otherwise never be indexed and
     nothing would say why.
     """
-    found: list[dict[str, str]] = []
+    found = [{"path": rel, "reason": f"ignored: {_link_kind(store / rel)}, not entered"}
+             for rel in linked_tops(store)]
     for top in EXPECTED_NAMES:
         for rel, entry in _files_under(str(store), top):
             if _linked_folder(entry):
@@ -390,14 +395,61 @@ def unrecognized_files(store: Path) -> list[dict[str, str]]:
 
 
 def linked_folders(store: Path) -> list[str]:
-    """The symbolic links to a folder in the record directories, which gitmem never
-    enters (`unrecognized_files` lists them as ignored; `gitmem verify` names them)."""
-    return [rel for top in EXPECTED_NAMES for rel, entry in _files_under(str(store), top)
-            if _linked_folder(entry)]
+    """The symbolic links in place of a record folder (`linked_tops`) and those to a
+    folder within one, which gitmem never enters (`unrecognized_files` lists them as
+    ignored; `gitmem verify` names them)."""
+    return [*linked_tops(store),
+            *(rel for top in EXPECTED_NAMES for rel, entry in _files_under(str(store), top)
+              if _linked_folder(entry))]
+
+
+def linked_tops(store: Path) -> list[str]:
+    """The record folders (views/, events/, ..., artifacts/) that are symbolic links:
+    never entered, read or written through, as no link to a folder within one is (git
+    would keep only the link)."""
+    return [top for top in RECORD_FOLDERS if os.path.islink(store / top)]
 
 
 def _linked_folder(entry: os.DirEntry[str]) -> bool:
     return not entry.name.startswith(".") and _links_to_folder(entry)
+
+
+def _link_kind(path: Path) -> str:
+    return "a link to a folder" if path.is_dir() else "a link to no folder"
+
+
+def link_on_way(store: Path, rel: str) -> str | None:
+    """The folder on the way from the store to `rel` (its record folder, a month's
+    folder, ...) that is a symbolic link, or None: what is behind one is never read nor
+    written (`linked_folders`)."""
+    folders = rel.split("/")[:-1]
+    for depth in range(1, len(folders) + 1):
+        folder = "/".join(folders[:depth])
+        if os.path.islink(store / folder):
+            return folder
+    return None
+
+
+def refuse_linked(store: Path, paths: Iterable[Path]) -> None:
+    """A StoreError naming the link when a file to be written in the store (a day file,
+    a record file) is behind a symbolic link to a folder: it would be written outside
+    the repository, where git keeps only the link and no sync reads it."""
+    for path in paths:
+        folder = link_on_way(store, path.relative_to(store).as_posix())
+        if folder is not None:
+            raise StoreError(f"cannot write {path}: {_behind(store, folder)}: nothing was "
+                             f"written; {_unlink_hint(store, folder)}")
+
+
+def _behind(store: Path, folder: str) -> str:
+    return (f"{store / folder} is a symbolic link (to {os.path.realpath(store / folder)}), "
+            "which gitmem never writes, reads nor indexes through (git keeps only the link)")
+
+
+def _unlink_hint(store: Path, folder: str) -> str:
+    link = store / folder
+    return (f"move the files into the store (`rm {link} && mv {os.path.realpath(link)} "
+            f"{link}`), or remove the link")
 
 
 def misnamed(rel: str) -> str | None:
@@ -419,6 +471,7 @@ def walk_files(store: Path, tops: Iterable[str], prefix: str = "") -> Iterator[P
 
 
 RECORD_DIRS = ("views", "events", "decisions", "tasks", "summaries", "handoffs")
+RECORD_FOLDERS = (*RECORD_DIRS, "artifacts")
 
 
 def _files_under(root: str, top: str, prefix: str = ""
@@ -427,7 +480,9 @@ def _files_under(root: str, top: str, prefix: str = ""
     and whose name begins with `prefix`, folder by folder in name order. A symbolic
     link to a directory is listed, not entered; unreadable folders are skipped. Names
     are compared before any path is made: at 1M events the 25,000 record files are
-    listed in ~40 ms."""
+    listed in ~40 ms. Nothing is listed under a `top` that is (or is in) such a link."""
+    if link_on_way(Path(root), f"{top}/-") is not None:
+        return
     pending = [top]
     while pending:
         folder = pending.pop()

@@ -64,6 +64,7 @@ class GitTree:
         self.prefix = prefix
         self.rev = rev
         self._paths: list[str] | None = None
+        self._links: dict[str, str] | None = None
 
     def paths(self) -> list[str]:
         """Store-relative paths in the revision."""
@@ -74,6 +75,18 @@ class GitTree:
     def read(self, rel: str) -> bytes | None:
         """The blob's bytes, or None."""
         return gitops.read_blob(self.repo, f"{self.rev}:{self.prefix}{rel}")
+
+    def links(self) -> dict[str, str]:
+        """The revision's symbolic links (git's mode 120000: the blob is where the link
+        points, all git keeps of it): store-relative path -> that target."""
+        if self._links is None:
+            self._links = {rel: (self.read(rel) or b"").decode("utf-8", "replace")
+                           for rel in list_links(self.repo, self.prefix, self.rev)}
+        return self._links
+
+    def links_to_folder(self, rel: str) -> bool:
+        """Whether the link at `rel` points to a folder in the work tree."""
+        return Path(str(self.repo.working_tree_dir), self.prefix + rel).is_dir()
 
     def files_holding(self, event_ids: set[str], under: str) -> list[str]:
         """Store-relative paths of the revision's files under `under` that may hold one of
@@ -93,6 +106,20 @@ def list_paths(repo: git.Repo, prefix: str, rev: str) -> list[str]:
     else:
         out = repo.git.ls_files("-z", "--cached", "--", where)
     return sorted(p[len(prefix):] for p in out.split("\0") if p)
+
+
+def list_links(repo: git.Repo, prefix: str, rev: str) -> list[str]:
+    """Store-relative paths of the symbolic links under `prefix` in `rev` ('' = the
+    index), which `list_paths` lists among the files."""
+    where = prefix or "."
+    if rev:
+        if rev == "HEAD" and not gitops.has_head(repo):
+            return []
+        out = repo.git.ls_tree("-r", "-z", "--full-tree", rev, "--", where)
+    else:
+        out = repo.git.ls_files("-z", "--stage", "--", where)
+    return sorted(entry.partition("\t")[2][len(prefix):] for entry in out.split("\0")
+                  if entry.startswith("120000 "))
 
 
 # Event ids beyond which one pass of Python over the files beats `git grep -F`, whose

@@ -22,7 +22,7 @@ from gitmem.policy_warnings import (
     sections_unbudgeted,
     views_missing,
 )
-from gitmem.store import classify
+from gitmem.store import classify, linked_tops
 from gitmem.trees import GitTree, Tree, WorkTree, changed_paths
 
 if TYPE_CHECKING:
@@ -74,7 +74,8 @@ def verify_tree(store: Path, policies: Policies | None = None, *, display: str |
         return (problems + defaults_missing(store, policies, display)
                 + channels_unruled(store, policies, display)
                 + sections_unbudgeted(store, policies, display)
-                + views_missing(store, paths, display))
+                + ([] if "views" in linked_tops(store)  # the link is the problem named
+                   else views_missing(store, paths, display)))
     finally:
         if repo is not None:
             repo.close()

@@ -112,3 +112,33 @@ def test_an_amend_dropping_a_line_head_added_is_told_the_way_that_works(root: Pa
     dropped = commit(root, "drop")
     assert dropped.returncode == 1 and "events files are append-only" in dropped.stderr
     assert "--amend" not in dropped.stderr
+
+
+def test_a_committed_link_in_the_store_is_named_as_a_link(root: Path, tmp_path: Path) -> None:
+    """git holds a link as its target's path (mode 120000): pre-commit said of a link to
+    a folder within a record folder "gitmem never reads this file: it is not named ...",
+    and let events/ itself made a link, or a view file that is one, be committed."""
+    outside = tmp_path / "outside"
+    (outside / "2026-01").mkdir(parents=True)
+    (outside / "view.md").write_text("# A view kept outside\n")
+    store = root / "memory"
+    (store / "decisions").rename(outside / "decisions")
+    (store / "decisions").symlink_to(outside / "decisions", target_is_directory=True)
+    (store / "events" / "2026-01").symlink_to(outside / "2026-01", target_is_directory=True)
+    (store / "views" / "outside.md").symlink_to(outside / "view.md")
+    result = commit(root, "links")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output
+    for rel, target in (("decisions", outside / "decisions"),
+                        ("events/2026-01", outside / "2026-01")):
+        assert (f"memory/{rel}: a symbolic link to a folder ({target}): gitmem never enters "
+                "it and git keeps only the link, so none of its files is read, versioned or "
+                "reviewed; take the link out of the commit (`git rm --cached "
+                f"memory/{rel}`), then move the files into the store in its place, or "
+                "remove the link") in output
+    assert (f"memory/views/outside.md: a symbolic link ({outside / 'view.md'}), not a file: "
+            "git keeps only where it points, so the file itself is not versioned or "
+            "reviewed; take the link out of the commit (`git rm --cached "
+            "memory/views/outside.md`), then put the file itself in its place, or remove "
+            "the link") in output
+    assert "never reads this file" not in output and "3 problem(s)" in output

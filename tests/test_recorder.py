@@ -1348,3 +1348,50 @@ def test_a_day_file_that_is_a_link_to_nothing_is_refused_nothing_written_anywher
             "nothing was written") in result.stderr
     assert not outside.exists() and day.is_symlink()
     assert list(outside.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("linked", ["events", "events/2026-01"])
+def test_a_write_into_a_linked_events_folder_is_refused_naming_the_link(
+        config: Config, tmp_path: Path, linked: str) -> None:
+    """With events/ (or a month's folder) a symbolic link to a folder outside the
+    repository, the write followed it: the day file was made there, where git keeps only
+    the link and no sync reads it (every reader treats such a link as never entered)."""
+    store = config.store
+    outside = tmp_path / "outside"
+    if (store / linked).exists():
+        (store / linked).rename(outside)
+    else:
+        outside.mkdir()
+    (store / linked).symlink_to(outside, target_is_directory=True)
+    before = sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*"))
+    result = run_gitmem(config, "record", "through the link", "--ts", "2026-01-07T10:00:00Z")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    link = store / linked
+    assert (f"cannot write {store / 'events/2026-01/2026-01-07.jsonl'}: {link} is a symbolic "
+            f"link (to {outside}), which gitmem never writes, reads nor indexes through (git "
+            "keeps only the link): nothing was written; move the files into the store "
+            f"(`rm {link} && mv {outside} {link}`), or remove the link") in result.stderr
+    assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == before
+
+
+@pytest.mark.parametrize("top", ["decisions", "tasks", "artifacts"])
+def test_a_record_file_into_a_linked_record_folder_is_refused_nothing_written(
+        memory: Memory, config: Config, tmp_path: Path, top: str) -> None:
+    """A decision, a task or an artifact was put in place through the link: outside
+    the repository, never indexed, and its event line was written in the store."""
+    store = config.store
+    outside = tmp_path / "outside"
+    (store / top).rename(outside)
+    (store / top).symlink_to(outside, target_is_directory=True)
+    cited = memory.record({"content": {"text": "why"}}).id
+    files = snapshot(config.root)
+    with pytest.raises(StoreError, match=f"{store / top} is a symbolic link"):
+        if top == "decisions":
+            memory.decide("Use files", [cited])
+        elif top == "tasks":
+            memory.task("Review", refs=[cited])
+        else:
+            memory.record({"kind": "tool_result",
+                           "content": {"tool": "t", "output": "z" * 10000}})
+    assert snapshot(config.root) == files
+    assert [p.name for p in outside.rglob("*")] == [".gitkeep"]

@@ -19,9 +19,11 @@ from gitmem.store import (
     classify,
     init_store,
     iter_store_files,
+    linked_folders,
     read_artifact,
     stat_store_files,
     unrecognized_files,
+    walk_files,
     write_new,
 )
 from tests.conftest import git
@@ -330,3 +332,28 @@ def test_a_store_path_is_a_record_only_when_its_whole_name_says_so(rel: str,
     """Names that are no record's were read as records: gitmem status said the store was
     clean, and an ACB served a file FORMATS.md says is never read."""
     assert classify(rel) == kind
+
+
+def test_a_record_folder_that_is_a_link_is_listed_not_entered(tmp_path: Path) -> None:
+    """`_files_under` followed a link at the top (views/, events/ itself): its files
+    were indexed, while a link to a folder within one was listed and never entered."""
+    store = init_store(tmp_path / "proj").store
+    outside = tmp_path / "outside"
+    (store / "views").rename(outside)
+    (store / "views").symlink_to(outside, target_is_directory=True)
+    (store / "decisions").rename(tmp_path / "decisions")
+    (store / "decisions").symlink_to(tmp_path / "decisions", target_is_directory=True)
+    (tmp_path / "decisions" / ".tmp-dec_x.md").write_text("staged")
+    (store / "tasks").rename(tmp_path / "tasks")
+    (store / "tasks").symlink_to(tmp_path / "nothing")
+    (store / "events" / "2026-03").symlink_to(outside, target_is_directory=True)
+    assert not any(rel.startswith("views/") for rel, _ in iter_store_files(store))
+    assert stat_store_files(store) == {}
+    assert list(walk_files(store, ["decisions"], ".tmp-")) == []
+    assert linked_folders(store) == ["views", "decisions", "tasks", "events/2026-03"]
+    assert unrecognized_files(store) == [
+        {"path": "views", "reason": "ignored: a link to a folder, not entered"},
+        {"path": "decisions", "reason": "ignored: a link to a folder, not entered"},
+        {"path": "tasks", "reason": "ignored: a link to no folder, not entered"},
+        {"path": "events/2026-03", "reason": "ignored: a link to a folder, not entered"},
+    ]

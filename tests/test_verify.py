@@ -15,6 +15,7 @@ import pytest
 from gitmem import ids, tokens
 from gitmem.config import Config
 from gitmem.documents import field_line
+from gitmem.errors import StoreError
 from gitmem.memory import Memory
 from gitmem.packing import ITEM_SEPARATOR_TOKENS
 from gitmem.policies import load_policies
@@ -726,3 +727,70 @@ def test_a_fifo_and_links_to_nothing_are_named_not_read(cli: Cli, config: Config
     result = cli("verify", ok=False)
     assert "memory/views/dangling.md: cannot be read: a symbolic link to nothing" \
         in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("top", ["views", "events", "decisions", "tasks", "summaries",
+                                 "handoffs", "artifacts"])
+def test_a_record_folder_that_is_a_link_is_never_entered_by_any_command(
+        cli: Cli, config: Config, memory: Memory, tmp_path: Path, top: str) -> None:
+    """A whole record folder made a link (`mv memory/views /tmp/v; ln -s /tmp/v
+    memory/views`) was followed by sync, reindex and the ACB, while status listed
+    nothing and verify checked none of its files (warning that the views the policies
+    name match no file): one rule now, as for a link to a folder within one."""
+    store = config.store
+    cited = memory.record({"content": {"text": "the zebra cluster is named Orion"}}).id
+    memory.decide("Name the zebra cluster Orion", [cited])
+    memory.task("Rename the zebra cluster", refs=[cited])
+    output = memory.record({"kind": "tool_result",
+                            "content": {"tool": "t", "output": "z" * 10000}})
+    memory.create_handoff("agent-b", "Keep the zebra cluster named Orion")
+    cli("sync")
+    outside = tmp_path / "elsewhere"
+    (store / top).rename(outside)
+    (store / top).symlink_to(outside, target_is_directory=True)
+    status = cli("status", ok=False)
+    assert f"ignored {top}: ignored: a link to a folder, not entered" in status.output
+    assert cli("sync").exit_code == 0
+    cli("reindex")
+    counted = cli("status", ok=False).output
+    result = cli("verify", ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (f"memory/{top}: a symbolic link to a folder ({outside}): gitmem never enters "
+            "it, so none of its files is read (and git keeps only the link); move the "
+            "files into the store, or remove the link") in result.output
+    assert "matches no file in views/" not in result.output
+    behind = {"views": "4 views", "events": "2 events", "decisions": "1 decisions",
+              "tasks": "1 tasks", "summaries": "", "handoffs": "1 handoffs",
+              "artifacts": ""}[top]
+    if behind:  # indexed before the link, never after
+        assert behind.replace(behind.split()[0], "0", 1) in counted, counted
+    if top == "artifacts":  # nor read through the link
+        with pytest.raises(StoreError, match=f"cannot be read: {store / top} is a symbolic "
+                           f"link \\(to {outside}\\), which gitmem never writes, reads"):
+            memory.get_artifact(str(output.content["artifact_id"]))
+
+
+@pytest.mark.parametrize("what", ["directory", "fifo", "dangling"])
+def test_something_else_in_the_manifests_place_is_named_not_called_deleted(
+        cli: Cli, config: Config, tmp_path: Path, what: str) -> None:
+    """Every command said "holds a store's files but no manifest.json (deleted?)" of a
+    directory (or a FIFO, a link to nothing) named manifest.json."""
+    manifest = config.store / "manifest.json"
+    manifest.unlink()
+    reason, remove = {"directory": ("a directory, not a file", f"rm -r {manifest}"),
+                      "fifo": ("a FIFO (named pipe), not a regular file", f"rm {manifest}"),
+                      "dangling": (f"a symbolic link to nothing ({tmp_path / 'gone'})",
+                                   f"rm {manifest}")}[what]
+    if what == "directory":
+        manifest.mkdir()
+    elif what == "fifo":
+        os.mkfifo(manifest)
+    else:
+        manifest.symlink_to(tmp_path / "gone")
+    for command in (("verify",), ("status",), ("record", "hello")):
+        result = cli(*command, ok=False)
+        assert result.exit_code == 1 and "Traceback" not in result.output, command
+        assert (f"{config.store} holds a store's files but its manifest.json cannot be read: "
+                f"{manifest} is {reason}; remove it (`{remove}`), then restore it (`git "
+                f"checkout -- memory/manifest.json` in {config.root})") in result.output
+        assert "deleted?" not in result.output

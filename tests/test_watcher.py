@@ -26,7 +26,7 @@ import pytest
 from gitmem import acb, ids
 from gitmem.changes import ChangeCounter
 from gitmem.config import Config
-from gitmem.errors import DatabaseError
+from gitmem.errors import DatabaseError, RpcError
 from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.rows import Appended
@@ -887,3 +887,33 @@ def test_a_fifo_or_a_directory_in_a_file_place_never_wedges_the_indexer(
         with contextlib.suppress(OSError):  # let a reader blocked on it go
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         fifo.unlink(missing_ok=True)
+
+
+def test_an_events_folder_made_a_link_is_never_entered_nor_written_through(
+        daemon: Daemon, index: Index, tmp_path: Path) -> None:
+    """A top-level record folder replaced by a symbolic link was followed: its files
+    stayed indexed and served while `gitmem verify` checked none of them, and the
+    daemon's writes went outside the repository, where git keeps only the link."""
+    store = daemon.config.store
+    kept, line = event_line("s", "written before the move", number=1)
+    append(store / DAY, line)
+    wait_for(lambda: index.has_event(kept))
+    outside = tmp_path / "events-elsewhere"
+    shutil.move(store / "events", outside)
+    (store / "events").symlink_to(outside, target_is_directory=True)
+    wait_for(lambda: not index.has_event(kept), timeout=10)  # its file is behind the link
+    behind, line = event_line("s", "appended behind the link", number=2)
+    append(outside / DAY.partition("/")[2], line)
+    with pytest.raises(RpcError) as raised:
+        daemon.call("record_event", {"content": {"text": "through the link"},
+                                     "ts": "2026-03-01T11:00:00+00:00"})
+    assert (f"{store / 'events'} is a symbolic link (to {outside}), which gitmem never "
+            "writes, reads nor indexes through") in str(raised.value)
+    assert f"`rm {store / 'events'} && mv {outside} {store / 'events'}`" in str(raised.value)
+    assert sorted(p.name for p in (outside / "2026-03").iterdir()) == ["2026-03-01.jsonl"]
+    (store / "views" / "after.md").write_text("# After\n\nWritten after the link.\n")
+    wait_for(lambda: index.scalar("SELECT count(*) FROM views WHERE path = %s",
+                                  "views/after.md") == 1)
+    daemon.call("sync", {})
+    assert not index.has_event(behind) and not index.has_event(kept)
+    assert "events" in [e["path"] for e in daemon.call("status", {})["unrecognized"]]
