@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from markdown_it import MarkdownIt
 
 from gitmem.errors import FormatError, ValidationError
 from gitmem.fields import Fields
@@ -300,198 +301,39 @@ def slugify(heading: str) -> str:
     return re.sub(r"\s", "-", slug)
 
 
+# Views are reviewed on GitHub, which renders CommonMark and GFM tables; only the block
+# structure is needed to find the headings, so inline rules (emphasis, links) are not run.
+_MARKDOWN = MarkdownIt("commonmark").enable("table").disable("inline")
+_LINE_END = re.compile(r"\r\n?|\n")  # where CommonMark (and so markdown-it) ends a line
+
+
 def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
+    """The text before a view's first heading, then each top-level heading (`#` or a
+    setext underline; not one in a list item or a quote) with what follows it."""
+    tokens = _MARKDOWN.parse(body)
+    starts = [0, *(end.end() for end in _LINE_END.finditer(body))]  # each line's offset
+    cuts = [(starts[token.map[0]], tokens[i + 1].content) for i, token in enumerate(tokens)
+            if token.type == "heading_open" and token.level == 0 and token.map]
     chunks: list[ViewChunk] = []
     seen: dict[str, int] = {}   # a slug's last number
     used: set[str] = set()      # every anchor given: each is a chunk's key
-    heading, anchor, start = "", "", first_line
-    lines: list[str] = []
-    open_ = _Open()
-
-    def flush() -> None:
-        text = "\n".join(lines).strip()
-        if text:
-            chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=start))
-
-    for offset, line in enumerate(body.split("\n")):
-        # a line at the margin is in a fence or an HTML block only if one is open at top
-        # level: a fence in a list item ends with the item
-        inside = open_.html or (open_.fence and not open_.item)
-        match = None if inside else _ATX_HEADING.match(line)
-        setext = bool(open_.paragraph) and _SETEXT_UNDERLINE.match(line)
-        if match or setext:
-            above = lines[len(lines) - open_.paragraph:] if setext else []
-            del lines[len(lines) - len(above):]
-            flush()
-            heading = match.group(2) if match else " ".join(part.strip() for part in above)
-            base = slugify(heading) or "section"
-            anchor, count = base, seen.get(base, 0)
-            while anchor in used:  # `Notes` twice and `Notes 1` all slugify to notes-1
-                count += 1
-                anchor = f"{base}-{count}"
-            seen[base] = count
-            used.add(anchor)
-            start, lines, open_ = first_line + offset - len(above), [*above, line], _Open()
-        else:
-            lines.append(line)
-            open_ = _open_after(line.expandtabs(4), open_)
-    flush()
+    heading, anchor, start, line = "", "", 0, first_line
+    for end, content in [*cuts, (len(body), None)]:
+        if text := body[start:end].strip():
+            chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=line))
+        if content is None:
+            break
+        line += body.count("\n", start, end)
+        heading = " ".join(part.strip() for part in content.split("\n"))  # setext: lines
+        base = slugify(heading) or "section"
+        anchor, count = base, seen.get(base, 0)
+        while anchor in used:  # `Notes` twice and `Notes 1` all slugify to notes-1
+            count += 1
+            anchor = f"{base}-{count}"
+        seen[base] = count
+        used.add(anchor)
+        start = end
     return tuple(chunks)
-
-
-_ATX_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
-# A setext heading: a top-level paragraph's lines underlined by `===` (level 1) or `---`
-# (level 2), as CommonMark reads them. What a paragraph is takes a line classifier, not a
-# parser: which lines begin one, which blocks interrupt one, and which lines are a list
-# item's or a block quote's (`---` under those is a rule, not a heading).
-_SETEXT_UNDERLINE = re.compile(r" {0,3}(?:=+|-+)[ \t]*$")
-
-
-@dataclass(frozen=True)
-class _Open:
-    """What is open after a line of a view, as far as its headings need to know."""
-
-    paragraph: int = 0  # how many lines, up to here, are a top-level paragraph's
-    lazy: bool = False  # a list item's or quote's paragraph: lines not interrupting it are its
-    own: bool = False   # that paragraph is the item's or quote's own, not one nested in it
-    item: int = 0       # an open list's content column: lines after a blank indented so far are its
-    html: str = ""      # an open HTML block's end: a pattern, or "\n" for a blank line
-    fence: str = ""     # an open code fence, as written: the list item's when `item` is set
-    bare: bool = False  # the list item is its mark alone so far: a blank line ends it
-
-
-def _open_after(line: str, open_: _Open) -> _Open:
-    """What is open after `line` (tabs expanded), `open_` having been open before it."""
-    if open_.html:
-        ends = (not line.strip() if open_.html == "\n"
-                else re.search(open_.html, line, re.IGNORECASE))
-        return _Open() if ends else open_
-    if not line.strip():
-        return _Open(item=0 if open_.bare else open_.item, fence=open_.fence)
-    if open_.item and len(line) - len(line.lstrip()) >= open_.item:  # the list item's line
-        content = line[open_.item:]
-        if open_.fence:
-            return _Open(item=open_.item, fence=_fence_after(content, open_.fence))
-        if open_.lazy and open_.own and _SETEXT_UNDERLINE.match(content):
-            return _Open(item=open_.item)  # underlines the item's paragraph: a heading in it
-        if open_.lazy and not _interrupts(content) and (
-                open_.own or not _LIST_ITEM.match(content)):  # a nested one's line is lazy
-            return open_
-        return _Open(lazy=_opens_text(content), own=not _nested(content), item=open_.item,
-                     fence=_fence_after(content, ""))
-    if open_.fence:
-        if not open_.item:
-            return replace(open_, fence=_fence_after(line, open_.fence))
-        open_ = _Open()  # a line left of the item's content ends the item and its fence
-    # a lazy line goes on a list item's or quote's paragraph (`===` too: an underline is
-    # never lazy, so it is text); any list item, even an empty one or one from 2, ends it:
-    # only a paragraph whose own line it is resists those (CommonMark 5.2)
-    if open_.lazy and not _interrupts(line) and not _LIST_ITEM.match(line):
-        return open_
-    if open_.paragraph and not _interrupts(line):
-        return replace(open_, paragraph=open_.paragraph + 1)
-    if fence := _fence_after(line, ""):
-        return _Open(fence=fence)
-    if (item := _LIST_ITEM.match(line)) and not _THEMATIC_BREAK.match(line):
-        column = _item_column(line, item)
-        content = line[column:]
-        return _Open(lazy=_opens_text(content), own=not _nested(content), item=column,
-                     fence=_fence_after(content, ""), bare=not content.strip())
-    if quote := _QUOTE.match(line):
-        content = line[quote.end():]
-        if open_.lazy and not open_.item and content.strip():  # the quote's paragraph:
-            if open_.own and _SETEXT_UNDERLINE.match(content):  # underlined, a heading in it
-                return _Open()
-            if not _interrupts(content) and (open_.own or not _LIST_ITEM.match(content)):
-                return open_                                    # or its line
-        return _Open(lazy=_opens_text(content), own=not _nested(content))
-    if html := _html_block(line, interrupting=False):
-        return html
-    return _Open(paragraph=int(_TEXT.match(line) is not None and not _interrupts(line)))
-
-
-def _interrupts(line: str) -> bool:
-    """Whether `line` begins a block that ends a paragraph open above it (CommonMark 4.8
-    and 5.2: an ordered list from 1 and a bullet list, not empty ones, do; a table row
-    does where GitHub renders tables)."""
-    if _BLOCK_START.match(line) or _THEMATIC_BREAK.match(line) or _fence_after(line, ""):
-        return True
-    item = _LIST_ITEM.match(line)
-    if item and line[item.end():].strip():
-        return item.group(1) is None or int(item.group(1)) == 1
-    return _html_block(line, interrupting=True) is not None
-
-
-def _opens_text(content: str) -> bool:
-    """Whether a list item's or quote's content, past its mark, begins a paragraph."""
-    while not _THEMATIC_BREAK.match(content) and (
-            mark := _QUOTE.match(content) or _LIST_ITEM.match(content)):
-        content = content[mark.end() if mark.re is _QUOTE else _item_column(content, mark):]
-    return (_TEXT.match(content) is not None and not _interrupts(content)
-            and _html_block(content, interrupting=False) is None)
-
-
-def _nested(content: str) -> bool:
-    """Whether a list item's or quote's content, past its mark, opens a quote or list in it."""
-    return not _THEMATIC_BREAK.match(content) and bool(
-        _QUOTE.match(content) or _LIST_ITEM.match(content))
-
-
-def _item_column(line: str, item: re.Match[str]) -> int:
-    """The column a list item's content begins at (CommonMark 5.2)."""
-    rest = line[item.end():]
-    spaces = len(rest) - len(rest.lstrip(" "))
-    return item.end() + (spaces if 1 <= spaces <= 4 and rest.strip() else 1)
-
-
-def _html_block(line: str, interrupting: bool) -> _Open | None:
-    """The HTML block `line` begins (CommonMark 4.6), if any: kinds 1 to 5 run to their
-    end, 6 and 7 to a blank line; kind 7, a tag alone on its line, interrupts no
-    paragraph (such a line is the paragraph's, as `<span>x</span>` is)."""
-    for begin, end in _HTML_RAW:
-        if mark := begin.match(line):
-            found = re.search(end, line[mark.end():], re.IGNORECASE)
-            return _Open() if found else _Open(html=end)
-    if _HTML_TO_BLANK.match(line) or (not interrupting and _HTML_TAG_LINE.match(line)):
-        return _Open(html="\n")
-    return None
-
-
-_TEXT = re.compile(r" {0,3}\S")  # 4 spaces in: indented code, unless a paragraph is open
-_LIST_ITEM = re.compile(r" {0,3}(?:[-+*]|(\d{1,9})[.)])(?= |$)")
-_QUOTE = re.compile(r" {0,3}> ?")
-_THEMATIC_BREAK = re.compile(r" {0,3}(?:(?:-[ \t]*){3,}|(?:\*[ \t]*){3,}|(?:_[ \t]*){3,})$")
-_BLOCK_START = re.compile(r" {0,3}(?:#{1,6}(?:[ \t]|$)|>|\|)")  # ATX heading, quote, table row
-_HTML_RAW = tuple((re.compile(" {0,3}" + begin, re.IGNORECASE), end) for begin, end in (
-    (r"<(?:pre|script|style|textarea)(?:[ \t>]|$)", r"</(?:pre|script|style|textarea)>"),
-    (r"<!--", r"-->"), (r"<\?", r"\?>"), (r"<![a-z]", r">"), (r"<!\[CDATA\[", r"\]\]>")))
-_HTML_TO_BLANK = re.compile(
-    r" {0,3}</?(?:address|article|aside|base|basefont|blockquote|body|caption|center|col"
-    r"|colgroup|dd|details|dialog|dir|div|dl|dt|fieldset|figcaption|figure|footer|form"
-    r"|frame|frameset|h[1-6]|head|header|hr|html|iframe|legend|li|link|main|menu|menuitem"
-    r"|nav|noframes|ol|optgroup|option|p|param|search|section|summary|table|tbody|td"
-    r"|tfoot|th|thead|title|tr|track|ul)(?:[ \t>]|/>|$)", re.IGNORECASE)
-_HTML_TAG_LINE = re.compile(
-    r" {0,3}(?:<[a-z][a-z0-9-]*(?:\s+[a-z_:][\w.:-]*(?:\s*=\s*(?:[^\s\"'=<>`]+|'[^']*'"
-    r"|\"[^\"]*\"))?)*\s*/?>|</[a-z][a-z0-9-]*\s*>)\s*$", re.IGNORECASE)
-
-
-_FENCE_MARK = re.compile(r" {0,3}(`{3,}|~{3,})")
-
-
-def _fence_after(line: str, fence: str) -> str:
-    """The code fence open after `line` ("" for none), as CommonMark reads fences: three
-    or more backticks or tildes, closed by a line of at least as many of the same alone
-    (a `~~~` block, or a ```` block holding ```, had its `# comment` lines taken for
-    headings)."""
-    mark = _FENCE_MARK.match(line)
-    if mark is None:
-        return fence
-    run, rest = mark.group(1), line[mark.end():]
-    if not fence:
-        return "" if run[0] == "`" and "`" in rest else run  # `` ```a` `` is inline code
-    closes = run[0] == fence[0] and len(run) >= len(fence) and not rest.strip()
-    return "" if closes else fence
 
 
 def parse_view(text: str, path: str, default_section: str) -> View:

@@ -618,7 +618,7 @@ def test_setext_headings_chunk_a_view_as_atx_headings_do() -> None:
 
 @pytest.mark.parametrize("above", [
     "", "- a list item", "> a quote", "    indented code", "1. step", "***", "# Heading",
-    "| a | b |", "```\ncode"])
+    "| a | b |\n| - | - |", "```\ncode"])
 def test_a_rule_under_what_is_no_paragraph_is_no_heading(above: str) -> None:
     body = f"# Top\n\n{above}\n---\ntext\n"
     view = parse_view(body, "views/rules.md", "rules")
@@ -656,6 +656,11 @@ def test_a_rule_under_what_is_no_paragraph_is_no_heading(above: str) -> None:
     ("- item\n  ```\n# Code\n", ["Code"]),
     ("- item\n  ```\n```\n# in a fence\n", []),
     ("-   item\n     # heading in it\nlazy\n---", ["lazy"]),  # it ends the paragraph
+    ("- a\n  - b\n    c\n    ---", []),          # a heading in the nested item
+    ("- a\n  - b\n  c\n  ---", []),              # b's lazy line, then a rule in a
+    ("| a | b |\n---", ["| a | b |"]),           # no table: one delimiter cell for two
+    ("[r]: /u\n---", []),                        # a link definition is no paragraph
+    ("[r]: /u\nNotes\n---", ["Notes"]),
 ])
 def test_setext_headings_are_commonmark_s(text: str, headings: list[str]) -> None:
     """A line after a list item's or a quote's was taken for a paragraph (`---` under it
@@ -664,6 +669,25 @@ def test_setext_headings_are_commonmark_s(text: str, headings: list[str]) -> Non
     in a list item were read as they are not."""
     view = parse_view(f"# Top\n\n{text}\n", "views/rules.md", "rules")
     assert [c.heading for c in view.chunks] == ["Top", *headings]
+
+
+def test_a_table_s_rows_run_to_a_blank_line_and_hold_no_heading() -> None:
+    """A line after a GFM table's rows is one more row (GitHub shows it as a cell), and
+    `---` under it a rule: it was taken for a paragraph underlined, a heading."""
+    body = "# Top\n\n| a | b |\n| - | - |\n| 1 | 2 |\nNotes\n---\ntext\n"
+    view = parse_view(body, "views/rules.md", "rules")
+    assert [c.heading for c in view.chunks] == ["Top"]
+    assert view.chunks[0].text.endswith("Notes\n---\ntext")
+
+
+def test_atx_headings_are_commonmark_s() -> None:
+    """An ATX heading indented up to 3 spaces is one (GitHub shows it so), `#` alone is
+    an empty one, and a `#` not after a space is the heading's text, not its closing."""
+    body = "# Top\n\n  ## Indented ##\ntext\n#\nempty\n# Foo#\n"
+    view = parse_view(body, "views/rules.md", "rules")
+    assert [(c.anchor, c.heading, c.line) for c in view.chunks] == [
+        ("top", "Top", 1), ("indented", "Indented", 3), ("section", "", 5), ("foo", "Foo#", 7)]
+    assert view.chunks[1].text == "## Indented ##\ntext"
 
 
 def test_every_heading_of_a_view_gets_an_anchor_of_its_own() -> None:
