@@ -13,6 +13,7 @@ import errno
 import itertools
 import json
 import logging
+import math
 import os
 import socket
 import time
@@ -208,11 +209,15 @@ class Client:
         if params is not None:
             request["params"] = params
         try:
-            line = json.dumps(request, ensure_ascii=False).encode("utf-8") + b"\n"
+            line = json.dumps(request, ensure_ascii=False, allow_nan=False).encode() + b"\n"
         except UnicodeEncodeError as exc:  # the local work names the field that holds it
             raise RequestNotSent(
                 f"the {method} request holds {exc.object[exc.start:exc.end]!r}, a lone "
                 "surrogate, which JSON over UTF-8 cannot carry; nothing was sent") from None
+        except ValueError:  # NaN or Infinity: refused here naming the field, as locally
+            field, value = _non_finite(params)
+            raise errors.ValidationError(f"{value} is not a JSON number (NaN and Infinity "
+                                         "are not); nothing was sent", field=field) from None
         self.send_line(line)
         while True:
             response = self.read_response()
@@ -220,6 +225,19 @@ class Client:
                 return result_of(response)
             if isinstance(response, dict) and response.get("id") is None and "error" in response:
                 return result_of(response)  # the daemon could not read our request at all
+
+
+def _non_finite(value: Any, path: str = "") -> tuple[str, float]:
+    """Where in `value` the first NaN or infinity is (`content.confidence`), and it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "params", value
+    items = (value.items() if isinstance(value, dict)
+             else enumerate(value) if isinstance(value, list | tuple) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key))
+        if found[0]:
+            return found
+    return "", 0.0
 
 
 def result_of(response: dict[str, Any]) -> Any:

@@ -288,6 +288,11 @@ class Methods:
     def sync(self, params: Any) -> dict[str, Any]:
         """Catch the index up now (all files, or `paths`); the hooks call this."""
         args = checked("sync", params, {"paths": ("list of strings", False)})
+        for path in args.get("paths") or ():  # else a path it cannot find syncs nothing, silently
+            if not path or path.startswith("/") or ".." in path.split("/"):
+                raise Fault(INVALID_PARAMS, f"field 'paths': {path!r} is not a path relative "
+                            "to the store (no '/' first, no '..', not empty); e.g. "
+                            "\"decisions/dec_01J....md\"", {"field": "paths"})
         return self._sync(args.get("paths"))
 
     def daemon_status(self, params: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The daemon's socket server: newline-delimited JSON-RPC 2.0 on `.gitmem/gitmem.sock`.
 
-Each connection has a reader thread (parses requests, runs them) and a sender
-thread (writes responses), so a slow or broken client never holds up another.
+Each connection (gitmem/connections.py) has a reader thread (parses requests, runs
+them) and a sender thread (writes responses), so a slow or broken client never holds
+up another.
 `record_event` calls from every connection meet in one writer thread
 (`GroupWriter`) that appends each batch with a single `record_many` — one
 write and one fsync per day file — and answers a call only once its line is
@@ -12,7 +13,6 @@ own writes (read-your-writes), then runs in its reader thread.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import queue
@@ -27,29 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from gitmem.client import socket_address
+from gitmem.connections import IDLE_EVICT_S, Connection, encode
 from gitmem.errors import (
     DaemonError,
     FormatError,
     GitmemError,
     PrivacyError,
-    json_kind,
-    json_problem,
 )
 from gitmem.rpc import (
     BUSY,
     INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
     SHUTTING_DOWN,
     Fault,
     Methods,
     error_object,
-    parse_request,
     response,
 )
 
@@ -58,10 +50,6 @@ if TYPE_CHECKING:
     from gitmem.records import Event
 
 logger = logging.getLogger(__name__)
-
-
-_MAX_OUTBOX = 10000             # answers queued for a client that does not read them,
-_MAX_OUTBOX_BYTES = 64 << 20    # or their bytes: past either the connection is closed
 
 
 @dataclass(frozen=True)
@@ -221,262 +209,6 @@ def _own_error(exc: Exception) -> Exception:
                  "see .gitmem/daemon.log")
 
 
-# --------------------------------------------------------------------------- connections
-
-
-def encode(message: Any) -> bytes:
-    """An answer as one line of JSON. orjson encodes a 200 KB ACB in a twentieth of the
-    standard library's time, but refuses what a request may carry back into its answer
-    (an id or a `max_tokens` beyond 64 bits, an unpaired surrogate in a name it echoes):
-    those are made well-formed first, and such an integer goes in as a placeholder
-    string that its digits then replace (the bundle's pieces are encoded already, as
-    orjson Fragments, which only orjson writes)."""
-    try:
-        return orjson.dumps(message, default=str, option=orjson.OPT_APPEND_NEWLINE)
-    except TypeError:  # orjson.JSONEncodeError is one
-        pass
-    wide: dict[str, int] = {}
-    encoded = orjson.dumps(_well_formed(message, wide), default=str,
-                           option=orjson.OPT_APPEND_NEWLINE)
-    for placeholder, number in wide.items():
-        encoded = encoded.replace(b'"' + placeholder.encode() + b'"', str(number).encode(), 1)
-    return encoded
-
-
-_INT64 = range(-(1 << 63), 1 << 64)  # what orjson writes: int64 and uint64
-
-
-def _well_formed(value: Any, wide: dict[str, int]) -> Any:
-    """`value` with every unpaired surrogate in its strings replaced (by `?`), so that
-    its JSON is UTF-8 any decoder takes, and every integer orjson cannot write put in
-    `wide` under a placeholder that stands in for it."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_well_formed(k, wide): _well_formed(v, wide) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_well_formed(v, wide) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and value not in _INT64:
-        placeholder = f"gitmem-wide-int-{os.urandom(8).hex()}"
-        wide[placeholder] = value
-        return placeholder
-    return value
-
-
-class _Connection:
-    """One client: a reader thread that runs requests and a sender thread."""
-
-    def __init__(self, server: Server, sock: socket.socket, number: int) -> None:
-        self.server = server
-        self.sock = sock
-        self.number = number
-        self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._send_lock = threading.Lock()
-        self._queued = 0  # answers waiting in the outbox (they go out in order)
-        self._queued_bytes = 0
-        self._pending = 0
-        self._pending_cond = threading.Condition()
-        self._closed = False
-        self._threads_left = 2
-        self._threads_lock = threading.Lock()
-
-    def start(self) -> None:
-        """Start the reader and sender threads."""
-        threading.Thread(target=self._read_loop, name=f"gitmem-conn-{self.number}",
-                         daemon=True).start()
-        threading.Thread(target=self._send_loop, name=f"gitmem-send-{self.number}",
-                         daemon=True).start()
-
-    # ---- sending
-
-    def send(self, message: Any) -> None:
-        """Answer: straight onto the socket when it takes it all now, else via the sender."""
-        data = encode(message)
-        with self._send_lock:
-            if self._queued == 0:  # nothing ahead of it: no thread hand-off needed
-                try:
-                    sent = self.sock.send(data, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:
-                    self.close()
-                    return
-                if sent == len(data):
-                    return
-                data = data[sent:]
-            if self._queued > _MAX_OUTBOX or self._queued_bytes > _MAX_OUTBOX_BYTES:
-                logger.warning("connection %d does not read its answers; closing it",
-                               self.number)
-                self.close()
-                return
-            self._queued += 1
-            self._queued_bytes += len(data)
-            self.outbox.put(data)
-
-    def _send_loop(self) -> None:
-        try:
-            while True:
-                data = self.outbox.get()
-                if data is None:
-                    break
-                self.sock.sendall(data)
-                with self._send_lock:
-                    self._queued -= 1
-                    self._queued_bytes -= len(data)
-        except OSError:
-            pass  # the client went away; the reader notices too
-        finally:
-            self.close()
-            self._thread_done()
-
-    def _thread_done(self) -> None:
-        with self._threads_lock:
-            self._threads_left -= 1
-            last = self._threads_left == 0
-        if last:
-            self.sock.close()
-
-    def close(self) -> None:
-        """Shut the socket down both ways (the threads then end)."""
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-
-    def stop_reading(self) -> None:
-        """Take no new requests; answers to those in flight still go out."""
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RD)
-
-    # ---- reading
-
-    def _read_loop(self) -> None:
-        limit = self.server.options.max_request_bytes
-        reader = self.sock.makefile("rb")
-        try:
-            while not self._closed:
-                line = reader.readline(limit + 1)
-                if not line:
-                    break
-                if len(line) > limit and not line.endswith(b"\n"):  # the newline is free
-                    self.send(response(None, error={
-                        "code": INVALID_REQUEST,
-                        "message": f"request larger than {limit} bytes; send large tool "
-                                   "output as an excerpt or split the batch",
-                        "data": {"max_request_bytes": limit}}))  # the CLI then works locally
-                    while line and not line.endswith(b"\n"):  # skip the rest of it
-                        line = reader.readline(limit + 1)
-                    continue
-                if line.strip():
-                    self._handle_line(line)
-        except OSError:
-            pass
-        finally:
-            self._wait_writes()
-            self.outbox.put(None)
-            reader.close()
-            self.server.forget(self)
-            self._thread_done()
-
-    def _handle_line(self, line: bytes) -> None:
-        try:
-            # as a record's line is read: a key given twice (`"sensitivity": "high",
-            # "sensitivity": "none"`) is refused, not read as its last value; NaN too
-            message = self.server.decode(line.decode("utf-8"))  # bytes: UTF-16 guessed too
-        except ValueError as exc:  # not JSON, not UTF-8, or an integer json.loads refuses
-            said = Fault(PARSE_ERROR, f"parse error: {json_problem(exc)}")  # it may quote a key
-            self.send(response(None, error=self.server.error_object(said)))
-            return
-        except RecursionError:  # else it ends this connection's reader, unanswered
-            self.send(response(None, error={"code": PARSE_ERROR, "message": "parse error: "
-                                             "nested too deeply"}))
-            return
-        if isinstance(message, list):
-            self._handle_batch(message)
-            return
-        self._handle_request(message, self._send_some, in_batch=False)
-
-    def _handle_batch(self, messages: list[Any]) -> None:
-        if not messages:
-            self.send(response(None, error={"code": INVALID_REQUEST,
-                                             "message": "invalid request: empty batch"}))
-            return
-        results: list[Future[Any]] = []
-        for message in messages:
-            done: Future[Any] = Future()
-            results.append(done)
-            self._handle_request(message, done.set_result, in_batch=True)
-        responses = [f.result() for f in results]
-        answered = [r for r in responses if r is not None]
-        if answered:
-            self.send(answered)
-
-    def _handle_request(self, message: Any, answer: Callable[[Any], None],
-                        *, in_batch: bool) -> None:
-        """Run one request; `answer` gets its response (None for a notification)."""
-        reply = answer if in_batch else self._send_some
-        try:
-            request_id, method, params = parse_request(message)
-        except Fault as exc:
-            reply(response(None, error=self.server.error_object(exc)))
-            return
-        notification = "id" not in message  # JSON-RPC: never answered, not even errors
-        try:
-            if method == "record_event":
-                self._record(request_id, params, notification, reply)
-                return
-            handler = self.server.methods.table.get(method)
-            if handler is None:
-                raise Fault(METHOD_NOT_FOUND, f"method not found: {method!r}; methods: "
-                            f"{', '.join(sorted(self.server.method_names()))}")
-            self._wait_writes()
-            result = handler(params)
-        except Exception as exc:  # every failure becomes an error response
-            error = self.server.error_object(exc)
-            reply(None if notification else response(request_id, error=error))
-            return
-        reply(None if notification else response(request_id, result=result))
-
-    def _send_some(self, answer: Any) -> None:
-        if answer is not None:
-            self.send(answer)
-
-    def _record(self, request_id: Any, params: Any, notification: bool,
-                reply: Callable[[Any], None]) -> None:
-        if not isinstance(params, dict):
-            raise Fault(INVALID_PARAMS, "record_event takes the event's fields as an object "
-                        f"(kind, content, session_id, ...), got {json_kind(params)}")
-        with self._pending_cond:
-            self._pending += 1
-
-        def done(future: Future[Event]) -> None:
-            try:
-                answer_with(future)
-            finally:  # whatever answering did, the write is not pending any more
-                with self._pending_cond:
-                    self._pending -= 1
-                    self._pending_cond.notify_all()
-
-        def answer_with(future: Future[Event]) -> None:
-            exc = future.exception()
-            answer: dict[str, Any] | None = None
-            if notification:
-                pass
-            elif exc is not None:
-                answer = response(request_id, error=self.server.error_object(exc))
-            else:
-                answer = response(request_id, result={"event_id": future.result().id})
-            reply(answer)
-
-        self.server.writer.submit(params, self.number).add_done_callback(done)
-
-    def _wait_writes(self) -> None:
-        with self._pending_cond:
-            while self._pending:
-                self._pending_cond.wait()
-
-
 # --------------------------------------------------------------------------- server
 
 
@@ -500,7 +232,7 @@ class Server:
         self.methods = Methods(memory, sync, daemon_status, before_write)
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = os.pipe()
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self.accepted = 0
@@ -553,24 +285,42 @@ class Server:
             return
         sock.setblocking(True)
         self.accepted += 1
-        conn = _Connection(self, sock, self.accepted)
+        conn = Connection(self, sock, self.accepted)
+        idle: Connection | None = None
         with self._lock:
             crowded = len(self._connections) >= self.options.max_connections
+            if crowded:  # the connection idle longest makes room, if idle long enough
+                now = time.monotonic()
+                idle = max(self._connections, key=lambda c: c.idle_for(now))
+                if idle.idle_for(now) > IDLE_EVICT_S:
+                    self._connections.discard(idle)
+                    crowded = False
+                else:
+                    idle = None
             if not crowded:
                 self._connections.add(conn)
+        if idle is not None:
+            logger.info("at %d connections: closing connection %d, idle for over %g s",
+                        self.options.max_connections, idle.number, IDLE_EVICT_S)
+            idle.close()
         if crowded:
             with contextlib.suppress(OSError):
-                sock.sendall(json.dumps(response(None, error={
+                sock.sendall(encode(response(None, error={
                     "code": BUSY, "message": f"too many connections "
-                    f"({self.options.max_connections}); retry later"})).encode() + b"\n")
+                    f"({self.options.max_connections}); retry later"})))
             sock.close()
             return
         conn.start()
 
-    def forget(self, conn: _Connection) -> None:
+    def forget(self, conn: Connection) -> None:
         """A connection has ended."""
         with self._lock:
             self._connections.discard(conn)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether `shutdown` was called."""
+        return self._stopping.is_set()
 
     @property
     def connections(self) -> int:

@@ -360,10 +360,13 @@ def read_artifact(store: Path, artifact_id: str) -> bytes:
     if (folder := link_on_way(store, path.relative_to(store).as_posix())) is not None:
         raise StoreError(f"artifact {artifact_id} cannot be read: {_behind(store, folder)}; "
                          + _unlink_hint(store, folder))
-    try:
-        return path.read_bytes()
+    try:  # a FIFO in its place waited for a writer for good, a directory was a -32603
+        return read_regular(path)
     except FileNotFoundError:
         raise NotFoundError(f"artifact {artifact_id} not found under {path}") from None
+    except UnreadableFileError as exc:
+        raise NotFoundError(f"artifact {artifact_id} cannot be read: {path}: "
+                            f"{exc.reason}") from None
 
 
 EXPECTED_NAMES = {

@@ -419,6 +419,18 @@ def test_decide_and_supersede(cli: Cli) -> None:
                           "default").supersedes == (first,)
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-0.5", "1.5"])
+def test_decide_names_a_confidence_out_of_range(cli: Cli, value: str) -> None:
+    """`--confidence nan` said `field 'content': NaN and Infinity are not JSON numbers`
+    (through the daemon `[-32700] parse error: NaN is not a JSON number`), naming no
+    option."""
+    result = cli("decide", "conf", "--ref", "evt_x", "--confidence", value, ok=False)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--confidence': {float(value)} is not in the range 0<=x<=1" in (
+        result.output)
+    assert not list(cli.config.store.glob("decisions/*.md"))
+
+
 def test_task_create_and_update(cli: Cli) -> None:
     task_id = cli("task", "Write the guide", "--owner", "alice").stdout.strip()
     assert task_id.startswith("tsk_")

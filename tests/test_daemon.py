@@ -8,6 +8,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -186,6 +187,7 @@ def test_a_stopped_daemon_is_worked_around_not_waited_for(store_config: Config) 
         for (out, err), process in zip(done[:2], running_now, strict=False):
             assert process.returncode == 0, err
             assert "did not answer within 5.0s: working without it" in err
+            assert err.startswith("gitmem: ") and "WARNING" not in err  # a plain line
             assert out.strip() in ids_in_files(store_config.store)
         assert running_now[2].returncode == 1
         assert "did not answer within 5.0s; nothing was sent to it" in done[2][1]
@@ -983,3 +985,38 @@ def test_a_word_scrubbed_in_place_between_the_daemons_writes_is_not_served(
         served = daemon.cli("acb", "vault code", "--format", "text").stdout
         assert "XXXXXXXXX" not in served and "the vault code is ZZZZZZZZZ" in served
         assert "clean" in daemon.cli("status").stdout
+
+
+@pytest.mark.parametrize("flag, value", [("--reconcile-interval", "nan"),
+                                         ("--reconcile-interval", "inf"),
+                                         ("--commit-interval", "nan"),
+                                         ("--commit-interval", "-inf"),
+                                         ("--timeout", "inf")])
+def test_seconds_that_are_not_finite_are_refused_as_a_bad_flag(store_config: Config, flag: str,
+                                                              value: str) -> None:
+    """`--reconcile-interval nan` spun an idle daemon at 50-70% of a core;
+    `--commit-interval nan` never committed."""
+    daemon = Daemon(store_config)
+    try:
+        result = daemon.cli("daemon", "start", flag, value, check=False)
+        assert result.returncode == 2, result.stderr
+        assert f"Invalid value for '{flag}': {float(value)} is not in the range" in result.stderr
+        assert running_pid(store_config) is None
+    finally:
+        _left_running(store_config)
+
+
+def test_a_request_cut_short_by_the_stop_is_answered_shutting_down(store_config: Config) -> None:
+    """Half a request line received when the daemon stopped was parsed: -32700."""
+    with running(store_config) as daemon, socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(store_config.socket_path))
+        sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"record_event",'
+                     b'"params":{"content":{"text":"half')
+        time.sleep(0.3)
+        assert daemon.pid is not None
+        os.kill(daemon.pid, signal.SIGTERM)
+        sock.settimeout(10)
+        answer = json.loads(sock.makefile("rb").readline())
+    assert answer["error"]["code"] == -32006, answer
+    assert "shutting down; nothing was written" in answer["error"]["message"]
+    assert not any("half" in path.read_text() for path in store_config.store.glob("events/*/*"))

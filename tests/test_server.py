@@ -3,6 +3,7 @@ errors, limits, concurrency and group commit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import stat
@@ -712,3 +713,173 @@ def test_a_key_given_twice_is_refused_not_read_as_its_last_value(served: Daemon)
                                           .encode()) + b"\n")
     assert answer["error"]["code"] == -32700 and key not in json.dumps(answer)
     assert "key '[REDACTED]' is given twice" in answer["error"]["message"]
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def _placed_artifact(store: Path, size: int) -> str:
+    """An artifact of `size` bytes put in the store as the writer would; its id."""
+    import hashlib
+
+    data = b"".join(b"line of artifact data %07d\n" % n for n in range(size // 29 + 1))[:size]
+    digest = hashlib.sha256(data).hexdigest()
+    path = store / "artifacts" / digest[:2] / digest
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return f"art_{digest}"
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    with sock.makefile("rb") as reader:
+        return reader.readline()
+
+
+def test_a_batch_stops_running_its_calls_once_its_answers_pass_64_mib(served: Daemon) -> None:
+    """A 6 KB batch of 40 get_artifact calls on a 12 MB artifact took the daemon from
+    96 MB to 1.5 GB: every answer was built before the outbox limit was looked at."""
+    artifact_id = _placed_artifact(served.config.store, 12 << 20)
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "get_artifact",
+              "params": {"artifact_id": artifact_id}} for n in range(12)]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(served.config.socket_path))
+        sock.sendall(json.dumps(batch).encode() + b"\n")
+        line = _read_line(sock)
+    answers = orjson.loads(line)
+    assert len(line) < 100 << 20 and [a["id"] for a in answers] == list(range(12))
+    served_whole = [a for a in answers if "result" in a]
+    refused = [a for a in answers if "error" in a]
+    assert 5 <= len(served_whole) <= 7 and served_whole == answers[:len(served_whole)]
+    for answer in refused:
+        assert answer["error"]["code"] == -32005
+        assert "not run" in answer["error"]["message"] and "64 MiB" in answer["error"]["message"]
+        assert answer["error"]["data"] == {"max_batch_answer_bytes": 64 << 20}
+    assert served.call("daemon_status")["pid"] == served.pid
+
+
+def test_a_batch_of_more_than_10000_requests_is_refused_whole(served: Daemon) -> None:
+    batch = [{"jsonrpc": "2.0", "id": n, "method": "daemon_status"} for n in range(10001)]
+    answer = exchange(served, json.dumps(batch).encode() + b"\n")[0]
+    assert answer["error"]["code"] == -32600
+    assert "a batch of 10001 requests; at most 10000" in answer["error"]["message"]
+    assert answer["error"]["data"] == {"max_batch_items": 10000}
+    assert len(exchange(served, json.dumps(batch[:10000]).encode() + b"\n")[0]) == 10000
+
+
+def test_a_half_closed_client_that_never_reads_counts_until_it_is_closed(
+        served: Daemon) -> None:
+    """Such a connection left the count when its reader ended, its sender still held up
+    to 64 MiB, blocked for good: 30 of them held 1.9 GB past the connection limit."""
+    artifact_id = _placed_artifact(served.config.store, 12 << 20)
+    before = served.call("daemon_status")["connections"]
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.connect(str(served.config.socket_path))
+        sock.sendall(b"".join(json.dumps({"jsonrpc": "2.0", "id": n, "method": "get_artifact",
+                                          "params": {"artifact_id": artifact_id}}).encode()
+                              + b"\n" for n in range(4)))
+        sock.shutdown(socket.SHUT_WR)  # and never reads
+        time.sleep(2)
+        assert served.call("daemon_status")["connections"] == before + 1
+        started = time.monotonic()
+        while served.call("daemon_status")["connections"] > before:  # the send timeout
+            assert time.monotonic() - started < 45
+            time.sleep(0.5)
+        assert time.monotonic() - started > 20
+        assert "read none of its answers for 30 s; closing it" in served.log()
+    finally:
+        sock.close()
+
+
+def test_at_the_limit_the_longest_idle_connection_makes_room(served: Daemon) -> None:
+    """256 connections that never sent anything locked every other client out for good."""
+    held = []
+    try:
+        for _ in range(255):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(str(served.config.socket_path))
+            held.append(sock)
+        time.sleep(0.3)
+        with Client(served.config.socket_path, timeout=10) as busy:  # idle less than 10 s
+            busy.call("daemon_status")
+            with pytest.raises(RpcError) as caught:
+                served.call("daemon_status")
+            assert caught.value.code == -32005
+            time.sleep(10.5)
+            busy.call("daemon_status")  # no longer idle
+            assert served.call("daemon_status")["pid"] == served.pid
+            assert busy.call("daemon_status")["pid"] == served.pid  # it was not the one
+        closed = 0
+        for sock in held:
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                closed += sock.recv(1) == b""
+        assert closed >= 1
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_fifo_or_a_directory_at_an_artifact_path_is_named_not_waited_on(
+        served: Daemon) -> None:
+    """A FIFO there held the call (and a daemon thread) for good; a directory was -32603
+    with a traceback in the log."""
+    import os
+
+    artifacts = served.config.store / "artifacts"
+    fifo = artifacts / "dd" / ("d" * 64)
+    folder = artifacts / "ee" / ("e" * 64)
+    fifo.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(fifo)
+    try:
+        for path, what in ((fifo, "a FIFO (named pipe), not a regular file"),
+                           (folder, "a directory, not a file")):
+            with Client(served.config.socket_path, timeout=10) as client, pytest.raises(
+                    RpcError) as caught:
+                client.call("get_artifact", {"artifact_id": f"art_{path.name}"})
+            assert caught.value.code == -32003
+            assert f"{path}: {what}" in str(caught.value)
+    finally:
+        fifo.unlink()
+        folder.rmdir()
+
+
+def test_a_nan_is_refused_by_the_client_naming_the_field(served: Daemon) -> None:
+    """It went out as `NaN` and came back `-32700 parse error: NaN is not a JSON number`."""
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValidationError) as caught:
+            served.call("decide", {"text": "x", "refs": ["evt_x"], "confidence": value})
+        assert caught.value.field == "confidence" and "nothing was sent" in str(caught.value)
+    with pytest.raises(ValidationError) as caught:
+        served.call("record_event", {"content": {"scores": [1.0, float("-inf")]}})
+    assert caught.value.field == "content.scores.1"
+
+
+def test_an_unknown_methods_name_is_quoted_shortened(served: Daemon) -> None:
+    """A 2 MB name came back whole in a 2 MB answer."""
+    answer = exchange(served, json.dumps({"jsonrpc": "2.0", "id": 1,
+                                          "method": "m" * 500_000}).encode() + b"\n")[0]
+    message = answer["error"]["message"]
+    assert answer["error"]["code"] == -32601 and len(message) < 600
+    assert f"method not found: '{'m' * 100}…'" in message
+
+
+@pytest.mark.parametrize("path", ["", "/etc/passwd", "../outside.md", "decisions/../../x"])
+def test_sync_refuses_a_path_not_relative_to_the_store(served: Daemon, path: str) -> None:
+    """Each synced nothing and answered `files: 0`, saying nothing."""
+    with pytest.raises(RpcError) as caught:
+        served.call("sync", {"paths": [path]})
+    assert caught.value.code == -32602 and f"{path!r} is not a path relative" in str(
+        caught.value)
+
+
+def test_gitmem_call_says_stdin_that_is_not_utf8_is_not(served: Daemon) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "gitmem", "--store", str(served.config.store),
+                           "call", "status", "-"], input=b"\xff", capture_output=True,
+                          env=served.env(), timeout=60)
+    assert done.returncode == 2
+    assert b"PARAMS from stdin is not UTF-8: byte 0xff at offset 0" in done.stderr

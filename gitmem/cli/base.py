@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -25,6 +26,21 @@ if TYPE_CHECKING:
     from gitmem.memory import Memory
 
 F = TypeVar("F", bound=Callable[..., Any])
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # -v, and the daemon's log
+
+
+class FiniteRange(click.FloatRange):
+    """A float in a range, and finite: click's range lets NaN through (no comparison
+    fails for it: `daemon stop --timeout nan` stopped the daemon, then advised `kill -9`;
+    `--reconcile-interval nan` spun an idle daemon at 70% of a core; `decide --confidence
+    nan` failed naming a JSON problem, not the option), and infinity where it has no top."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not in the range {self._describe_range()}.", param, ctx)
+        return number
 
 
 class Context:
@@ -153,8 +169,9 @@ def main(ctx: click.Context, store: str | None, dsn: str | None, verbose: bool) 
     Example:
       gitmem init && gitmem record "We deploy on Fridays" && gitmem acb "when do we deploy?"
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,  # a plain line
+                        format=LOG_FORMAT if verbose else "gitmem: %(message)s",  # unless -v
+                        stream=sys.stderr)
     if verbose:  # gitmem's own steps too (what a daemon logs at INFO stays quieter)
         logging.getLogger("gitmem").setLevel(logging.DEBUG)
     ctx.obj = Context(store, dsn)

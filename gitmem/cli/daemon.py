@@ -4,34 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from gitmem.cli.base import Context, F, emit, fail, main, reported, say
+from gitmem.cli.base import LOG_FORMAT, Context, F, FiniteRange, emit, fail, main, reported, say
 from gitmem.errors import GitmemError, json_problem
 
 if TYPE_CHECKING:
     from gitmem.config import Config
 
 
-class _Seconds(click.FloatRange):
-    """Seconds to wait, more than none: a wait of no time cannot succeed (`start` would
-    give up on a daemon it just spawned), nor one of NaN, which click's range lets through
-    (no comparison fails for it: `stop --timeout nan` stopped the daemon, then advised
-    `kill -9`)."""
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        seconds = super().convert(value, param, ctx)
-        if math.isnan(seconds):
-            self.fail(f"{seconds} is not in the range x>0.", param, ctx)
-        return seconds
-
-
-_SECONDS = _Seconds(min=0, min_open=True)
+_SECONDS = FiniteRange(min=0, min_open=True)  # a wait of no time cannot succeed (`start`
+# would give up on a daemon it just spawned)
 
 
 def _served(obj: Context) -> Config:
@@ -57,13 +43,13 @@ def _daemon_options(func: F) -> F:
     options = [
         click.option("--autocommit/--no-autocommit", default=True, show_default=True,
                      help="Commit the store's changes to git in batches."),
-        click.option("--commit-interval", type=click.FloatRange(min=0.1), default=300.0,
+        click.option("--commit-interval", type=FiniteRange(min=0.1), default=300.0,
                      show_default=True, metavar="SECONDS",
                      help="Commit this long after the first uncommitted change."),
         click.option("--commit-max-events", type=click.IntRange(min=1), default=500,
                      show_default=True, metavar="N",
                      help="...or as soon as N events wait to be committed."),
-        click.option("--reconcile-interval", type=click.FloatRange(min=0.1), default=300.0,
+        click.option("--reconcile-interval", type=FiniteRange(min=0.1), default=300.0,
                      show_default=True, metavar="SECONDS",
                      help="Full reconcile of index and files this often."),
         click.option("--max-request-bytes", type=click.IntRange(min=1024),
@@ -113,6 +99,8 @@ def daemon_run(obj: Context, /, **flags: Any) -> None:
     from gitmem import daemon as lifecycle
 
     logging.getLogger().setLevel(logging.INFO)
+    for handler in logging.getLogger().handlers:  # its log: each line with time and source
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
     with reported():
         lifecycle.run(obj.config(), _daemon_settings(flags))
 
@@ -232,7 +220,11 @@ def call(obj: Context, method: str, params: str | None) -> None:
 
     value: Any = None
     if params is not None:
-        text = sys.stdin.read() if params == "-" else params
+        try:
+            text = sys.stdin.buffer.read().decode() if params == "-" else params
+        except UnicodeDecodeError as exc:
+            raise click.UsageError(f"PARAMS from stdin is not UTF-8: byte "
+                                   f"{exc.object[exc.start]:#04x} at offset {exc.start}") from None
         try:
             value = decode_json(text)
         except json.JSONDecodeError as exc:

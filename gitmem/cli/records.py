@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gitmem.cli.base import Context, F, fail, main, reported, say, via_daemon
+from gitmem.cli.base import Context, F, FiniteRange, fail, main, reported, say, via_daemon
 from gitmem.errors import FormatError, malformed_json
 
 
@@ -223,7 +223,7 @@ def _content(kind: str, text: str | None, content_json: str | None,
 @click.option("--constraint", "constraints", multiple=True, help="A constraint; repeatable.")
 @click.option("--alternative", "alternatives", multiple=True, help="An option not taken.")
 @click.option("--consequence", "consequences", multiple=True, help="A consequence.")
-@click.option("--confidence", type=float, default=None, help="0..1")
+@click.option("--confidence", type=FiniteRange(0, 1), default=None, help="0..1")
 @click.option("--sensitivity", default=None,
               help="none|low|high (high: channels that suppress it never load it)")
 @click.option("--session", "session_id", default=None, help="Session id.")
