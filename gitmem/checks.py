@@ -58,7 +58,7 @@ from gitmem.policies import (
 )
 from gitmem.policy_warnings import pinned_view_too_big
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
-from gitmem.recovery import BATCH_PREFIX, PREFIX
+from gitmem.recovery import BATCH_PREFIX, PREFIX, torn_hint
 from gitmem.regular_files import DIRECTORY
 from gitmem.rows import parse_file
 from gitmem.store import (
@@ -136,7 +136,7 @@ class Checker:
             return
         if kind is None:
             if rel.rsplit("/", 1)[-1].startswith(BATCH_PREFIX):
-                self.fail(rel, None, "the journal of a write across day files that did not "
+                self.fail(rel, None, "the journal of a write that did not "
                           "finish (a crash): `gitmem sync` cuts its lines back, or says why "
                           "it cannot; never commit it")
             elif rel.rsplit("/", 1)[-1].startswith(PREFIX):
@@ -192,14 +192,21 @@ class Checker:
             start = kept + 1
             data = data[len(before):]
             committed = before
+        origin, lines = len(committed), data.split(b"\n")  # origin: where `data` begins
         if data and not data.endswith(b"\n"):
+            cut = origin + len(data) - len(lines[-1])
             self.fail(rel, start + data.count(b"\n"), "the last line has no newline "
-                      "(a torn write?); finish or remove it")
-        lines = data.split(b"\n")
+                      "(a torn write?); finish or remove it" + (torn_hint(
+                          lines[-1], cut, self.display + rel, last=True) if cut >= len(
+                          before or b"") else ""))
         held: set[bytes] | None = None  # the ids the committed lines hold, read once
         for number, event in iter_events(data, rel, start):
             if isinstance(event, FormatError):
-                self.located(event, rel)
+                at = origin + sum(map(len, lines[:number - start])) + number - start
+                hint = "" if number <= kept or number - start == len(lines) - 1 else torn_hint(
+                    lines[number - start], at, self.display + rel, last=False)
+                self.located(FormatError(event.detail + hint, path=event.path, line=event.line,
+                                         field=event.field) if hint else event, rel)
                 self._secrets(rel, number, lines[number - start].decode("utf-8", "replace"))
                 continue
             found = self.policies.privacy.find_secret_in([  # names too: never redacted

@@ -20,19 +20,24 @@ which may belong to a write in flight, are reported and left) and:
   reported for a person to look at.
 
 A write whose lines go to more than one day file (a batch across midnight, or of
-events of several days) is written whole or not at all, a crash included: before its
-first byte it journals each file's size (`events/.tmp-batch.<random>`, fsynced), and
-it removes the journal (durably) only once every file's lines are; then it is
-answered. The journal is written under another name and renamed once whole. Every
-write takes the writers' locks of its day files and of every journal's (`settled`),
-in the one order all writers lock in, and with them held undoes each journal left
-by a writer that is gone, the newest first: each day file is cut back to the size it
-had (a file the batch made is removed), so none of the batch's lines stays (its call
-was never answered) and no line is ever written after them. Autocommit and a task
-update do the same first; `finish` (a sync, a daemon's start) undoes those whose
+events of several days), or more than `JOURNAL_ABOVE` bytes to one, is written whole
+or not at all, a crash included: before its first byte it journals each file's size
+(`events/.tmp-batch.<random>`, fsynced), and it removes the journal (durably) only
+once every file's lines are; then it is answered. (One `write` to a day file is not
+whole under a SIGKILL: Linux stops it between pages, and a large batch's first hundred
+lines stayed, with a torn one after them. Below `JOURNAL_ABOVE` a write takes
+microseconds and the journal, three fsyncs, would cost more than the append: a crash
+there can still leave a torn last line, which the next write ends with a newline and
+`gitmem verify` names.) The journal is written under another name and renamed once
+whole. Every write takes the writers' locks of its day files and of every journal's
+(`settled`), in the one order all writers lock in, and with them held undoes each
+journal left by a writer that is gone, the newest first: each day file is cut back to
+the size it had (a file the batch made is removed), so none of the batch's lines stays
+(its call was never answered) and no line is ever written after them. Autocommit and a
+task update do the same first; `finish` (a sync, a daemon's start) undoes those whose
 files no writer holds. Where a file holds other lines after the batch's (appended by
-hand after the crash), none is cut back: the journal stays, and `gitmem verify`
-names it.
+hand after the crash), none is cut back: the journal stays, and `gitmem verify` names
+it.
 
 A task update reads the task's file and writes it back under a lock; a task file
 staged and left (its renaming failed, or a crash) is seen to before the next update
@@ -73,6 +78,7 @@ _ALONE = re.compile(r"\.tmp-(hof_[0-9A-Za-z]+\.yaml)\.[^.]+")
 _WITH_EVENT_KINDS = ("decision", "task", "summary", "artifact")  # what comes with an event
 _NOT_OURS = "not a file gitmem stages: look at it and delete it if it holds nothing you need"
 BATCH_PREFIX = ".tmp-batch."
+JOURNAL_ABOVE = 64 * 1024  # a write to one day file of more bytes is journaled too
 JOURNAL_WRITING = ".tmp-batchw."  # a journal being written, renamed once whole
 
 
@@ -105,7 +111,7 @@ def staged_files(store: Path) -> Iterator[Path]:
 
 
 def begin_batch(store: Path, files: Sequence[tuple[str, int, Sequence[str]]]) -> Path:
-    """Journal a write across several day files before its first byte: each file's
+    """Journal a write (`append_batch`) before its first byte: each file's
     (path in the store, size before, the ids of the events it appends); the journal's
     path. Written whole under another name, then renamed: a journal is never seen
     half written."""
@@ -124,7 +130,7 @@ def begin_batch(store: Path, files: Sequence[tuple[str, int, Sequence[str]]]) ->
         written.unlink(missing_ok=True)
         journal.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise StoreError(f"journaling a write across day files in {store / 'events'} "
+            raise StoreError(f"journaling a write in {store / 'events'} "
                              f"failed: {exc.strerror or exc}; nothing was written") from None
         raise
     finally:
@@ -159,7 +165,7 @@ def end_batch(journal: Path) -> None:
 
 
 def batches_pending(store: Path) -> bool:
-    """Whether a journal of a write across day files is there (a write in flight, or
+    """Whether a journal of a write is there (a write in flight, or
     one a crash cut short): one `scandir`, what every write pays (`settled`)."""
     try:
         with os.scandir(store / "events") as entries:
@@ -188,7 +194,7 @@ def _journals(store: Path, out: list[Finished]) -> list[_Journal]:
         if _half_made_and_dead(path):
             path.unlink(missing_ok=True)
             out.append(Finished(path.relative_to(store).as_posix(), "", "removed",
-                                "the journal of a write across day files that a crash cut "
+                                "the journal of a write that a crash cut "
                                 "short before its first line: nothing of it was written"))
     for path in events.glob(BATCH_PREFIX + "*"):
         rel = path.relative_to(store).as_posix()
@@ -261,7 +267,7 @@ def settled(store: Path, rels: Sequence[str]) -> Iterator[dict[str, int]]:
             _logged(out)
             yield {path: fds[path] for path in rels}
             return
-    raise StoreError(f"journals of writes across day files keep appearing in "
+    raise StoreError(f"journals of writes keep appearing in "
                      f"{store / 'events'}: nothing was written; try again")
 
 
@@ -269,18 +275,19 @@ def append_batch(store: Path, lines: Mapping[str, list[bytes]],
                  ids: Mapping[str, Sequence[str]],
                  on_appending: Callable[[str, Announced | None], None] | None = None,
                  ) -> list[tuple[str, int, bytes, StatKey, StatKey]]:
-    """Append each day file's lines (`lines`, by path in the store; `ids`: their events'),
-    all or none, a crash included: every file stays locked until all are appended, so
-    a failed one takes the others back out, and a write across files is journaled (the
-    module's docstring). `on_appending(path, (stat before, size after))` is told before
-    each file's append, and `(path, None)` for each when the write fails. Per file, in
-    path order: where its bytes begin, where its lines do, the lines, the stats before
-    and after (`appends.append_locked`)."""
+    """Append each day file's lines (`lines`, by path in the store; `ids`: their
+    events'), all or none, a crash included: every file stays locked until all are
+    appended, so a failed one takes the others back out, and a write across files, or of
+    more than `JOURNAL_ABOVE` bytes, is journaled (the module's docstring).
+    `on_appending(path, (stat before, size after))` is told before each file's append,
+    and `(path, None)` for each when the write fails. Per file, in path order: where its
+    bytes begin, where its lines do, the lines, the stats before and after
+    (`appends.append_locked`)."""
     announced: list[str] = []
     try:
         with settled(store, sorted(lines)) as held:
             files = sorted(held.items())
-            journal = None if len(files) < 2 else begin_batch(
+            journal = None if not _may_tear(lines, len(files)) else begin_batch(
                 store, [(rel, os.fstat(fd).st_size, ids[rel]) for rel, fd in files])
             done: list[tuple[int, Path, int]] = []  # appended: fd, path, where it began
             written: list[tuple[str, int, bytes, StatKey, StatKey]] = []
@@ -309,6 +316,20 @@ def append_batch(store: Path, lines: Mapping[str, list[bytes]],
             for rel in announced:  # none of these writes is answered
                 on_appending(rel, None)
         raise
+
+
+def _may_tear(lines: Mapping[str, list[bytes]], files: int) -> bool:
+    """Whether a write is journaled: it goes to several day files, or more than
+    `JOURNAL_ABOVE` bytes to one (a crash could leave part of it)."""
+    if files > 1:
+        return True
+    size = 0
+    for data in lines.values():
+        for line in data:
+            size += len(line)
+            if size > JOURNAL_ABOVE:
+                return True
+    return False
 
 
 def settle(store: Path) -> None:
@@ -352,8 +373,8 @@ def _undo(journal: _Journal, fds: dict[str, int],
             os.ftruncate(fd, size)
             os.fsync(fd)
             out.append(Finished(journal.rel, path, "cut back",
-                                f"{len(added)} bytes of a write across several day files "
-                                "that a crash cut short, never answered"))
+                                f"{len(added)} bytes of a write that a crash cut short "
+                                f"(from byte {size}), never answered"))
         if size == 0 and path not in keep:  # made by the write: not left empty
             (journal.path.parent.parent / path).unlink(missing_ok=True)
     end_batch(journal.path)
@@ -492,3 +513,24 @@ def _holds_event(day_file: Path, event_id: str) -> bool:
     except ValueError:  # an empty file cannot be mapped
         return False
     return False
+
+
+def torn_hint(line: bytes, start: int, path: str, *, last: bool) -> str:
+    """How to take out a line of a day file that is not committed and stops mid-record
+    (bytes `start`… of `path`), as a write of gitmem's a crash cut short below
+    `JOURNAL_ABOVE` leaves it (it begins as gitmem writes a line, and does not parse);
+    "" for any other line. That write was never answered, and its line never indexed
+    (it is no event): removing it loses nothing."""
+    if not line.startswith(b'{"id":"evt_'):
+        return ""
+    try:
+        json.loads(line.decode("utf-8", "ignore"))
+        return ""
+    except ValueError:
+        pass
+    end = start + len(line)
+    how = (f"`truncate -s {start} {path}`" if last else
+           "delete that line, with no gitmem writer running")
+    return (f"; it is not committed and stops mid-record (bytes {start}-{end}), as a write "
+            "a crash cut short leaves it (never answered, and no event: never indexed); "
+            f"if so, removing it loses nothing: {how}")

@@ -361,7 +361,7 @@ def test_a_finished_batch_leaves_no_journal_and_a_stale_one_cuts_nothing_else(
     assert (done.target, done.action) == (OCT_1, "left") and "none of its lines" in done.reason
     assert day.read_bytes() == grown and journal.exists()
     assert [p.detail for p in verify_tree(memory.store, memory.policies)
-            if "the journal of a write across day files" in p.detail]
+            if "the journal of a write that did not finish" in p.detail]
     journal.unlink()
 
 
@@ -468,7 +468,7 @@ def test_a_journal_that_cannot_be_written_whole_fails_the_write_and_is_removed(
     done = subprocess.run([sys.executable, "-c", _JOURNAL_PAST_A_SIZE_LIMIT, str(store), OCT_1],
                           capture_output=True, text=True, check=True, timeout=60)
 
-    assert "journaling a write across day files in" in done.stdout
+    assert "journaling a write in" in done.stdout
     assert "File too large; nothing was written" in done.stdout
     assert [p.name for p in (store / "events").iterdir()] == [".gitkeep"]  # no journal, no draft
 
@@ -590,3 +590,97 @@ def test_a_journal_half_written_by_a_dead_writer_is_removed(store: Path) -> None
     assert (done.path, done.action) == (writing.relative_to(store).as_posix(), "removed")
     assert "cut short before its first line: nothing of it was written" in done.reason
     assert not writing.exists()
+
+
+# --------------------------------------------------------------------------- a batch to one day
+
+_TORN_IN_ONE_FILE = """
+import os, resource, signal, sys
+from pathlib import Path
+from gitmem.config import Config
+from gitmem.memory import Memory
+
+store, day = Path(sys.argv[1]), Path(sys.argv[1]) / sys.argv[4]
+batch = [{"content": {"text": f"never answered {n} " + "q" * 1000},
+          "ts": "2026-10-01T10:00:00Z"} for n in range(100)]  # 100 KB, one day file
+with Memory(Config(store=store, dsn=sys.argv[2], schema=sys.argv[3])) as memory:
+    # the kernel writes the append up to a size limit (a short write, as a SIGKILL
+    # between pages leaves it) and kills the writer at the next byte: a real tear
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (day.stat().st_size + 16384,
+                                               resource.RLIM_INFINITY))
+    memory.record_many(batch)
+"""
+
+
+def test_a_batch_to_one_day_file_a_crash_tore_is_cut_back(memory: Memory,
+                                                           config: Config) -> None:
+    """A batch to one day file was one `write`, not journaled: a crash midway (Linux
+    stops a large write between pages at a SIGKILL) left its first lines, never
+    answered, and a torn one that the next write ended with a newline (a malformed line
+    for good). Now it is journaled and cut back to the file as it was before it."""
+    import signal
+
+    memory.record({"content": {"text": "answered before"}, "ts": "2026-10-01T09:00:00Z"})
+    kept = (memory.store / OCT_1).read_bytes()
+    killed = subprocess.run([sys.executable, "-c", _TORN_IN_ONE_FILE, str(memory.store),
+                             config.dsn or "", config.schema, OCT_1], capture_output=True)
+    assert killed.returncode == -signal.SIGXFSZ, killed.stderr
+    torn = (memory.store / OCT_1).read_bytes()
+    assert torn.count(b"never answered") > 5 and not torn.endswith(b"\n")  # the crash's part
+
+    memory.record({"content": {"text": "answered later"}, "ts": "2026-10-01T11:00:00Z"})
+
+    texts = [json.loads(line)["content"]["text"]
+             for line in (memory.store / OCT_1).read_text().splitlines()]
+    assert texts == ["answered before", "answered later"]
+    assert (memory.store / OCT_1).read_bytes().startswith(kept)
+    assert not list((memory.store / "events").glob(".tmp-batch*"))
+    assert verify_tree(memory.store, memory.policies) == []
+
+
+def test_only_a_large_write_to_one_day_file_is_journaled(memory: Memory,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """The journal costs three fsyncs: a single event, or a small batch, is one write
+    that takes microseconds and goes without it; a batch of more than
+    `JOURNAL_ABOVE` bytes to one day file is journaled."""
+    journaled: list[list[str]] = []
+    real = recovery.begin_batch
+
+    def begin_batch(store: Path, files: Any) -> Path:
+        journaled.append([rel for rel, _, _ in files])
+        return real(store, files)
+
+    monkeypatch.setattr(recovery, "begin_batch", begin_batch)
+    memory.record({"content": {"text": "one"}, "ts": "2026-10-01T09:00:00Z"})
+    memory.record_many([{"content": {"text": f"small {n}"}, "ts": "2026-10-01T09:00:00Z"}
+                        for n in range(20)])
+    assert journaled == []
+    big = "q" * (recovery.JOURNAL_ABOVE // 4)
+    memory.record_many([{"content": {"text": f"large {n} {big}"},
+                         "ts": "2026-10-01T10:00:00Z"} for n in range(5)])
+    assert journaled == [[OCT_1]]
+    assert not list((memory.store / "events").glob(".tmp-batch*"))
+
+
+def test_a_torn_line_not_committed_says_how_to_take_it_out(memory: Memory) -> None:
+    """A write below `JOURNAL_ABOVE` a crash cut short leaves a torn last line, which the
+    next write ends with a newline: verify (and autocommit, holding the file back) said
+    "malformed JSON" and nothing of how to get out."""
+    memory.record({"content": {"text": "answered"}, "ts": "2026-10-01T09:00:00Z"})
+    day = memory.store / OCT_1
+    size = day.stat().st_size
+    append(day, day.read_text()[:120])  # the start of a line as gitmem writes it
+    [torn] = [p.detail for p in verify_tree(memory.store, memory.policies)]
+    assert "the last line has no newline" in torn
+    assert f"(bytes {size}-{size + 120})" in torn and f"truncate -s {size} " in torn
+
+    memory.record({"content": {"text": "answered later"}, "ts": "2026-10-01T10:00:00Z"})
+    [ended] = [p for p in verify_tree(memory.store, memory.policies)]
+    assert ended.line == 2 and "malformed JSON" in ended.detail
+    assert f"(bytes {size}-{size + 120})" in ended.detail and "delete that line" in ended.detail
+    lines = day.read_bytes().split(b"\n")
+    day.write_bytes(b"\n".join(lines[:1] + lines[2:]))  # taken out as it says
+    assert verify_tree(memory.store, memory.policies) == []
