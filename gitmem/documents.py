@@ -11,13 +11,13 @@ form the store keeps.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from markdown_it import MarkdownIt
 
 from gitmem.errors import FormatError, ValidationError
 from gitmem.fields import Fields
@@ -33,6 +33,9 @@ from gitmem.records import (
     check_text,
 )
 from gitmem.yamlio import SafeLoader, dump_yaml, load_yaml, yaml_error
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.MULTILINE)
 
@@ -301,16 +304,23 @@ def slugify(heading: str) -> str:
     return re.sub(r"\s", "-", slug)
 
 
-# Views are reviewed on GitHub, which renders CommonMark and GFM tables; only the block
-# structure is needed to find the headings, so inline rules (emphasis, links) are not run.
-_MARKDOWN = MarkdownIt("commonmark").enable("table").disable("inline")
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """The parser of views. Views are reviewed on GitHub, which renders CommonMark and GFM
+    tables; only the block structure is needed to find the headings, so inline rules
+    (emphasis, links) are not run. Made at the first view read: a write of an event never
+    needs it (the import is a tenth of the CLI's start)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").disable("inline")
+
 _LINE_END = re.compile(r"\r\n?|\n")  # where CommonMark (and so markdown-it) ends a line
 
 
 def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
     """The text before a view's first heading, then each top-level heading (`#` or a
     setext underline; not one in a list item or a quote) with what follows it."""
-    tokens = _MARKDOWN.parse(body)
+    tokens = _markdown().parse(body)
     starts = [0, *(end.end() for end in _LINE_END.finditer(body))]  # each line's offset
     cuts = [(starts[token.map[0]], tokens[i + 1].content) for i, token in enumerate(tokens)
             if token.type == "heading_open" and token.level == 0 and token.map]

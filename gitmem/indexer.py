@@ -412,8 +412,9 @@ def reindex(db: Database, store: Path, policies: Policies,
 # a view's code fences are read as CommonMark reads them (`~~~`, longer runs), and
 # Hebrew's points, Arabic's vowel marks and a soft hyphen are folded away; 6: the ids the
 # write path minted stay whole in a chunk's text (`rows._redact_text`), and a view's
-# setext headings (`===`, `---` under a paragraph) cut it as `#` headings do.
-ROW_RULES = 6
+# setext headings (`===`, `---` under a paragraph) cut it as `#` headings do; 7: a view is
+# cut at the top-level headings markdown-it-py finds (CommonMark, GFM tables).
+ROW_RULES = 7
 
 
 def row_policies(policies: Policies) -> str:
