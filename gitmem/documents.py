@@ -333,7 +333,7 @@ def _view_chunks(body: str, first_line: int) -> tuple[ViewChunk, ...]:
             chunks.append(ViewChunk(anchor=anchor, heading=heading, text=text, line=line))
         if content is None:
             break
-        line += body.count("\n", start, end)
+        line += len(_LINE_END.findall(body, start, end))  # a lone CR ends one too
         heading = " ".join(part.strip() for part in content.split("\n"))  # setext: lines
         base = slugify(heading) or "section"
         anchor, count = base, seen.get(base, 0)

@@ -381,10 +381,12 @@ def clock_error(run: Run, out: ClockOut) -> ScenarioError:
         return _located(run, step, "every", f"{each} the clock from {format_ts(out.first)} "
                         f"{outside}: write {out.writes + 1} of {writes} would be "
                         f"{every or '1 s'} after {format_ts(out.last)}")
-    tick = (f"its `every: {every}` (line {by.clock['every'][1]})" if every
+    every_line, by_line = by.clock.get("every", ("", None))[1], by.line
+    tick = (f"its `every: {every}`" + (f" (line {every_line})" if every_line else "") if every
             else "1 s, the default tick (it has no `every:`)")
-    return _located(run, step, "", f"its write would be {outside}: {by.label} (line "
-                    f"{by.line}) moved the clock past its end after its last write, at "
+    return _located(run, step, "", f"its write would be {outside}: {by.label}"
+                    + (f" (line {by_line})" if by_line else "") + " moved the clock past "
+                    f"its end after its last write, at "
                     f"{format_ts(out.last)}, by {tick}; give this step an `at:`")
 
 

@@ -690,6 +690,15 @@ def test_atx_headings_are_commonmark_s() -> None:
     assert view.chunks[1].text == "## Indented ##\ntext"
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+def test_a_views_chunk_lines_count_every_line_ending(end: str) -> None:
+    """CommonMark ends a line at a lone CR too: a chunk's line counts it as the cut does
+    (a view saved with CR endings had every chunk at its first line)."""
+    body = end.join(["# A", "text", "", "# B", "more", ""])
+    assert [(c.anchor, c.line) for c in parse_view(body, "views/x.md", "rules").chunks] == [
+        ("a", 1), ("b", 4)]
+
+
 def test_every_heading_of_a_view_gets_an_anchor_of_its_own() -> None:
     """`Notes` twice gives notes and notes-1, and a heading `Notes 1` slugifies to
     notes-1 too: each anchor is a chunk's key in the index (a clash failed every
