@@ -209,16 +209,20 @@ def repeated_otherwise(db: Database, conn: psycopg.Connection[Row], path: str,
 
 
 def copies_elsewhere(db: Database, conn: psycopg.Connection[Row], rel: str,
-                     held: Sequence[Row]) -> set[str]:
+                     held: Sequence[Row], left: set[str] | None = None) -> set[str]:
     """The files (other than `rel`) holding another copy of an event whose rows `rel`
     held and no longer does, or holds from another line now. The index keeps one copy
     of an event; when a line moves to another file (to its own day's, or away from it),
     the file it left may give its rows up after the other file's copy was skipped as a
     repeat: `event_copies` lists that copy, and the caller reads its file again, whole.
     A copy with other content names its original's line (`repeated_id`): where a
-    checkout moved that line within `rel`, its file is read again too."""
+    checkout moved that line within `rel`, its file is read again too. `left` (a rewrite
+    or truncation of `rel`) gets the ids the index holds from no line now
+    (gitmem/lost_lines.py names those no file gives back)."""
     now = {r["event_id"]: (r["path"], r["line"]) for r in db.fetchall(
         "events_present", {"ids": [r["event_id"] for r in held]}, conn)}
+    if left is not None:
+        left.update(r["event_id"] for r in held if r["event_id"] not in now)
     changed = sorted({r["event_id"] for r in held if now.get(r["event_id"]) != (rel, r["line"])})
     if not changed:
         return set()

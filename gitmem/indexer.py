@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from gitmem import gitops, twins
+from gitmem import gitops, lost_lines, twins
 from gitmem.copies import HomeLines, copies_elsewhere, drop_seen, outranked, repeated_otherwise
 from gitmem.db import Database, Row, named_queries
 from gitmem.errors import FormatError
@@ -79,12 +79,13 @@ class SyncReport:
     offsets: dict[str, int] = field(default_factory=dict)
     # writes a crash interrupted, finished or undone first (`recovery.Finished.to_dict`)
     finished: list[dict[str, str]] = field(default_factory=list)
+    left: list[dict[str, Any]] = field(default_factory=list)  # lines gone: lost_lines.named
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form."""
         return {"files": self.files, "changed": self.changed, "rows": self.rows,
                 "errors": self.errors, "head": self.head, "known_lines": self.known_lines,
-                "rebuilt": self.rebuilt, "finished": self.finished}
+                "rebuilt": self.rebuilt, "finished": self.finished, "left": self.left}
 
 
 def _errors_json(errors: Iterable[FormatError]) -> list[dict[str, Any]]:
@@ -194,12 +195,11 @@ def _delete_rows(db: Database, conn: psycopg.Connection[Row], path: str, from_li
 
 def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policies,
                appended: Sequence[Appended] = (), *, force: bool = False,
-               homes: set[str] | None = None) -> tuple[Assessment, FileRows, int, int | None]:
+               homes: lost_lines.Homes | None = None
+               ) -> tuple[Assessment, FileRows, int, int | None]:
     """Sync one file; what was found, the rows made, how many were written, and the byte
-    offset the index reflects afterwards (None: the file is not indexed). `force`: read
-    it whole, as if never indexed. `homes`: gets the other day files that may hold an
-    event whose rows this file's took away (`_copies_elsewhere`), or the other scope's
-    file of a summary it gave up (`twins.given_up`)."""
+    offset the index reflects afterwards (None: not indexed). `force`: read it whole, as if
+    never indexed. `homes`: notes what this file's rows gave up (lost_lines.Homes)."""
     with db.transaction() as conn:
         with conn.pipeline():  # the lock, then the state it guards: one round trip
             db.execute("lock_sync_shared", {"path": rel}, conn)
@@ -222,7 +222,8 @@ def _sync_file(db: Database, store: Path, rel: str, kind: str, policies: Policie
                      and found.action in ("changed", "deleted", "unreadable") else set())
         rows, written = apply(db, conn, found, policies, appended)
         if held and homes is not None:
-            homes.update(copies_elsewhere(db, conn, rel, held))
+            homes.update(copies_elsewhere(db, conn, rel, held,
+                                          homes.taken_from(rel, found.action)))
         if summaries and homes is not None:
             homes.update(twins.given_up(db, conn, rel, summaries))
     indexed = found.action not in ("deleted", "unreadable")
@@ -264,8 +265,7 @@ def sync(db: Database, store: Path, policies: Policies,
         todo = [(p, k) for p, k in todo if k in ("events", "decision", "task", "summary",
                                                   "handoff", "view")]
     report = SyncReport(files=len(todo))
-    homes: set[str] = set()  # day files holding an event another file's rows took away,
-    # and summary files whose twin gave their id up (gitmem/twins.py)
+    homes = lost_lines.Homes()  # what files gave up: to read again, or gone (its doc)
     # (path, kind, why it is read again whole: None, or _GAVE_UP / _OUTRANKED)
     queue: list[tuple[str, str, str | None]] = [(rel, kind, None) for rel, kind in todo]
     while queue:
@@ -301,7 +301,7 @@ def sync(db: Database, store: Path, policies: Policies,
                 # whose rows the file holds now (what a read of another tenant can skip)
                 change["tenants"] = sorted({row[1] for row in rows.tables["chunks"]})
             report.changed.append(change)
-    report.head = gitops.head(store)
+    report.head, report.left = gitops.head(store), lost_lines.named(db, store, homes.left)
     if paths is None:
         db.execute("meta_set", {"key": "git_head", "value": report.head or ""})
     return report

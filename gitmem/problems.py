@@ -5,6 +5,8 @@ edits it applies, before every write and as their file events come.
 Each problem is logged once, when first met, and listed (the newest 20) until it is
 mended: a file read again without it, the policies loaded again. A policy edit's last
 problem alone is listed (an editor's saves one after the other would fill the list).
+Event lines gone from a day file (gitmem/lost_lines.py) are listed too, each file's
+newest, as information: a removal may be meant, so nothing mends them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitmem.errors import FormatError
+from gitmem.lost_lines import LEFT
 from gitmem.store import StatKey, file_stat
 
 if TYPE_CHECKING:
@@ -53,6 +56,17 @@ class Problems:
                 if fixed:
                     self.listed[:] = [t for t in self.listed if t not in fixed]
                 self._logged[rel] = found
+
+    def lines_left(self, found: Iterable[Mapping[str, Any]]) -> None:
+        """Event lines a rewrite or truncation took out of a day file that no file holds
+        now (`lost_lines.named`): logged, and listed as information with the way back (a
+        file's newest replaces its earlier; nothing mends it, as a removal may be meant)."""
+        for item in found:
+            logger.warning("%s", item["message"])
+            with self._lock:
+                start = f"{LEFT}{item['path']}: "
+                self.listed[:] = [t for t in self.listed if not t.startswith(start)]
+                self._add(item["message"])
 
     def policy_failed(self, exc: Exception) -> None:
         """A policy edit that could not be applied (the last good policies stay)."""

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gitmem import recovery
+from gitmem import lost_lines, recovery
 from gitmem.changes import ChangeCounter
 from gitmem.context import ReadScope
 from gitmem.db import Database
@@ -490,6 +490,8 @@ class Watcher:
         if report is not None:
             with self._cond:
                 self.handover.synced(report.changed)
+            lost_lines.add_handed_over(self.memory.db, self.store, report, appended)
+            self.problems.lines_left(report.left)
         self.note_problems(changed)
         self.stats["batches"] += 1
         self.stats["files_synced"] += len(changed)

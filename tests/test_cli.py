@@ -552,6 +552,22 @@ def test_reindex_sync_status(cli: Cli) -> None:
     assert f"git     HEAD {head}, last full sync at {synced}\n" in human
 
 
+def test_sync_names_event_lines_a_tool_took_out(cli: Cli) -> None:
+    """Lines a save took out of a day file, that no file holds: `gitmem sync` says so once
+    (the file, how many, how to have them again), and goes on (exit 0)."""
+    cli("record", "one")
+    cli("record", "two")
+    cli("sync")
+    [day] = cli.config.store.glob("events/*/*.jsonl")
+    day.write_bytes(day.read_bytes().splitlines(keepends=True)[0])  # "two" taken out
+    rel = day.relative_to(cli.config.store)
+    sync = cli("sync")
+    assert f"  event lines gone from {rel}: 1 event(s)" in sync.stderr
+    assert "git stash list" in sync.stderr
+    assert json.loads(sync.stdout)["left"][0]["path"] == str(rel)
+    assert "event lines gone" not in cli("sync").stderr
+
+
 def test_a_store_whose_manifest_was_deleted_is_named_as_such(cli: Cli, tmp_path: Path) -> None:
     (cli.config.store / "manifest.json").unlink()
     result = cli("status", ok=False)

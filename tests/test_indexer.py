@@ -28,6 +28,7 @@ from gitmem.indexer import index_digest
 from gitmem.memory import Memory
 from gitmem.records import content_hash
 from gitmem.rows import Appended, split_known, tenant_tag
+from gitmem.store import home_dates
 from tests.conftest import Cli, git
 from tests.daemons import append, cleanup_dir, event_line, items, new_repo, running, short_dir
 
@@ -1656,3 +1657,68 @@ def test_a_file_an_older_index_read_under_a_name_no_more_read_loses_its_rows(
     assert changed(memory.sync()) == {misplaced: "deleted"}
     assert event_ids(dsn, schema) == []
     assert_reindex_equal(memory, dsn, schema)
+
+
+# ------------------------------------------------------------ event lines a tool took out
+
+
+def ids_of(*numbers: int) -> list[str]:
+    return [json.loads(line(n))["id"] for n in numbers]
+
+
+def test_a_rewrite_without_indexed_uncommitted_lines_names_them(
+        memory: Memory, store: Path) -> None:
+    """An editor's save racing the writer, or a `git stash`, takes lines out of a day file:
+    the index follows the file, and the sync names the file, how many left it and how to
+    have them again (never committed: the stash, the editor's backup)."""
+    write(store, DAY, line(1) + line(2) + line(3) + line(4))
+    assert memory.sync().left == []
+    write(store, DAY, line(1) + line(3) + line(5))  # 2 and 4 gone, 5 new
+    report = memory.sync()
+    assert changed(report) == {DAY: "rewrite"}
+    [found] = report.left
+    assert found["path"] == DAY and found["ids"] == ids_of(2, 4) and found["committed"] == []
+    said = found["message"]
+    assert said.startswith(f"event lines gone from {DAY}: 2 event(s)")
+    assert all(i in said for i in ids_of(2, 4)) and "git stash list" in said
+    assert "git diff HEAD" not in said and "on purpose, nothing to do" in said
+    assert memory.sync().left == []  # said once: the next sync has nothing new to say
+
+
+def test_a_line_moved_to_another_day_file_is_not_named(memory: Memory, store: Path) -> None:
+    """A line moved (to its own day's file, or out of it), or left in its file but no
+    longer parsing (named as skipped), is not gone: nothing is named."""
+    write(store, DAY, line(1) + line(2) + line(3))
+    memory.sync()
+    write(store, DAY2, line(2))
+    write(store, DAY, line(1) + line(3))
+    report = memory.sync()
+    assert changed(report) == {DAY: "rewrite", DAY2: "new"} and report.left == []
+    write(store, DAY, line(1) + line(3)[:-3] + "\n")  # broken in place
+    report = memory.sync()
+    assert report.errors and report.left == []
+    # moved before the other file is synced: found in the day file of the date it carries
+    write(store, DAY, line(1) + line(4) + line(5))
+    memory.sync([DAY])
+    date = home_dates(ids_of(5)[0])[1]
+    write(store, f"events/{date[:7]}/{date}.jsonl", line(5, day=date))
+    write(store, DAY, line(1) + line(4))
+    assert memory.sync([DAY]).left == []
+
+
+def test_a_removal_of_committed_lines_says_git_diff_head(
+        memory: Memory, store: Path, repo: Path) -> None:
+    write(store, DAY, line(1) + line(2) + line(3))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "init")
+    write(store, DAY, line(1) + line(2) + line(3) + line(4))
+    memory.sync()
+    write(store, DAY, line(1))  # 2, 3 committed, 4 not
+    report = memory.sync()
+    assert changed(report) == {DAY: "truncate"}
+    [found] = report.left
+    assert found["ids"] == ids_of(2, 3, 4) and found["committed"] == ids_of(2, 3)
+    said = found["message"]
+    assert f"`git diff HEAD -- memory/{DAY}` shows them" in said
+    assert "(committed): 2" in said and "never committed, or only in a commit HEAD has left): 1"\
+        in said and f"git log --all -S {ids_of(4)[0]}" in said

@@ -917,3 +917,29 @@ def test_an_events_folder_made_a_link_is_never_entered_nor_written_through(
     daemon.call("sync", {})
     assert not index.has_event(behind) and not index.has_event(kept)
     assert "events" in [e["path"] for e in daemon.call("status", {})["unrecognized"]]
+
+
+def test_an_editor_save_that_drops_acknowledged_events_is_named(daemon: Daemon) -> None:
+    """A save (read, write a temporary file, rename it over the day file) that misses the
+    writer's latest events: whether the index read them or not, the daemon logs the file,
+    how many left it and how to have them again, lists it (not as skipped), and goes on."""
+    store = daemon.config.store
+    first = daemon.call("record_event", {"session_id": "ed", "content": {"text": "kept"}})
+    day = next(store.glob("events/*/*.jsonl"))
+    rel = str(day.relative_to(store))
+    saved = day.read_bytes()  # the editor reads the file ...
+    lost = [daemon.call("record_event", {"session_id": "ed", "content": {"text": f"t{n}"}})
+            ["event_id"] for n in range(3)]
+    tmp = day.with_name(day.name + ".swp-tmp")
+    tmp.write_bytes(saved)  # ... and saves what it read, over the writer's appends
+    os.rename(tmp, day)
+    said = f"event lines gone from {rel}: 3 event(s)"
+    wait_for(lambda: any(p.startswith(said) for p in
+                         daemon.call("daemon_status")["watcher"]["problems"]))
+    [problem] = [p for p in daemon.call("daemon_status")["watcher"]["problems"]
+                 if p.startswith(said)]
+    assert lost[0] in problem and "git stash list" in problem and first["event_id"] not in problem
+    listed = daemon.cli("daemon", "status").stdout
+    assert f"  {said}" in listed and "skipped" not in listed, listed
+    assert f"WARNING gitmem.watcher: {said}" in daemon.log()
+    assert daemon.call("record_event", {"session_id": "ed", "content": {"text": "on"}})

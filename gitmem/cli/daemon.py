@@ -157,6 +157,7 @@ def daemon_status(obj: Context, as_json: bool) -> None:
       gitmem daemon status --json
     """
     from gitmem import daemon as lifecycle
+    from gitmem.lost_lines import LEFT
     from gitmem.problems import NOT_APPLIED
 
     with reported():
@@ -183,7 +184,7 @@ def daemon_status(obj: Context, as_json: bool) -> None:
             click.echo(f"watcher  {watcher['mode']}, {watcher['batches']} batches, "
                        f"{watcher['pending_paths']} pending{busy}, database {db}")
             for problem in watcher.get("problems", []):
-                shown = problem if problem.startswith(NOT_APPLIED) else f"skipped {problem}"
+                shown = problem if problem.startswith((NOT_APPLIED, LEFT)) else f"skipped {problem}"
                 click.echo(f"  {shown}")
         committer = info.get("autocommit") or {}
         if committer.get("enabled"):

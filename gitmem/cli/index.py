@@ -55,6 +55,8 @@ def sync(obj: Context) -> None:
     say(f"{len(answer['changed'])} file(s) brought up to date")
     for problem in answer.get("errors", []):
         say(f"  {FormatError.from_dict(problem)}")
+    for item in answer.get("left", []):  # lines a tool took out (gitmem/lost_lines.py)
+        say(f"  {item['message']}")
     emit(answer)
 
 
