@@ -22,7 +22,6 @@ advisory lock, so a crash or a concurrent sync never double-indexes or skips.
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import logging
 import queue
@@ -43,6 +42,7 @@ from gitmem.freshness import Assessment, FileStat, assess, candidates, unread_ro
 from gitmem.policies import Policies
 from gitmem.readers import read_all
 from gitmem.reread import kept_prefix
+from gitmem.row_rules import reshaping, row_policies
 from gitmem.rows import (
     CHUNK_COLUMNS,
     SHORT_TOKENS,
@@ -398,55 +398,6 @@ def reindex(db: Database, store: Path, policies: Policies,
         db.execute("meta_set", {"key": "row_policies", "value": row_policies(policies)}, conn)
         db.execute("meta_set", {"key": "store", "value": str(store.resolve())}, conn)
     return report
-
-
-# How gitmem reads lines and applies the redaction policy to what the index serves,
-# beyond the policy's values; a change remakes existing rows once. 2: a number under a
-# key naming a secret is redacted too (and an event's chunks are told duplicates by
-# `records.content_key`); 3: a line giving a key twice, or a number beyond a float's
-# range, is refused (it was served with the key's last value, or null), and a number
-# joined to a word by a hyphen is searchable unsigned (`folding.joined_numbers`); 4: a
-# version written with its `v` is searchable without it (`folding.bare_versions`); 5: an
-# event's row and its chunks' tags are redacted too (`rows.stored_event`), not only the
-# text served, a paragraph of one line is cut between words (`rows.split_counted`), and
-# a view's code fences are read as CommonMark reads them (`~~~`, longer runs), and
-# Hebrew's points, Arabic's vowel marks and a soft hyphen are folded away; 6: the ids the
-# write path minted stay whole in a chunk's text (`rows._redact_text`), and a view's
-# setext headings (`===`, `---` under a paragraph) cut it as `#` headings do; 7: a view is
-# cut at the top-level headings markdown-it-py finds (CommonMark, GFM tables).
-ROW_RULES = 7
-
-
-def row_policies(policies: Policies) -> str:
-    """The policy values an index's rows are made with (how events are cut into chunks,
-    whose records name no tenant, what the texts it serves are redacted by): rows made
-    with others are made again."""
-    privacy = policies.privacy
-    redaction = hashlib.sha256(json.dumps(
-        [ROW_RULES, privacy.redaction, *(p.pattern for p in privacy.patterns),
-         *(f"key:{p.pattern}" for p in privacy.key_patterns)]).encode()).hexdigest()
-    return json.dumps({"chunk_max_tokens": policies.budgets.chunk_max_tokens,
-                       "default_tenant": policies.manifest.default_tenant,
-                       "redaction": redaction[:16]}, sort_keys=True)
-
-
-_POLICY_FILES = {"chunk_max_tokens": "policies/budgets.yaml", "default_tenant": "manifest.json",
-                 "redaction": "policies/privacy.yaml"}
-
-
-def reshaping(db: Database, policies: Policies) -> tuple[str, str] | None:
-    """Why the index must be made again under the current policies, and the policy file
-    that says so (None: it need not)."""
-    found = db.fetchone("meta_get", {"key": "row_policies"})
-    now = row_policies(policies)
-    if found is not None and found["value"] == now:
-        return None
-    made: dict[str, Any] = json.loads(found["value"]) if found is not None else {}
-    wanted = json.loads(now)
-    keys = [key for key in sorted(wanted) if made.get(key) != wanted[key]]
-    where = _POLICY_FILES[keys[0]] if keys else "policies/budgets.yaml"
-    said = ", ".join(f"{key} {made.get(key, 'unknown')} -> {wanted[key]}" for key in keys)
-    return where, f"rows were made under other policies ({said}): every file is read again"
 
 
 _TOKEN_EST = CHUNK_COLUMNS.index("token_est")

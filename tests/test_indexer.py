@@ -124,6 +124,24 @@ def test_reindex_builds_every_table(memory: Memory, store: Path, dsn: str, schem
     assert memory.status()["clean"]
 
 
+def test_rows_made_by_another_version_of_gitmem_are_remade_blaming_no_policy_file(
+        memory: Memory) -> None:
+    """An index whose rows an older gitmem made (its `row_policies` without `rules`, as
+    before 7) is made again at the next sync, and status says an upgrade did it, not an
+    edit of privacy.yaml (its rules were hashed into the redaction's value)."""
+    memory.record({"kind": "message", "content": {"text": "rows of another version"}})
+    memory.sync()
+    made = json.loads(memory.db.fetchone("meta_get", {"key": "row_policies"})["value"])
+    del made["rules"]
+    memory.db.execute("meta_set", {"key": "row_policies", "value": json.dumps(made)})
+    stale = memory.status()["stale"]
+    assert [(s["path"], s["action"]) for s in stale][:1] == [("index", "reindex")]
+    assert "another version of gitmem (rules 6 or older -> " in stale[0]["reason"]
+    assert "privacy" not in json.dumps(stale)
+    report = memory.sync()
+    assert report.rebuilt and memory.status()["stale"] == []
+
+
 def test_reindex_loads_rows_frozen_and_every_page_all_visible(memory: Memory, store: Path,
                                                               dsn: str, schema: str) -> None:
     """The first reads after a reindex (CI's path) find every page all-visible: they set
