@@ -102,6 +102,58 @@ def running_pid(config: Config) -> int | None:
         os.close(fd)
 
 
+def lock_holders(config: Config) -> list[int]:
+    """The processes holding the pid file open, as `fuser` names them (Linux: by
+    /proc/PID/fd; empty where that cannot tell): a killed daemon's indexer process."""
+    try:
+        target = os.stat(pid_path(config))
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        fds = f"/proc/{entry}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        for name in names:
+            try:
+                held = os.stat(f"{fds}/{name}")
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == (target.st_dev, target.st_ino):
+                found.append(int(entry))
+                break
+    return sorted(found)
+
+
+def _gone(pid: int) -> bool:
+    """Whether the daemon `pid` has died: no such process, or one killed and not yet
+    reaped (a zombie, which signal 0 still finds)."""
+    if not processes.alive(pid):
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def finishing(config: Config, pid: int, holders: list[int]) -> str:
+    """What a killed daemon whose indexer process (`holders`) still holds the pid
+    file's lock leaves, and what to do: the wording of `start` and `status`."""
+    named = ", ".join(map(str, holders))
+    which = f" (pid {named})" if holders else ""
+    end = (f"`kill -9 {' '.join(map(str, holders))}`" if holders
+           else f"ending the process `fuser {pid_path(config)}` names")
+    return (f"pid {pid} is gone, and a process it started{which} still holds the store "
+            f"(it ends with its batch; `gitmem daemon stop` waits for it, or {end} ends "
+            "it now: the next daemon's index catches up from the files)")
+
+
 def _unwritable(config: Config, exc: OSError) -> DaemonError:
     """The state directory (or a file in it) cannot be written: a read-only checkout or
     mount. The daemon cannot run there; every command works without it."""
@@ -396,6 +448,9 @@ def _reconcile_at_start(memory: Memory, watcher: Watcher) -> None:
 def start(config: Config, options: DaemonOptions, *, timeout: float = 60.0) -> int:
     """Start a daemon in the background; returns its pid once it answers on the socket."""
     pid = running_pid(config)
+    if pid is not None and pid > 0 and _gone(pid):  # killed (-9)
+        raise DaemonError(f"cannot start a daemon for {config.store} yet: "
+                          f"{finishing(config, pid, lock_holders(config))}")
     if pid is not None:
         raise DaemonError(f"a gitmem daemon (pid {pid}) already serves {config.store}; "
                           "stop it first with `gitmem daemon stop`")
@@ -479,10 +534,15 @@ def stop(config: Config, *, timeout: float = 30.0) -> int | None:
         if running_pid(config) is None:
             return pid
         time.sleep(0.02)
-    if not processes.alive(pid):
-        raise DaemonError(f"the daemon (pid {pid}) is gone, but a process it started still "
-                          f"holds {pid_path(config)} after {timeout:g}s; `fuser "
-                          f"{pid_path(config)}` names it")
+    if _gone(pid):
+        holders = lock_holders(config)
+        which = f" (pid {', '.join(map(str, holders))})" if holders else ""
+        how = (f"`kill -9 {' '.join(map(str, holders))}` ends it" if holders
+               else f"`fuser {pid_path(config)}` names it")
+        raise DaemonError(f"the daemon (pid {pid}) is gone, but a process it started{which} "
+                          f"still holds {pid_path(config)} after {timeout:g}s (it ends with "
+                          f"its batch); {how}: the next daemon's index catches up from "
+                          "the files")
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGUSR1)  # its threads' stacks, into the log
     raise DaemonError(f"the daemon (pid {pid}) did not stop within {timeout:g}s (the stacks "
@@ -496,9 +556,11 @@ def status(config: Config) -> dict[str, Any]:
     report: dict[str, Any] = {"running": pid is not None, "pid": pid,
                               "socket": str(config.socket_path),
                               "log": str(log_path(config))}
-    if pid is not None and pid > 0 and not processes.alive(pid):
+    if pid is not None and pid > 0 and _gone(pid):
         # killed (-9): its indexer process keeps the store served until its batch ends
-        report.update(running=False, finishing=True)
+        holders = lock_holders(config)
+        report.update(running=False, finishing=True, holders=holders,
+                      message=f"not running: {finishing(config, pid, holders)}")
     elif pid is not None:
         try:
             report["daemon"] = client.call(config.socket_path, "daemon_status", timeout=5.0)

@@ -816,11 +816,15 @@ def test_status_and_stop_tell_a_killed_daemon_whose_process_still_holds_the_stor
         cli: Cli) -> None:
     """After `kill -9` the daemon's pid is gone while its indexer process finishes its
     batch, holding the pid file's lock: status says so (exit 3), and stop waits for the
-    lock, not claiming at once to have stopped what it never reached."""
+    lock, not claiming at once to have stopped what it never reached. `start` said the
+    dead pid "already serves" the store; now it says what status says, and all three
+    name the process that holds it."""
     from gitmem.daemon import pid_path
 
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    dead = subprocess.Popen(["true"])  # ended, and not reaped yet: a zombie, as a daemon
+    # killed a moment ago is (signal 0 finds it)
+    wait_for(lambda: Path(f"/proc/{dead.pid}/stat").read_text().rpartition(")")[2].split()[0]
+             == "Z")
     path = pid_path(cli.config)
     path.parent.mkdir(parents=True, exist_ok=True)
     holder = subprocess.Popen([sys.executable, "-c", (
@@ -834,18 +838,30 @@ def test_status_and_stop_tell_a_killed_daemon_whose_process_still_holds_the_stor
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         status = cli("daemon", "status", ok=False)
         assert status.exit_code == 3
-        assert f"not running: pid {dead.pid} is gone, and a process it started" in status.stdout
-        assert json.loads(cli("daemon", "status", "--json", ok=False).stdout)["finishing"]
+        told = (f"pid {dead.pid} is gone, and a process it started (pid {holder.pid}) still "
+                "holds the store (it ends with its batch; `gitmem daemon stop` waits for it, "
+                f"or `kill -9 {holder.pid}` ends it now: the next daemon's index catches up "
+                "from the files)")
+        assert status.stdout.strip() == f"not running: {told}"
+        report = json.loads(cli("daemon", "status", "--json", ok=False).stdout)
+        assert report["finishing"] and report["holders"] == [holder.pid]
+        # `start` said "a gitmem daemon (pid N) already serves": N was dead
+        start = cli("daemon", "start", "--no-autocommit", ok=False)
+        assert start.exit_code == 1 and "already serves" not in start.stderr
+        assert start.stderr.strip() == (f"Error: cannot start a daemon for {cli.config.store} "
+                                        f"yet: {told}")
         refused = cli("daemon", "stop", "--timeout", "0.2", ok=False)
         assert refused.exit_code != 0
-        assert f"the daemon (pid {dead.pid}) is gone, but a process it started" in (
-            refused.stderr)
+        assert (f"the daemon (pid {dead.pid}) is gone, but a process it started (pid "
+                f"{holder.pid}) still holds") in refused.stderr
+        assert f"`kill -9 {holder.pid}` ends it" in refused.stderr
         started = time.monotonic()
         assert f"stopped gitmem daemon {dead.pid}" in cli("daemon", "stop").stderr
         assert time.monotonic() - started > 0.3 and holder.poll() is not None
     finally:
         holder.kill()
         holder.wait()
+        dead.wait()
 
 
 def test_status_and_stop_reach_a_daemon_whose_socket_or_store_is_gone(

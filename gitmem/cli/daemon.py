@@ -165,9 +165,7 @@ def daemon_status(obj: Context, as_json: bool) -> None:
     if as_json:
         emit(report)
     elif report.get("finishing"):
-        click.echo(f"not running: pid {report['pid']} is gone, and a process it started "
-                   "still holds the store (it ends with its batch; `gitmem daemon stop` "
-                   "waits for it)")
+        click.echo(report["message"])
     elif not report["running"]:
         click.echo(f"not running (socket {report['socket']})")
     else:
