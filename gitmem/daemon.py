@@ -14,6 +14,7 @@ to the files and the watcher retries with backoff until the index catches up.
 from __future__ import annotations
 
 import contextlib
+import errno
 import faulthandler
 import fcntl
 import functools
@@ -159,6 +160,8 @@ def _unwritable(config: Config, exc: OSError) -> DaemonError:
     mount. The daemon cannot run there; every command works without it."""
     where = exc.filename if isinstance(exc.filename, str) else config.state_dir
     reason, remedy = exc.strerror or str(exc), "make that directory writable"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # a full disk, a quota
+        remedy = "free space there (or raise the quota or the `ulimit -f` limit)"
     if config.state_dir.exists() and not config.state_dir.is_dir():
         where, reason = config.state_dir, "it is a file, not a directory"
         remedy = "move that file away (the daemon makes the directory)"
@@ -181,8 +184,15 @@ def _lock_pid_file(config: Config) -> int:
         raise DaemonError(f"a gitmem daemon (pid {text or '?'}) already serves {config.store}; "
                           "use it (`gitmem call status`) or stop it first "
                           "(`gitmem daemon stop`)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # a full disk: no empty pid file left behind
+        with contextlib.suppress(OSError):
+            pid_path(config).unlink()
+        os.close(fd)
+        exc.filename = exc.filename or str(pid_path(config))
+        raise _unwritable(config, exc) from exc
     return fd
 
 
@@ -512,10 +522,20 @@ def _abandon(proc: subprocess.Popen[bytes], config: Config) -> str:
 
 
 def _log_tail(log: Path, offset: int) -> str:
+    """The end of what the daemon logged since `offset`; where it logged nothing, whether
+    the log can be written at all (on a full disk its reason is lost)."""
     with open(log, "rb") as handle:
         handle.seek(offset)
         lines = handle.read().decode(errors="replace").strip().splitlines()
-    return "\n".join(lines[-15:]) or "(nothing logged)"
+    if lines:
+        return "\n".join(lines[-15:])
+    try:
+        with open(log, "ab") as handle:  # whether the log takes a write at all
+            handle.write(b"(gitmem daemon start: the daemon ended, logging nothing)\n")
+    except OSError as exc:
+        return (f"(nothing logged: {log} cannot be written: {exc.strerror or exc}, so "
+                "the daemon could not say why; free space there, then start again)")
+    return "(nothing logged)"
 
 
 def stop(config: Config, *, timeout: float = 30.0) -> int | None:

@@ -295,6 +295,43 @@ def test_a_state_directory_that_is_a_file_is_named_not_a_traceback(store_config:
     assert state.is_file()
 
 
+def test_a_start_on_a_full_disk_says_so_and_leaves_no_empty_pid_file(
+        store_config: Config) -> None:
+    """A disk that takes no byte more (a real `ulimit -f 0`, failing as ENOSPC does): the
+    daemon's pid file write ended in a traceback, lost with the log it went to, `start`
+    said "(nothing logged)", and an empty pid file stayed. Now the daemon names the file
+    and the reason, and `start` says its log could not be written."""
+    daemon = Daemon(store_config)
+    state = store_config.state_dir
+    state.mkdir(exist_ok=True)
+
+    def full() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def gitmem(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gitmem", "--store",
+                               str(store_config.store), *args], capture_output=True,
+                              text=True, env=daemon.env(), cwd=store_config.root,
+                              timeout=120, preexec_fn=full)
+
+    ran = gitmem("daemon", "run", *FAST_FLAGS)  # its stderr a pipe, which takes it
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr, ran.stderr
+    assert ran.stderr.splitlines() == [
+        f"Error: cannot write {state / 'gitmem.pid'}: File too large; the daemon keeps "
+        f"its socket, pid file and log in {state}: free space there (or raise the quota "
+        "or the `ulimit -f` limit), or work without a daemon (every command does)"]
+    assert not (state / "gitmem.pid").exists()
+    started = gitmem("daemon", "start", *FAST_FLAGS)
+    assert started.returncode == 1 and "Traceback" not in started.stderr, started.stderr
+    assert (f"(nothing logged: {log_path(store_config)} cannot be written: File too "
+            "large, so the daemon could not say why; free space there, then start "
+            "again)") in started.stderr
+    assert not (state / "gitmem.pid").exists()
+    daemon.start()  # with room again
+    daemon.stop()
+
+
 def test_a_second_daemon_on_the_same_store_is_refused(store_config: Config) -> None:
     with running(store_config) as first:
         second = first.cli("daemon", "start", "--no-autocommit", check=False)
