@@ -249,7 +249,8 @@ class RecordFiles:
             task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
                         status=content.get("status", "open"), title=content["title"],
                         details=content.get("text", ""), owner=content.get("owner", ""),
-                        refs=tuple(full["refs"]), session_id=full["session_id"],
+                        refs=tuple(dict.fromkeys((*full["refs"], full["id"]))),
+                        session_id=full["session_id"],
                         sensitivity=full["sensitivity"], tags=tuple(full["tags"]))
         else:
             # an update may make a task more sensitive, never less (one that says

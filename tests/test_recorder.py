@@ -431,12 +431,13 @@ def test_task_create_and_update(recorder: Recorder, store: Path) -> None:
     task = parse_task((store / rel).read_text(), rel, "default")
     assert (task.title, task.status, task.owner, task.details) == (
         "Write the onboarding guide", "open", "alice", "Outline")
+    assert task.refs == (created.id,)  # the creating event, as each update's (FORMATS.md)
     updated = recorder.task("Write the onboarding guide", task_id=task_id, status="done")
     assert updated.content["task_id"] == task_id and updated.kind == "task_update"
     task = parse_task((store / rel).read_text(), rel, "default")
     assert (task.status, task.owner, task.details, task.ts) == ("done", "alice", "Outline",
                                                                 created.ts)
-    assert updated.id in task.refs
+    assert task.refs == (created.id, updated.id)
     assert [e["kind"] for e in events_on_disk(store)] == ["task_update", "task_update"]
     assert len(list((store / "tasks").glob("tsk_*.md"))) == 1
 
@@ -456,7 +457,7 @@ def test_a_task_update_changes_only_the_lines_of_what_changed(recorder: Recorder
     removed = [line for line in edited.splitlines() if line not in after.splitlines()]
     added = [line for line in after.splitlines() if line not in edited.splitlines()]
     assert removed == ["status: open"]
-    assert added == ["status: doing", "refs:", f"- {updated.id}"]  # its first ref
+    assert added == ["status: doing", f"- {updated.id}"]  # its ref, after the creating one
     task = parse_task(after, f"tasks/{task_id}.md", "default")
     assert (task.status, task.owner) == ("doing", "alice")
     recorder.task("Rotate the certificates", task_id=task_id, owner="bob", details="All done")
