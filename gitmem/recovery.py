@@ -515,12 +515,16 @@ def _holds_event(day_file: Path, event_id: str) -> bool:
     return False
 
 
-def torn_hint(line: bytes, start: int, path: str, *, last: bool) -> str:
+def torn_hint(line: bytes, start: int, path: str, *, last: bool,
+              committed: bool | None = False) -> str:
     """How to take out a line of a day file that is not committed and stops mid-record
     (bytes `start`… of `path`), as a write of gitmem's a crash cut short below
     `JOURNAL_ABOVE` leaves it (it begins as gitmem writes a line, and does not parse);
     "" for any other line. That write was never answered, and its line never indexed
-    (it is no event): removing it loses nothing."""
+    (it is no event): removing it loses nothing. `committed` None: not known (the
+    index's parse, which reads no git), so the hint leaves it to `gitmem verify`."""
+    if committed:
+        return ""
     if not line.startswith(b'{"id":"evt_'):
         return ""
     try:
@@ -531,6 +535,10 @@ def torn_hint(line: bytes, start: int, path: str, *, last: bool) -> str:
     end = start + len(line)
     how = (f"`truncate -s {start} {path}`" if last else
            "delete that line, with no gitmem writer running")
+    if committed is None:
+        return (f"; it stops mid-record (bytes {start}-{end}), as a write a crash cut short "
+                "leaves it (never answered, and no event: never indexed); if so, and it is "
+                f"not committed (`gitmem verify` tells), removing it loses nothing: {how}")
     return (f"; it is not committed and stops mid-record (bytes {start}-{end}), as a write "
             "a crash cut short leaves it (never answered, and no event: never indexed); "
             f"if so, removing it loses nothing: {how}")

@@ -409,6 +409,30 @@ def repeated_id(event_id: str, first_path: str, first_line: int, path: str,
                        field="id")
 
 
+def _line_starts(run: bytes) -> list[int]:
+    starts, position = [0], run.find(b"\n")
+    while position >= 0:
+        starts.append(position + 1)
+        position = run.find(b"\n", position + 1)
+    return starts
+
+
+def _torn(error: FormatError, run: bytes, starts: list[int], index: int,
+          at: int) -> FormatError:
+    """`error` of the run's line `index` (the run at byte `at`), with how to take the
+    line out where it is a write of gitmem's a crash tore (as `gitmem verify` says it;
+    whether it is committed, which the index cannot tell, is left to verify): in
+    `gitmem status` and the daemon's, the bare "malformed JSON" said nothing of it."""
+    from gitmem.recovery import torn_hint  # recovery imports this module
+
+    begin = starts[index]
+    raw = run[begin:run.find(b"\n", begin) if index + 1 < len(starts) else len(run)]
+    # never `truncate -s`: lines appended after it (later, or in a run not read here)
+    hint = torn_hint(raw, at + begin, error.path, last=False, committed=None)
+    return FormatError(error.detail + hint, path=error.path, line=error.line,
+                       field=error.field) if hint else error
+
+
 def parse_file(path: str, kind: str, data: bytes, policies: Policies, *,
                start_line: int = 1, offset: int = 0,
                appended: Sequence[Appended] = ()) -> FileRows:
@@ -432,16 +456,19 @@ def _parse_file(path: str, kind: str, data: bytes, policies: Policies, start_lin
     tenant = policies.manifest.default_tenant
     if kind == "events":
         seen: set[str] = set()
-        line = start_line
+        line, at = start_line, offset
         for run, known in (split_known(appended, offset, data) if appended else [(data, None)]):
             if known is None:
                 parsed = iter_events(run, path, line)
             else:
                 parsed = zip(range(line, line + len(known)), known, strict=True)
                 out.known += len(known)
+            starts: list[int] | None = None  # where each line of the run begins, once
             for number, event in parsed:
                 if isinstance(event, FormatError):
-                    out.errors.append(event)
+                    if starts is None:
+                        starts = _line_starts(run)
+                    out.errors.append(_torn(event, run, starts, number - line, at))
                     continue
                 if event.id in seen:  # a union merge may repeat a line: index it once
                     out.repeats.append(event_row(event, path, number))
@@ -449,6 +476,7 @@ def _parse_file(path: str, kind: str, data: bytes, policies: Policies, start_lin
                 seen.add(event.id)
                 event_rows(event, path, number, policies, out, written=known is not None)
             line += run.count(b"\n")
+            at += len(run)
         return out
     try:
         text = data.decode("utf-8")

@@ -794,3 +794,33 @@ def test_something_else_in_the_manifests_place_is_named_not_called_deleted(
                 f"{manifest} is {reason}; remove it (`{remove}`), then restore it (`git "
                 f"checkout -- memory/manifest.json` in {config.root})") in result.output
         assert "deleted?" not in result.output
+
+
+def test_status_says_how_to_take_out_a_torn_line_as_verify_does(cli: Cli,
+                                                                 memory: Memory) -> None:
+    """A write a crash cut short leaves a torn line, which the next write ends with a
+    newline: verify says how to take it out (gitmem/recovery.py `torn_hint`), and
+    `gitmem status` said the index's bare "malformed JSON"."""
+    day = memory.store / "events/2026-10/2026-10-01.jsonl"
+    memory.record({"content": {"text": "answered"}, "ts": "2026-10-01T09:00:00Z"})
+    cli("sync")  # indexed: the lines after it are read as an append (at their offset)
+    size = day.stat().st_size
+    append(day, day.read_text()[:120])  # the start of a line as gitmem writes it
+    memory.record({"content": {"text": "answered later"}, "ts": "2026-10-01T10:00:00Z"})
+    cli("sync", ok=False)
+    status = cli("status", ok=False).output
+    [said] = [line for line in status.splitlines() if line.startswith("  error ")]
+    assert said.startswith("  error   events/2026-10/2026-10-01.jsonl:2: malformed JSON")
+    assert said.endswith(
+        f"; it stops mid-record (bytes {size}-{size + 120}), as a write a crash cut short "
+        "leaves it (never answered, and no event: never indexed); if so, and it is not "
+        "committed (`gitmem verify` tells), removing it loses nothing: delete that line, "
+        "with no gitmem writer running"), said
+    cli("reindex", ok=False)  # a whole file's parse says the same
+    assert said in cli("status", ok=False).output.splitlines()
+    [verified] = [p.detail for p in verify_tree(memory.store, memory.policies)]
+    assert f"(bytes {size}-{size + 120})" in verified and "delete that line" in verified
+    lines = day.read_bytes().split(b"\n")
+    day.write_bytes(b"\n".join(lines[:1] + lines[2:]))  # taken out as it says
+    cli("sync")
+    assert "error" not in cli("status").output
