@@ -22,7 +22,9 @@ Each problem is a FormatError naming `path:line`:
   key that names a secret (`redact_keys`) left unredacted (the write path redacts; a
   hand edit may not);
 - a staging file of a write a crash interrupted (`.tmp-`: gitmem/recovery.py), a file
-  of a record directory gitmem never reads (misnamed), a summary id in both scopes.
+  of a record directory gitmem never reads (misnamed), a summary id in both scopes;
+- a symbolic link in the store, committed or on disk (gitmem/link_checks.py);
+- a torn last line, with how to take it out while HEAD lacks it (recovery.torn_hint).
 A work tree checked out with CRLF line endings (core.autocrlf) is compared with its
 committed version as git commits it, with LF.
 """
@@ -30,11 +32,11 @@ committed version as git commits it, with LF.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import accumulate
 from pathlib import Path
 
 from gitmem import ids
@@ -49,6 +51,7 @@ from gitmem.documents import (
 )
 from gitmem.errors import FormatError, ValidationError
 from gitmem.ids import ANY_EVENT_ID
+from gitmem.link_checks import behind_policy_link, committed_link, file_link, linked_folders_on_disk
 from gitmem.policies import (
     Policies,
     parse_budgets,
@@ -61,14 +64,7 @@ from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import BATCH_PREFIX, PREFIX, torn_hint
 from gitmem.regular_files import DIRECTORY
 from gitmem.rows import parse_file
-from gitmem.store import (
-    RECORD_FOLDERS,
-    classify,
-    day_file_rel,
-    linked_folders,
-    misnamed,
-    record_paths,
-)
+from gitmem.store import classify, day_file_rel, misnamed, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
 from gitmem.trees import GitTree, Tree, WorkTree
 
@@ -105,6 +101,7 @@ class Checker:
     # HEAD itself added may be dropped by `git commit --amend`, which no hook can tell
     amend_base: Tree | None = None
     disk: Tree | None = None   # the work tree, when the index is checked (`_staged_only`)
+    committed: bool = False    # `tree` is a commit's: its lines are committed (no torn hint)
     problems: list[FormatError] = field(default_factory=list)
     refs: list[_Ref] = field(default_factory=list)
     event_ids: EventLines = field(default_factory=EventLines)
@@ -132,8 +129,9 @@ class Checker:
     def check_file(self, rel: str) -> None:
         """Every check that concerns one file alone."""
         kind = classify(rel)
-        if self._committed_link(rel, kind):
+        if committed_link(self.tree, rel, kind, self.display, self.fail):
             return
+        file_link(self.tree, rel, kind, self.fail)
         if kind is None:
             if rel.rsplit("/", 1)[-1].startswith(BATCH_PREFIX):
                 self.fail(rel, None, "the journal of a write that did not "
@@ -155,7 +153,7 @@ class Checker:
             elif kind == "policy" and isinstance(self.tree, WorkTree) and (
                     self.tree.store / rel).is_dir():
                 self.fail(rel, None, f"cannot be read: {DIRECTORY}")  # as the loader says
-            elif kind == "policy":
+            elif kind == "policy" and not behind_policy_link(self.tree, rel):
                 self.fail(rel, None, "missing; run `gitmem init` to create the default")
             elif kind == "events" and self.base is not None and self.base.read(rel) is not None:
                 self.fail(rel, None, "events files are append-only, but this one is deleted; "
@@ -176,6 +174,8 @@ class Checker:
     def _check_events(self, rel: str, data: bytes) -> None:
         start = 1
         before = self.base.read(rel) if self.base is not None else None
+        raw = data  # as read: a torn line's offsets are in the file on disk (`_as_on_disk`)
+        torn = _Torn(lambda: self._as_on_disk(rel, raw), self.display + rel)
         if before is not None and isinstance(self.tree, WorkTree) and b"\r\n" in data \
                 and b"\r" not in before:  # checked out with CRLF (core.autocrlf): git
             data = data.replace(b"\r\n", b"\n")  # commits it as it was, with LF
@@ -185,6 +185,9 @@ class Checker:
             else:
                 self._rewritten(rel, before, data)
                 before = None  # which lines are new is unknown: check them all
+        elif not self.committed and self.base_rev == "HEAD":  # a torn line HEAD lacks
+            head = before or b""  # is named (not HEAD's last line with no newline)
+            torn.new_from = head.count(b"\n") + 1 + (head[-1:] not in (b"", b"\n"))
         committed = b""  # lines not read again: a new line's id is looked up in them
         # the lines up to this one are the committed version's (a duplicate id's original)
         kept = before.count(b"\n") if before is not None else 0
@@ -192,19 +195,16 @@ class Checker:
             start = kept + 1
             data = data[len(before):]
             committed = before
-        origin, lines = len(committed), data.split(b"\n")  # origin: where `data` begins
+        lines = data.split(b"\n")
         if data and not data.endswith(b"\n"):
-            cut = origin + len(data) - len(lines[-1])
             self.fail(rel, start + data.count(b"\n"), "the last line has no newline "
-                      "(a torn write?); finish or remove it" + (torn_hint(
-                          lines[-1], cut, self.display + rel, last=True) if cut >= len(
-                          before or b"") else ""))
+                      "(a torn write?); finish or remove it"
+                      + torn.hint(start + data.count(b"\n"), lines[-1], last=True))
         held: set[bytes] | None = None  # the ids the committed lines hold, read once
         for number, event in iter_events(data, rel, start):
             if isinstance(event, FormatError):
-                at = origin + sum(map(len, lines[:number - start])) + number - start
-                hint = "" if number <= kept or number - start == len(lines) - 1 else torn_hint(
-                    lines[number - start], at, self.display + rel, last=False)
+                hint = "" if number - start == len(lines) - 1 else torn.hint(
+                    number, lines[number - start], last=False)
                 self.located(FormatError(event.detail + hint, path=event.path, line=event.line,
                                          field=event.field) if hint else event, rel)
                 self._secrets(rel, number, lines[number - start].decode("utf-8", "replace"))
@@ -263,6 +263,14 @@ class Checker:
             ", and record a correction as a new event")
         self.fail(rel, line, f"events files are append-only, but this line differs from "
                   f"{version}; {way_back}" + self._amend_hint(rel, data))
+
+    def _as_on_disk(self, rel: str, data: bytes) -> bytes | None:
+        """The bytes of `rel` on disk when `data` (as checked) is them, else None (the work
+        tree's file differs from what is staged, or git made its line ends LF)."""
+        if isinstance(self.tree, WorkTree):
+            return data
+        return data if isinstance(self.tree, GitTree) and self.tree.on_disk(rel) == data \
+            else None
 
     def _staged_only(self, rel: str, before: bytes) -> str:
         """The way back when only the index lacks lines of `before`, the file on disk keeps
@@ -394,28 +402,6 @@ class Checker:
             self.fail(rel, number, f"matches the redaction pattern {pattern!r} of "
                       "policies/privacy.yaml: secrets are never stored; remove it")
 
-    def _committed_link(self, rel: str, kind: str | None) -> bool:
-        """A symbolic link that git holds (mode 120000) in place of a record folder, in
-        one, or where a record or policy file should be: git keeps only where it points,
-        so nothing behind it is versioned or reviewed, and gitmem never enters a link to
-        a folder. Named as what it is (its blob is not the file: never parsed)."""
-        if not isinstance(self.tree, GitTree) or rel not in self.tree.links():
-            return False
-        if kind is None and rel.partition("/")[0] not in RECORD_FOLDERS:
-            return False  # a file gitmem never reads, wherever it points
-        target, undo = self.tree.links()[rel], f"`git rm --cached {self.display}{rel}`"
-        if self.tree.links_to_folder(rel):
-            self.fail(rel, None, f"a symbolic link to a folder ({target}): gitmem never "
-                      "enters it and git keeps only the link, so none of its files is read, "
-                      f"versioned or reviewed; take the link out of the commit ({undo}), "
-                      "then move the files into the store in its place, or remove the link")
-        else:
-            self.fail(rel, None, f"a symbolic link ({target}), not a file: git keeps only "
-                      "where it points, so the file itself is not versioned or reviewed; "
-                      f"take the link out of the commit ({undo}), then put the file itself "
-                      "in its place, or remove the link")
-        return True
-
     # ------------------------------------------------------------------ references
 
     def check_refs(self, *, complete: bool) -> None:
@@ -455,24 +441,7 @@ class Checker:
         self._check_loops()
         if complete:
             self._check_forks()
-            self._check_linked_folders()
-
-    def _check_linked_folders(self) -> None:
-        """A link to a folder in a record directory of the work tree, or in place of one
-        (events/ itself, say): never entered, so none of its files is read (`gitmem
-        status` lists it as ignored), and git keeps only the link. A whole-store check,
-        with the references'."""
-        if not isinstance(self.tree, WorkTree):
-            return
-        for rel in linked_folders(self.tree.store):
-            try:
-                target = os.readlink(self.tree.store / rel)
-            except OSError:  # removed meanwhile
-                continue
-            what = "a folder" if (self.tree.store / rel).is_dir() else "no folder"
-            self.fail(rel, None, f"a symbolic link to {what} ({target}): gitmem never "
-                      "enters it, so none of its files is read (and git keeps only the "
-                      "link); move the files into the store, or remove the link")
+            linked_folders_on_disk(self.tree, self.fail)
 
     def _unread_day(self, ref: str) -> str | None:
         """The work tree's day file that may hold event `ref` (its own date, or a day
@@ -565,6 +534,29 @@ class Checker:
             if found >= wanted:
                 break
         return found
+
+
+class _Torn:
+    """A torn line's hint (recovery.torn_hint), for a line from `new_from` on (none
+    committed; None: unknown, no hint), at its offset in the file's bytes on disk (`disk`,
+    read at the first hint; None: unknown, no offsets), whose line starts are summed once."""
+
+    def __init__(self, disk: Callable[[], bytes | None], path: str) -> None:
+        self.disk, self.path = disk, path
+        self.new_from: int | None = None
+        self._lines: list[bytes] | None = None
+        self._starts: list[int] = []
+
+    def hint(self, number: int, line: bytes, *, last: bool) -> str:
+        if self.new_from is None or number < self.new_from:
+            return ""
+        if self._lines is None:
+            on_disk = self.disk()
+            self._lines = [] if on_disk is None else on_disk.split(b"\n")
+            self._starts = list(accumulate((len(each) + 1 for each in self._lines), initial=0))
+        if not self._lines:
+            return torn_hint(line, None, self.path, last=last)
+        return torn_hint(self._lines[number - 1], self._starts[number - 1], self.path, last=last)
 
 
 def _link(rel: str, text: str, decision: Decision) -> Link:

@@ -515,14 +515,15 @@ def _holds_event(day_file: Path, event_id: str) -> bool:
     return False
 
 
-def torn_hint(line: bytes, start: int, path: str, *, last: bool,
+def torn_hint(line: bytes, start: int | None, path: str, *, last: bool,
               committed: bool | None = False) -> str:
     """How to take out a line of a day file that is not committed and stops mid-record
-    (bytes `start`… of `path`), as a write of gitmem's a crash cut short below
-    `JOURNAL_ABOVE` leaves it (it begins as gitmem writes a line, and does not parse);
-    "" for any other line. That write was never answered, and its line never indexed
-    (it is no event): removing it loses nothing. `committed` None: not known (the
-    index's parse, which reads no git), so the hint leaves it to `gitmem verify`."""
+    (bytes `start`… of `path` as it is on disk; None: where is unknown, as when git made
+    its line ends LF), as a write of gitmem's a crash cut short below `JOURNAL_ABOVE`
+    leaves it (it begins as gitmem writes a line, and does not parse); "" for any other
+    line. That write was never answered, and its line never indexed (it is no event):
+    removing it loses nothing. `committed` None: not known (the index's parse, which
+    reads no git), so the hint leaves it to `gitmem verify`."""
     if committed:
         return ""
     if not line.startswith(b'{"id":"evt_'):
@@ -532,13 +533,13 @@ def torn_hint(line: bytes, start: int, path: str, *, last: bool,
         return ""
     except ValueError:
         pass
-    end = start + len(line)
-    how = (f"`truncate -s {start} {path}`" if last else
+    where = "" if start is None else f" (bytes {start}-{start + len(line)})"
+    how = (f"`truncate -s {start} {path}`" if last and start is not None else
            "delete that line, with no gitmem writer running")
     if committed is None:
-        return (f"; it stops mid-record (bytes {start}-{end}), as a write a crash cut short "
-                "leaves it (never answered, and no event: never indexed); if so, and it is "
-                f"not committed (`gitmem verify` tells), removing it loses nothing: {how}")
-    return (f"; it is not committed and stops mid-record (bytes {start}-{end}), as a write "
-            "a crash cut short leaves it (never answered, and no event: never indexed); "
-            f"if so, removing it loses nothing: {how}")
+        return (f"; it stops mid-record{where}, as a write a crash cut short leaves it "
+                "(never answered, and no event: never indexed); if so, and it is not "
+                f"committed (`gitmem verify` tells), removing it loses nothing: {how}")
+    return (f"; it is not committed and stops mid-record{where}, as a write a crash cut "
+            "short leaves it (never answered, and no event: never indexed); if so, removing "
+            f"it loses nothing: {how}")

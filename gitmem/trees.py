@@ -88,6 +88,15 @@ class GitTree:
         """Whether the link at `rel` points to a folder in the work tree."""
         return Path(str(self.repo.working_tree_dir), self.prefix + rel).is_dir()
 
+    def on_disk(self, rel: str) -> bytes | None:
+        """The bytes of the work tree's file at `rel` (None: none, or no regular file)."""
+        if self.repo.working_tree_dir is None:
+            return None
+        try:
+            return read_regular(Path(str(self.repo.working_tree_dir), self.prefix + rel))
+        except (OSError, UnreadableFileError):
+            return None
+
     def files_holding(self, event_ids: set[str], under: str) -> list[str]:
         """Store-relative paths of the revision's files under `under` that may hold one of
         `event_ids` (more, never fewer: the caller reads them); a commit's only."""

@@ -135,6 +135,7 @@ def _verify_changes(repo: git.Repo, prefix: str, policies: Policies, rev: str,
     base = GitTree(repo, prefix, base_rev) if base_rev is not None else None
     checker = Checker(GitTree(repo, prefix, rev), policies, display=prefix, base=base,
                       merging=merging, only_new=True, base_rev=base_rev or "HEAD",
+                      committed=bool(rev),
                       amend_base=GitTree(repo, prefix, amend_rev) if amend_rev else None,
                       disk=None if rev else WorkTree(Path(str(repo.working_tree_dir)) / prefix))
     for _, rel in changes:

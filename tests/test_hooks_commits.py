@@ -142,3 +142,26 @@ def test_a_committed_link_in_the_store_is_named_as_a_link(root: Path, tmp_path: 
             "memory/views/outside.md`), then put the file itself in its place, or remove "
             "the link") in output
     assert "never reads this file" not in output and "3 problem(s)" in output
+
+
+def test_policies_made_a_link_is_named_not_called_missing(root: Path, tmp_path: Path) -> None:
+    """A commit of memory/policies made a link to a folder was refused with "missing; run
+    `gitmem init`" for each policy file (wrong advice; the link never named), and a
+    manifest that is a link is named as one too."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = root / "memory"
+    (store / "policies").rename(outside / "policies")
+    (store / "policies").symlink_to(outside / "policies", target_is_directory=True)
+    (store / "manifest.json").rename(outside / "manifest.json")
+    (store / "manifest.json").symlink_to(outside / "manifest.json")
+    result = commit(root, "links")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output
+    assert (f"memory/policies: a symbolic link ({outside / 'policies'}) in place of the "
+            "policies folder: git keeps only the link, so no policy file is versioned or "
+            "reviewed; take the link out of the commit (`git rm --cached memory/policies`)"
+            ) in output
+    assert (f"memory/manifest.json: a symbolic link ({outside / 'manifest.json'}), not a "
+            "file") in output
+    assert "missing" not in output and "2 problem(s)" in output, output

@@ -684,3 +684,59 @@ def test_a_torn_line_not_committed_says_how_to_take_it_out(memory: Memory) -> No
     lines = day.read_bytes().split(b"\n")
     day.write_bytes(b"\n".join(lines[:1] + lines[2:]))  # taken out as it says
     assert verify_tree(memory.store, memory.policies) == []
+
+
+def test_a_torn_hint_is_for_a_line_head_lacks_and_its_bytes_on_disk(memory: Memory,
+                                                                     repo: Path) -> None:
+    """The hint's `truncate -s` ate committed bytes: a committed line that lost its end
+    (the file no longer begins with HEAD's version) was called "not committed ...
+    removing it loses nothing"; and under core.autocrlf the offsets were of the file with
+    its CRLF made LF, one byte short per line."""
+    for number in range(3):
+        memory.record({"content": {"text": f"note {number}"}, "ts": "2026-10-01T09:00:00Z"})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "three")
+    day = memory.store / OCT_1
+    committed = day.read_bytes()
+    day.write_bytes(committed[:-7])  # the committed last line lost its end
+    details = [p.detail for p in verify_tree(memory.store, memory.policies)]
+    assert any("line 3 of HEAD's version is gone" in d for d in details), details
+    [torn] = [d for d in details if "the last line has no newline" in d]
+    assert "not committed" not in torn and "truncate" not in torn
+
+    git(repo, "config", "core.autocrlf", "true")
+    day.unlink()
+    git(repo, "checkout", "--", f"memory/{OCT_1}")
+    size = day.stat().st_size
+    assert size == len(committed) + 3  # checked out with CRLF
+    append(day, committed[:40].decode())  # the start of a line as gitmem writes it
+    [torn] = [p.detail for p in verify_tree(memory.store, memory.policies)]
+    assert f"(bytes {size}-{size + 40})" in torn and f"truncate -s {size} " in torn
+    os.truncate(day, size)  # taken out as it says: every committed byte kept
+    assert verify_tree(memory.store, memory.policies) == []
+    assert day.read_bytes().replace(b"\r\n", b"\n") == committed
+
+
+def test_a_torn_line_staged_says_no_offsets_the_file_on_disk_has_not(memory: Memory,
+                                                                     repo: Path) -> None:
+    """The pre-commit hook gave `truncate -s` at the offset of the staged version, though
+    the file on disk had more lines after it: the command cut them too. A committed torn
+    line (the post-commit hook's check of a commit) is not called "not committed"."""
+    from gitmem.verify import verify_commit, verify_staged
+
+    memory.record({"content": {"text": "answered"}, "ts": "2026-10-01T09:00:00Z"})
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "one")
+    day = memory.store / OCT_1
+    size = day.stat().st_size
+    append(day, day.read_text()[:40])
+    git(repo, "add", "-A")
+    [staged] = [p.detail for p in verify_staged(memory.store, memory.policies)]
+    assert f"truncate -s {size} " in staged  # the file on disk is what is staged
+    append(day, "\n" + day.read_text().splitlines()[0] + "\n")  # a line on disk since
+    [staged] = [p.detail for p in verify_staged(memory.store, memory.policies)]
+    assert "not committed and stops mid-record" in staged and "truncate" not in staged
+    assert "bytes" not in staged
+    git(repo, "commit", "-q", "--no-verify", "-m", "torn")
+    [after] = [p.detail for p in verify_commit(memory.store, memory.policies)]
+    assert "the last line has no newline" in after and "not committed" not in after

@@ -824,3 +824,36 @@ def test_status_says_how_to_take_out_a_torn_line_as_verify_does(cli: Cli,
     day.write_bytes(b"\n".join(lines[:1] + lines[2:]))  # taken out as it says
     cli("sync")
     assert "error" not in cli("status").output
+
+
+def test_a_link_to_a_file_or_policies_made_a_link_is_named_as_the_hook_names_it(
+        cli: Cli, config: Config, tmp_path: Path) -> None:
+    """verify said "no problems" of a view that is a link to a file, a manifest that is
+    one, and policies/ made a link to a folder, all of which the pre-commit hook refuses
+    (git keeps only the link). gitmem still reads through them; verify names them."""
+    store = config.store
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "linked.md").write_text("# Linked\n\nA view kept outside the store.\n")
+    (store / "views" / "linked.md").symlink_to(outside / "linked.md")
+    (store / "manifest.json").rename(outside / "manifest.json")
+    (store / "manifest.json").symlink_to(outside / "manifest.json")
+    (store / "policies").rename(outside / "policies")
+    (store / "policies").symlink_to(outside / "policies", target_is_directory=True)
+    result = cli("verify", ok=False)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    for rel in ("views/linked.md", "manifest.json"):
+        assert (f"memory/{rel}: a symbolic link ({outside / rel.split('/')[-1]}), not a "
+                "file: gitmem reads the file it points to, but git keeps only the link, so "
+                "the file itself is not versioned or reviewed") in result.output
+    assert (f"memory/policies: a symbolic link to a folder ({outside / 'policies'}) in place "
+            "of the policies folder: gitmem reads the policy files through it, but git "
+            "keeps only the link") in result.output
+    assert "3 problem(s)" in result.output and "missing" not in result.output
+    assert cli("sync").exit_code == 0  # still read
+    (store / "policies").unlink()
+    (store / "policies").symlink_to(tmp_path / "gone")
+    result = cli("verify", ok=False)
+    assert (f"memory/policies: a symbolic link to no folder ({tmp_path / 'gone'}) in place "
+            "of the policies folder: no policy file can be read") in result.output
+    assert "policies/budgets.yaml" not in result.output
