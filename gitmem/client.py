@@ -42,6 +42,7 @@ STATUS_TIMEOUT = 5.0
 WRITES = frozenset({"record_event", "record_events", "decide", "task", "create_handoff"})
 MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 _NOT_LISTENING = (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR)
+_CLOSED_BY_PEER = (errno.EPIPE, errno.ECONNRESET)  # a send on a connection the daemon closed
 
 
 @contextmanager
@@ -151,18 +152,35 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send_line(self, data: bytes) -> None:
-        """Send raw bytes (a request line, or anything, for tests of bad input)."""
+    def send_line(self, data: bytes, *, again: bool = False) -> None:
+        """Send raw bytes (a request line, or anything, for tests of bad input).
+        `again`: where the daemon had closed the connection before the socket took
+        any of them (it closes one idle for 10 s when it has too many), connect again
+        once and send them on the new connection: the daemon cannot have seen any of
+        the request, and (`call` waits for each answer) owes nothing on the old one."""
         self.connect()
         assert self._sock is not None
+        sent = 0
         try:
-            self._sock.sendall(data)
+            sent = self._sock.send(data)
+            if sent < len(data):
+                self._sock.sendall(memoryview(data)[sent:])
         except OSError as exc:
             said = self._parting_answer()
             self.close()
             if said is not None:  # turned away (too many connections): it says so
                 result_of(said)
-            raise RequestNotSent(f"lost the connection to {self.socket_path}: {exc}") from None
+            lost = f"lost the connection to {self.socket_path}: {exc}"
+            if not (again and sent == 0 and exc.errno in _CLOSED_BY_PEER):
+                raise RequestNotSent(lost) from None
+            logger.info("%s before sending anything (the daemon closes a connection idle "
+                        "for 10 s when it has too many): connecting again", lost)
+            try:
+                self.connect()
+            except DaemonError as again_exc:
+                raise RequestNotSent(f"{lost}, before sending anything; connecting again: "
+                                     f"{again_exc}") from None
+            self.send_line(data)
 
     def _parting_answer(self) -> dict[str, Any] | None:
         """The error the daemon sent before it closed a connection it would not serve
@@ -218,7 +236,7 @@ class Client:
             field, value = _non_finite(params)
             raise errors.ValidationError(f"{value} is not a JSON number (NaN and Infinity "
                                          "are not); nothing was sent", field=field) from None
-        self.send_line(line)
+        self.send_line(line, again=True)
         while True:
             response = self.read_response()
             if isinstance(response, dict) and response.get("id") == request_id:

@@ -10,12 +10,16 @@ Limits that keep one client from holding the daemon's memory or its connections:
 - a batch: at most `MAX_BATCH_ITEMS` requests, and once its answers pass
   `MAX_BATCH_ANSWER_BYTES` the rest of its requests are not run but answered BUSY;
 - at the connection limit, the connection idle longest (no request in hand, nothing
-  to send) for more than `IDLE_EVICT_S` seconds makes room for a new one.
+  to send, no byte received) for more than `ServerOptions.idle_evict_s` seconds (10)
+  makes room for a new one; whether it is idle is decided under its `_state` lock,
+  which its reader takes to start a request, so a request it has just read is either
+  run and answered, or (the connection closed first) not run at all.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import queue
@@ -54,6 +58,7 @@ SEND_TIMEOUT = 30               # seconds a client may take none of an answer's 
 MAX_BATCH_ITEMS = 10000         # requests in one batch
 MAX_BATCH_ANSWER_BYTES = 64 << 20  # a batch's answers; the requests after are not run
 IDLE_EVICT_S = 10.0             # idle this long, a connection makes room at the limit
+                                # (ServerOptions.idle_evict_s: this by default)
 _SHOWN_NAME = 100               # characters of an unknown method's name quoted back
 
 
@@ -96,6 +101,27 @@ def _well_formed(value: Any, wide: dict[str, int]) -> Any:
     return value
 
 
+class _Received(io.RawIOBase):
+    """The socket's bytes for the reader's buffer, marking the connection active at
+    each read that brings some: a client still sending a long request is not idle
+    (only whole lines were counted, so one uploading a 200 KB request slowly was
+    closed as idle, halfway through)."""
+
+    def __init__(self, sock: socket.socket, conn: Connection) -> None:
+        super().__init__()
+        self._recv_into = sock.recv_into
+        self._conn = conn
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        received = self._recv_into(buffer)
+        if received:
+            self._conn.last_active = time.monotonic()
+        return received
+
+
 class Connection:
     """One client: a reader thread that runs requests and a sender thread."""
 
@@ -110,10 +136,11 @@ class Connection:
         self._pending = 0
         self._pending_cond = threading.Condition()
         self._closed = False
+        self._state = threading.Lock()  # `_closed` set, a line's run started: one at a time
         self._threads_left = 2
         self._threads_lock = threading.Lock()
         self._handling = 0  # lines being run (a batch's record_event calls: `_pending`)
-        self.last_active = time.monotonic()  # a line read or an answer sent
+        self.last_active = time.monotonic()  # bytes received, a line run or an answer sent
 
     def start(self) -> None:
         """Start the reader and sender threads; a send that moves no byte for
@@ -143,6 +170,7 @@ class Connection:
                     self.close()
                     return
                 if sent == len(data):
+                    self.last_active = time.monotonic()
                     return
                 data = data[sent:]
             if self._queued > MAX_OUTBOX or self._queued_bytes > MAX_OUTBOX_BYTES:
@@ -183,17 +211,31 @@ class Connection:
             self.server.forget(self)
 
     def idle_for(self, now: float) -> float:
-        """Seconds since this connection last did anything; 0 while it has a request
-        in hand or answers to send."""
+        """Seconds since this connection last did anything (received a byte, ran a
+        line, sent an answer); 0 while it has a request in hand or answers to send."""
         if self._handling or self._pending or self._queued:
             return 0.0
         return now - self.last_active
 
+    def close_if_idle(self, limit: float) -> bool:
+        """Close the connection if it is idle for more than `limit` seconds, decided
+        under the lock its reader takes to start running a line: a line read by then
+        is not run (its client reads end-of-file, nothing done), one whose run started
+        keeps the connection."""
+        with self._state:
+            if self._closed or self.idle_for(time.monotonic()) <= limit:
+                return False
+            self._closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        return True
+
     def close(self) -> None:
         """Shut the socket down both ways (the threads then end)."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 
@@ -206,7 +248,7 @@ class Connection:
 
     def _read_loop(self) -> None:
         limit = self.server.options.max_request_bytes
-        reader = self.sock.makefile("rb")
+        reader = io.BufferedReader(_Received(self.sock, self))
         try:
             while not self._closed:
                 line = reader.readline(limit + 1)
@@ -227,7 +269,10 @@ class Connection:
                         line = reader.readline(limit + 1)
                     continue
                 if line.strip():
-                    self._handling += 1
+                    with self._state:  # not while an evictor decides it is idle
+                        if self._closed:  # closed meanwhile (idle): not run, not answered
+                            break
+                        self._handling += 1
                     try:
                         self._handle_line(line)
                     finally:

@@ -59,6 +59,7 @@ class ServerOptions:
     max_request_bytes: int = 16 * 1024 * 1024
     max_connections: int = 256
     max_batch: int = 2048
+    idle_evict_s: float = IDLE_EVICT_S  # idle this long, a connection makes room at the limit
 
 
 # --------------------------------------------------------------------------- group commit
@@ -287,12 +288,14 @@ class Server:
         self.accepted += 1
         conn = Connection(self, sock, self.accepted)
         idle: Connection | None = None
+        limit = self.options.idle_evict_s
         with self._lock:
             crowded = len(self._connections) >= self.options.max_connections
             if crowded:  # the connection idle longest makes room, if idle long enough
                 now = time.monotonic()
                 idle = max(self._connections, key=lambda c: c.idle_for(now))
-                if idle.idle_for(now) > IDLE_EVICT_S:
+                # decided again under its lock: its reader may have a request in hand
+                if idle.idle_for(now) > limit and idle.close_if_idle(limit):
                     self._connections.discard(idle)
                     crowded = False
                 else:
@@ -301,8 +304,7 @@ class Server:
                 self._connections.add(conn)
         if idle is not None:
             logger.info("at %d connections: closing connection %d, idle for over %g s",
-                        self.options.max_connections, idle.number, IDLE_EVICT_S)
-            idle.close()
+                        self.options.max_connections, idle.number, limit)
         if crowded:
             with contextlib.suppress(OSError):
                 sock.sendall(encode(response(None, error={

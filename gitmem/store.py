@@ -354,12 +354,13 @@ def check_artifact_id(artifact_id: str) -> None:
 
 def read_artifact(store: Path, artifact_id: str) -> bytes:
     """The bytes of an artifact, or NotFoundError naming the id (a ValidationError for
-    what is not an artifact id)."""
+    what is not an artifact id); behind a symbolic link (which gitmem never reads
+    through) it is not in the store either: NotFoundError naming the link."""
     check_artifact_id(artifact_id)
     path = artifact_path(store, artifact_id)
     if (folder := link_on_way(store, path.relative_to(store).as_posix())) is not None:
-        raise StoreError(f"artifact {artifact_id} cannot be read: {_behind(store, folder)}; "
-                         + _unlink_hint(store, folder))
+        raise NotFoundError(f"artifact {artifact_id} cannot be read: {_behind(store, folder)}; "
+                            + _unlink_hint(store, folder))
     try:  # a FIFO in its place waited for a writer for good, a directory was a -32603
         return read_regular(path)
     except FileNotFoundError:

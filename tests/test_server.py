@@ -10,7 +10,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,17 @@ from gitmem.client import Client
 from gitmem.config import Config
 from gitmem.errors import DaemonError, RpcError, ValidationError
 from gitmem.memory import Memory
-from gitmem.server import GroupWriter
-from tests.daemons import Daemon, Index, cleanup_dir, items, new_repo, running, short_dir
+from gitmem.server import GroupWriter, Server, ServerOptions
+from tests.daemons import (
+    Daemon,
+    Index,
+    cleanup_dir,
+    items,
+    new_repo,
+    running,
+    short_dir,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -883,3 +892,125 @@ def test_gitmem_call_says_stdin_that_is_not_utf8_is_not(served: Daemon) -> None:
                           env=served.env(), timeout=60)
     assert done.returncode == 2
     assert b"PARAMS from stdin is not UTF-8: byte 0xff at offset 0" in done.stderr
+
+
+@contextlib.contextmanager
+def serving(memory: Memory, **limits: Any) -> Iterator[Server]:
+    """A socket server in this process on `memory`'s store, with `limits` (ServerOptions:
+    a short idle limit, few connections), on a real socket; stopped afterwards."""
+    import os
+
+    folder = short_dir("gmi")
+    server = Server(memory, folder / "s.sock", sync=lambda paths: {},
+                    daemon_status=lambda: {"pid": os.getpid()},
+                    options=ServerOptions(**limits))
+    server.bind()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        thread.join(10)
+        server.close()
+        cleanup_dir(folder)
+
+
+def _record_line(request_id: int, text: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "record_event",
+                       "params": {"session_id": "idle",
+                                  "content": {"text": text}}}).encode() + b"\n"
+
+
+def test_a_client_still_sending_its_request_is_not_idle(memory: Memory) -> None:
+    """Only whole lines counted: a client uploading a long request slowly was closed as
+    idle halfway through (a broken pipe), and the connection that had just been served
+    stayed."""
+    with serving(memory, max_connections=2, idle_evict_s=1.0) as server:
+        line = _record_line(1, "slow upload " + "x" * 20_000)
+        slow = socket.socket(socket.AF_UNIX)
+        slow.connect(str(server.socket_path))
+        slow.sendall(line[:10_000])
+        with Client(server.socket_path, timeout=10) as other:
+            other.call("daemon_status")  # served after the slow one last sent a line
+            for k in range(15):  # 3 s, a hundred bytes every 0.2 s
+                slow.sendall(line[10_000 + 100 * k:10_100 + 100 * k])
+                time.sleep(0.2)
+            with Client(server.socket_path, timeout=10) as new:  # makes room: not the slow one
+                assert new.call("daemon_status")["pid"] > 0
+            slow.sendall(line[11_500:])
+            answer = json.loads(_read_line(slow))
+            assert answer["id"] == 1 and answer["result"]["event_id"].startswith("evt_")
+        slow.close()
+
+
+def test_a_request_that_reaches_a_connection_closed_as_idle_is_not_run(
+        memory: Memory) -> None:
+    """A line the daemon received as it closed the connection as idle was still run, its
+    answer lost: the client read end-of-file for a write that was done."""
+    done, not_done = [], []  # answered with a result; turned away or end-of-file
+
+    def settled(server: Server, accepted: int, connections: int) -> Callable[[], bool]:
+        return lambda: server.accepted == accepted and server.connections == connections
+
+    with serving(memory, max_connections=1, idle_evict_s=0.0) as server:
+        for n in range(400):  # until some met a closing connection (most do, at once)
+            if n >= 40 and len([a for a in not_done if a[1] == b""]) >= 3:
+                break
+            wait_for(settled(server, 2 * n, 0))  # the last two are gone
+            text = f"race {uuid.uuid4().hex}"
+            with socket.socket(socket.AF_UNIX) as mine, socket.socket(socket.AF_UNIX) as new:
+                mine.connect(str(server.socket_path))
+                wait_for(settled(server, 2 * n + 1, 1))  # served, alone
+                mine.sendall(_record_line(n, text))
+                new.connect(str(server.socket_path))  # at the limit: closes the idle one
+                mine.settimeout(10)
+                got = b""
+                with contextlib.suppress(ConnectionError):
+                    got = _read_line(mine)
+                (done if b'"result"' in got else not_done).append((text, got))
+    written = "".join(p.read_text() for p in memory.store.glob("events/*/*.jsonl"))
+    assert [got for _, got in not_done if got == b""], \
+        "no request met a closing connection: nothing was tested"
+    assert [(t, got) for t, got in not_done if t in written] == []
+    assert [t for t, _ in done if t not in written] == []
+
+
+def test_a_client_whose_idle_connection_was_closed_connects_again(memory: Memory) -> None:
+    """Its next call failed (RequestNotSent: broken pipe); only the one after reconnected."""
+    with serving(memory, max_connections=1, idle_evict_s=0.2) as server, Client(
+            server.socket_path, timeout=10) as client:
+        client.call("daemon_status")
+        time.sleep(0.4)
+        with socket.socket(socket.AF_UNIX) as new:
+            new.connect(str(server.socket_path))  # closes the client's connection
+            new.settimeout(5)
+            new.sendall(b'{"jsonrpc": "2.0", "id": 1, "method": "daemon_status"}\n')
+            assert b'"pid"' in _read_line(new)
+        wait_for(lambda: server.connections == 0)  # the new one is gone: room again
+        text = f"after eviction {uuid.uuid4().hex}"
+        event = client.call("record_event", {"session_id": "again",
+                                             "content": {"text": text}})
+        assert client.call("daemon_status")["pid"] > 0
+    written = "".join(p.read_text() for p in memory.store.glob("events/*/*.jsonl"))
+    assert written.count(text) == 1 and event["event_id"] in written
+
+
+def test_an_artifact_behind_a_linked_folder_is_not_found_naming_the_link(
+        served: Daemon) -> None:
+    """It was -32007, "the store could not be written", for a read."""
+    import os
+
+    outside = short_dir("gml")
+    link = served.config.store / "artifacts" / "ab"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    (outside / ("ab" + "c" * 62)).write_bytes(b"kept elsewhere")
+    os.symlink(outside, link)
+    try:
+        with pytest.raises(RpcError) as caught:
+            served.call("get_artifact", {"artifact_id": "art_ab" + "c" * 62})
+        assert caught.value.code == -32003
+        assert f"{link} is a symbolic link" in str(caught.value)
+    finally:
+        link.unlink()
+        cleanup_dir(outside)
