@@ -552,12 +552,9 @@ def test_a_handoff_to_no_one_or_of_nothing_names_the_field(served: Daemon, field
 def test_a_client_turned_away_is_told_why_not_a_broken_pipe(served: Daemon) -> None:
     """At the connection limit the daemon sends -32005 and closes: a client whose send
     came after the close read `Broken pipe` (8 of 300), not the answer waiting for it."""
-    held = []
+    held: list[socket.socket] = []
     try:
-        for _ in range(256):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(str(served.config.socket_path))
-            held.append(sock)
+        _hold_connections(served.config.socket_path, 256, held)
         for attempt in range(40):
             with Client(served.config.socket_path, timeout=5) as client:
                 if attempt % 2:
@@ -727,6 +724,15 @@ def test_a_key_given_twice_is_refused_not_read_as_its_last_value(served: Daemon)
 # --------------------------------------------------------------------------- limits
 
 
+def _hold_connections(path: Path, count: int, held: list[socket.socket]) -> None:
+    """Open `count` connections to the daemon's socket that send nothing, into `held`
+    (the caller closes them)."""
+    for _ in range(count):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(path))
+        held.append(sock)
+
+
 def _placed_artifact(store: Path, size: int) -> str:
     """An artifact of `size` bytes put in the store as the writer would; its id."""
     import hashlib
@@ -802,12 +808,9 @@ def test_a_half_closed_client_that_never_reads_counts_until_it_is_closed(
 
 def test_at_the_limit_the_longest_idle_connection_makes_room(served: Daemon) -> None:
     """256 connections that never sent anything locked every other client out for good."""
-    held = []
+    held: list[socket.socket] = []
     try:
-        for _ in range(255):
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.connect(str(served.config.socket_path))
-            held.append(sock)
+        _hold_connections(served.config.socket_path, 255, held)
         time.sleep(0.3)
         with Client(served.config.socket_path, timeout=10) as busy:  # idle less than 10 s
             busy.call("daemon_status")
