@@ -13,8 +13,9 @@ Each problem is a FormatError naming `path:line`:
   keeps one line per id, and would lose the event with that line's file); a check
   of what a commit adds looks its new lines' ids up in every committed day file;
 - an event in another day's file than its ts's;
-- a decision that supersedes, or a handoff that hands over, another tenant's
-  decision (the write path refuses both);
+- a record or event that cites another tenant's record or event (a decision that
+  supersedes, a handoff that hands over, another's decision): the write path refuses
+  them all (gitmem/ref_owners.py reads the tenants);
 - a decision that supersedes itself, or is on a loop of `supersedes` (none on it is
   active: gitmem/supersession.py);
 - a secret: `sensitivity: secret`, text matching a redaction pattern of
@@ -62,6 +63,7 @@ from gitmem.policies import (
 from gitmem.policy_warnings import pinned_view_too_big
 from gitmem.records import content_hash, find_event, iter_events, parse_ts
 from gitmem.recovery import BATCH_PREFIX, PREFIX, torn_hint
+from gitmem.ref_owners import Owners, cited
 from gitmem.regular_files import DIRECTORY
 from gitmem.rows import parse_file
 from gitmem.store import classify, day_file_rel, misnamed, record_paths
@@ -82,7 +84,7 @@ class _Ref:
     line: int | None
     field: str
     target: str
-    tenant: str = ""  # a decision cited as superseded or handed over: the citer's tenant
+    tenant: str = ""  # the citer's: what it cites (but an artifact) must be that tenant's
 
 
 @dataclass
@@ -108,6 +110,10 @@ class Checker:
     written: list[_Ref] = field(default_factory=list)  # the record files events wrote
     links: dict[str, Link] = field(default_factory=dict)  # the decisions read, by id
     retired: set[str] = field(default_factory=set)  # decisions read with `status: superseded`
+    owners: Owners = field(init=False)  # the tenants of the records and events cited
+
+    def __post_init__(self) -> None:
+        self.owners = Owners(self.tree, self.policies.manifest.default_tenant)
 
     def fail(self, rel: str, line: int | None, message: str,
              field_name: str | None = None) -> None:
@@ -224,6 +230,7 @@ class Checker:
                 if event.id.encode() in held:
                     self._committed_line(rel, committed, event.id)
             self.event_ids.add(event.id, Copy(rel, number, event.hash, number <= kept, event.ts))
+            self.owners.events.setdefault(event.id, event.tenant_id)
             home = day_file_rel(event.when)
             if home != rel:
                 self.fail(rel, number, f"{event.id} belongs in {home}, the file of its ts's "
@@ -232,7 +239,7 @@ class Checker:
             if event.hash != expected:  # the dedupe key: a wrong one hides another event
                 self.fail(rel, number, f"does not match the content (expected {expected})",
                           "hash")
-            self.refs += [_Ref(rel, number, "refs", ref) for ref in event.refs]
+            self.refs += [_Ref(rel, number, "refs", ref, event.tenant_id) for ref in event.refs]
             key = _RECORD_KEYS.get(event.kind)
             record = event.content.get(key) if key else None
             if isinstance(record, str) and record_paths(record):
@@ -353,14 +360,15 @@ class Checker:
                 self.links[decision.id] = _link(rel, text, decision)
                 if decision.status == "superseded":
                     self.retired.add(decision.id)
-                self._cite(rel, text, "refs", decision.refs)
+                self._cite(rel, text, "refs", decision.refs, decision.tenant_id)
                 self._cite(rel, text, "supersedes", decision.supersedes, decision.tenant_id)
             elif kind == "task":
-                self._cite(rel, text, "refs", parse_task(text, rel, tenant).refs)
+                task = parse_task(text, rel, tenant)
+                self._cite(rel, text, "refs", task.refs, task.tenant_id)
             elif kind == "summary":
                 summary = parse_summary(text, rel, tenant)
-                self._cite(rel, text, "refs", summary.refs)
-                self._cite(rel, text, "decisions", summary.decisions)
+                self._cite(rel, text, "refs", summary.refs, summary.tenant_id)
+                self._cite(rel, text, "decisions", summary.decisions, summary.tenant_id)
                 twin = next((p for p in record_paths(rel.rsplit("/", 1)[-1][:-3])
                              if p != rel and self.tree.read(p) is not None), None)
                 if twin is not None and twin < rel:
@@ -368,7 +376,7 @@ class Checker:
                               "never repeat, and the index takes one of them: remove one")
             elif kind == "handoff":
                 handoff = parse_handoff(text, rel, tenant)
-                self._cite(rel, text, "refs", handoff.refs)
+                self._cite(rel, text, "refs", handoff.refs, handoff.tenant_id)
                 self._cite(rel, text, "decisions", handoff.decisions, handoff.tenant_id)
             elif kind == "policy":
                 errors: list[FormatError] = []
@@ -434,10 +442,10 @@ class Checker:
             elif not exists:
                 self.fail(ref.path, ref.line, f"{ref.target} is not in the store (a dangling "
                           "reference); cite an id that exists", ref.field)
-            elif ref.tenant and self._decision_tenant(ref.target) not in (None, ref.tenant):
-                self.fail(ref.path, ref.line, f"{ref.target} is a decision of another tenant "
-                          f"than {ref.tenant!r}; supersede or hand over only its own tenant's "
-                          "decisions", ref.field)
+            elif ref.tenant and self.owners.tenant(ref.target) not in (None, ref.tenant):
+                self.fail(ref.path, ref.line, f"{ref.target} is {cited(ref.target)} of "
+                          f"another tenant than {ref.tenant!r}; cite only its own tenant's "
+                          "records and events", ref.field)
         self._check_loops()
         if complete:
             self._check_forks()
@@ -519,11 +527,6 @@ class Checker:
             return rel, text, parse_decision(text, rel, self.policies.manifest.default_tenant)
         except (UnicodeDecodeError, FormatError):
             return None
-
-    def _decision_tenant(self, decision_id: str) -> str | None:
-        """The tenant of a decision of the tree (None: it cannot be read)."""
-        read = self._tree_decision(decision_id)
-        return None if read is None else read[2].tenant_id
 
     def _scan_event_ids(self, wanted: set[str]) -> set[str]:
         found: set[str] = set()

@@ -5,11 +5,12 @@ exist and are its tenant's. Each sees the files the same write staged before it.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gitmem import ids
 from gitmem.documents import (
@@ -21,6 +22,7 @@ from gitmem.documents import (
     parse_handoff,
     parse_summary,
     parse_task,
+    split_frontmatter,
     summary_to_text,
     task_to_text,
 )
@@ -28,8 +30,9 @@ from gitmem.errors import FormatError, UnreadableFileError, ValidationError, sho
 from gitmem.policies import Policies
 from gitmem.records import SENSITIVITIES, find_event, parse_ts
 from gitmem.regular_files import read_regular
-from gitmem.store import artifact_path, classify, day_file_rel, record_paths
+from gitmem.store import artifact_path, classify, day_file_rel, record_paths, require_task
 from gitmem.task_edits import edited_task
+from gitmem.yamlio import load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -134,24 +137,32 @@ class RecordFiles:
             paths = record_paths(ref)
             rels = [rel for rel in paths
                     if self.store / rel in staging or (self.store / rel).exists()]
-            if paths and not rels:
-                raise ValidationError(f"{ref} is not in the store (a dangling reference); "
-                                      "cite an id that exists", field="refs")
             parse = _PARSERS.get(classify(rels[0]) or "") if rels else None
             try:
                 text = self.current(rels[0], staging) if parse is not None else None
             except UnreadableFileError as exc:
                 raise ValidationError(f"{ref} cannot be cited: {exc}; mend the file",
                                       field="refs") from None
-            if parse is None or text is None:
-                continue
-            try:
-                owner = parse(text, rels[0], self.policies.manifest.default_tenant).tenant_id
-            except FormatError as exc:
-                raise ValidationError(f"{ref} cannot be read: {exc}", field="refs") from None
-            if owner != tenant:  # tenants never see each other's ids
-                raise ValidationError(f"{ref} is not a record of tenant {tenant!r}; cite your "
-                                      "own tenant's records", field="refs")
+            theirs = (text is not None and parse is not None and self.owned(
+                text, rels[0], parse, tenant, f"{ref} cannot be read", "refs") is None)
+            if paths and (not rels or theirs):  # another tenant's is as none at all
+                raise ValidationError(f"{ref} is not in the store (a dangling reference); "
+                                      "cite an id that exists", field="refs")
+
+    def owned(self, text: str, rel: str, parse: Callable[[str, str, str], Any], tenant: str,
+              unread: str, field_name: str) -> Any:
+        """The record `text` holds if it is `tenant`'s, else None: the tenant is read
+        before the file is parsed, so another tenant's broken file is never quoted to
+        this one (nor one whose tenant cannot be read); a problem of the tenant's own
+        file is raised, as `unread: <problem>` naming `field_name`."""
+        default = self.policies.manifest.default_tenant
+        if _named_tenant(text, rel, default) != tenant:
+            return None
+        try:
+            found = parse(text, rel, default)
+        except FormatError as exc:
+            raise ValidationError(f"{unread}: {exc}", field=field_name) from None
+        return found if found.tenant_id == tenant else None
 
     def event_tenant(self, event_id: str) -> str | None:
         """The tenant of event `event_id` if a day file holds it (None: none does), looked
@@ -179,23 +190,18 @@ class RecordFiles:
 
     def require_decision(self, dec: str, field_name: str, tenant: str,
                          staging: Staging) -> Decision:
-        """A decision cited as superseded or handed over must be one of the tenant's."""
+        """A decision cited as superseded, handed over or stated by a summary must be
+        one of the tenant's: another tenant's is named as one that does not exist."""
         rel = f"decisions/{dec}.md"
         try:
             text = self.current(rel, staging)
         except UnreadableFileError as exc:
             raise ValidationError(f"decision {dec} cannot be read: {exc}",
                                   field=field_name) from None
-        if text is None:
+        found = None if text is None else self.owned(
+            text, rel, parse_decision, tenant, f"decision {dec} cannot be read", field_name)
+        if not isinstance(found, Decision):  # another tenant's is as none at all
             raise ValidationError(f"no decision {dec} in {self.store / 'decisions'}",
-                                  field=field_name)
-        try:
-            found = parse_decision(text, rel, self.policies.manifest.default_tenant)
-        except FormatError as exc:
-            raise ValidationError(f"decision {dec} cannot be read: {exc}",
-                                  field=field_name) from None
-        if found.tenant_id != tenant:
-            raise ValidationError(f"decision {dec} is not a decision of tenant {tenant!r}",
                                   field=field_name)
         return found
 
@@ -238,14 +244,16 @@ class RecordFiles:
         rel = f"tasks/{task_id}.md"
         path = self.store / rel
         current = self.current(rel, staging)
-        if current is not None:
-            existing = parse_task(current, rel, full["tenant_id"])
-            if existing.tenant_id != full["tenant_id"]:  # never another tenant's task
-                raise ValidationError(f"task {task_id} is not a task of tenant "
-                                      f"{full['tenant_id']!r}", field="content.task_id")
+        if current is not None:  # another tenant's task is as none at all: its tenant
+            default = self.policies.manifest.default_tenant  # read first, its file unquoted
+            if _named_tenant(current, rel, default) != full["tenant_id"]:
+                self._no_task(task_id)
+            existing = parse_task(current, rel, default)  # the tenant's own: problems named
+            if existing.tenant_id != full["tenant_id"]:
+                self._no_task(task_id)
         if existing is None:
-            if not content.get("title"):
-                raise ValidationError("a new task needs a title", field="content.title")
+            if not content.get("title"):  # an id named without a title: nothing to update
+                self._no_task(task_id)
             task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
                         status=content.get("status", "open"), title=content["title"],
                         details=content.get("text", ""), owner=content.get("owner", ""),
@@ -277,6 +285,17 @@ class RecordFiles:
         return Staged(path, text.encode(), replace_existing=existing is not None,
                       tenant=task.tenant_id)
 
+    def _no_task(self, task_id: str) -> NoReturn:
+        """Raise as `gitmem task --id` does for a task that is not there."""
+        require_task(self.store, task_id, missing=True)
+        raise AssertionError("require_task raises for a task it is told is missing")
+
+    def new_task_id(self, full: dict[str, Any]) -> str:
+        """The id of a task the write creates without naming it: it needs a title."""
+        if not full["content"].get("title"):
+            raise ValidationError("a new task needs a title", field="content.title")
+        return ids.new_id("tsk", parse_ts(full["ts"]))
+
     def summary(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
         content = full["content"]
         if not full["refs"]:
@@ -297,7 +316,26 @@ class RecordFiles:
                                   "rewritten", field="content.summary_id")
         text = _valid(summary_to_text(summary), rel, full["tenant_id"], parse_summary,
                       "summary_id")
+        for dec in summary.decisions:  # as a handoff's: the tenant's own, and there
+            self.require_decision(dec, "content.decisions", summary.tenant_id, staging)
         return Staged(self.store / rel, text.encode())
+
+
+_TENANT_LINE = re.compile(r"""^tenant_id[ \t]*:[ \t]*['"]?([^'"\s#]*)""", re.MULTILINE)
+
+
+def _named_tenant(text: str, rel: str, default: str) -> str | None:
+    """The tenant a record file names, read before the file is checked: from its fields,
+    else (they do not load) from its one `tenant_id:` line, else the default, as a
+    parse would give it (None: no telling: two such lines, or not a string)."""
+    meta: dict[str, Any] | None
+    try:
+        meta = load_yaml(text, rel) if rel.endswith(".yaml") else split_frontmatter(text, rel)[0]
+    except FormatError:
+        named = set(_TENANT_LINE.findall(text))
+        meta = {"tenant_id": named.pop()} if len(named) == 1 else {} if not named else None
+    owner = meta.get("tenant_id", default) if isinstance(meta, dict) else None
+    return owner if isinstance(owner, str) else None
 
 
 def _valid(text: str, rel: str, tenant: str, parse: Callable[[str, str, str], object],

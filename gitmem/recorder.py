@@ -25,6 +25,7 @@ from gitmem.documents import Handoff, handoff_to_text, parse_handoff
 from gitmem.errors import (
     DatabaseError,
     FormatError,
+    NotFoundError,
     PrivacyError,
     StoreError,
     ValidationError,
@@ -173,8 +174,8 @@ class Recorder:
                     written[prepared[-1].event.id] = prepared[-1].event.tenant_id
                 except FormatError as exc:
                     raise exc.at(source, number) from None
-                except PrivacyError as exc:
-                    raise PrivacyError(f"{source}:{number}: {exc}") from None
+                except (PrivacyError, NotFoundError) as exc:  # a task to update not there
+                    raise type(exc)(f"{source}:{number}: {exc}") from None
             try:
                 todo = self._new(prepared, objs, known)
             except Repeated as exc:
@@ -219,12 +220,9 @@ class Recorder:
                 except DatabaseError:
                     continue  # the index out of reach: the write goes ahead (`gitmem verify`)
                 tenant = found[0] if found else None
-            if tenant is None:
+            if tenant != tenant_id:  # none, or another's: tenants never see each other's ids
                 raise ValidationError(f"{ref} is not in the store (a dangling reference); "
                                       "cite an event that was recorded", field="refs")
-            if tenant != tenant_id:  # tenants never see each other's ids
-                raise ValidationError(f"{ref} is not an event of tenant {tenant_id!r}; "
-                                      "cite your own tenant's events", field="refs")
 
     def _new(self, prepared: list[_Prepared], objs: Sequence[Mapping[str, Any]],
              known: Mapping[str, Recorded]) -> list[_Prepared]:
@@ -440,7 +438,7 @@ class Recorder:
                                       "artifact)", field="content.artifact_id")
             staged += made
         elif kind == "task_update" and not full["content"].get("task_id"):
-            full["content"]["task_id"] = ids.new_id("tsk", parse_ts(full["ts"]))
+            full["content"]["task_id"] = self.files.new_task_id(full)  # given a title
         event = parse_event(full)  # every type and enum checked before files are derived
         require_cited_links(self.store, event.refs, staging)
         self.files.require_records(event.refs, staging, event.tenant_id)

@@ -430,6 +430,9 @@ def handoff_fillers(build: Build) -> dict[str, Callable[[Section], None]]:
     def decisions(section: Section) -> None:
         chain = build.cache.decisions(build.request.tenant_id)
         for decision_id in row["decisions"]:
+            if decision_id not in chain.by_id:  # another tenant's, or none at all: alike
+                build.packer.omit("unknown", decision_id)
+                continue
             latest = chain.latest(decision_id)
             if latest != decision_id:
                 build.packer.omit("superseded", decision_id)

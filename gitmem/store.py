@@ -582,14 +582,15 @@ def require_cited_links(store: Path, refs: Iterable[str], staged: Iterable[Path]
                                       field="refs") from None
 
 
-def require_task(store: Path, task_id: str) -> None:
+def require_task(store: Path, task_id: str, *, missing: bool = False) -> None:
     """Raise unless `task_id` names a task of the store: the target of an update that
-    must not create a task by a mistyped id."""
+    must not create a task by a mistyped id. `missing`: raise as for a task not there
+    (another tenant's: tenants never see each other's ids)."""
     check_id(task_id, "tsk", "task_id")
     path = store / "tasks" / f"{task_id}.md"
-    if not path.exists() and os.path.islink(path):  # a link to nothing: named
+    if not missing and not path.exists() and os.path.islink(path):  # a link to nothing
         read_regular(path)
-    if not path.is_file():
+    if missing or not path.is_file():
         raise NotFoundError(f"no task {task_id} to update: tasks/{task_id}.md is not in "
                             f"{store} (leave the id out to create a task)")
 

@@ -1045,6 +1045,29 @@ def test_policy_hashes_and_scoring_in_provenance(memory: Memory) -> None:
             != prov["policy_hashes"]["policies/budgets.yaml"])
 
 
+def test_a_handoff_decision_the_tenant_cannot_see_is_omitted_as_unknown(
+        memory: Memory) -> None:
+    """A handed-over decision of another tenant, or of nobody (a hand-edited packet), was
+    listed as `superseded`: it is no decision of the tenant's, and both say `unknown`."""
+    b_evt = say(memory, "b's reasons", tenant_id="b")
+    b_dec = memory.decide("b's decision", [b_evt], tenant_id="b").content["decision_id"]
+    evt = say(memory, "our reasons", tenant_id="a")
+    old = memory.decide("Our first decision", [evt], tenant_id="a").content["decision_id"]
+    new = memory.decide("Our decision", [evt], supersedes=[old],
+                        tenant_id="a").content["decision_id"]
+    packet = memory.create_handoff("coder", "Carry on", decisions=[old], tenant_id="a")
+    ghost = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z3"
+    path = memory.store / "handoffs" / f"{packet.id}.yaml"
+    path.write_text(path.read_text().replace(f"- {old}", f"- {old}\n- {b_dec}\n- {ghost}"))
+    memory.sync()
+    acb = memory.build_acb({"agent_id": "coder", "handoff_id": packet.id, "now": NOW,
+                            "tenant_id": "a"})
+    assert [i["id"] for i in section(acb, "relevant_decisions")] == [new]
+    assert omitted(acb, "superseded") == [old]
+    assert omitted(acb, "unknown") == sorted([b_dec, ghost])
+    assert "b's decision" not in json.dumps(acb)
+
+
 def test_handoff_loads_only_packet_decisions_and_evidence(memory: Memory) -> None:
     evt = say(memory, "The layout refactor must keep events append-only", session_id="s1")
     noise = say(memory, "Unrelated chatter about lunch", session_id="s1")

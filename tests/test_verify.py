@@ -257,6 +257,37 @@ def test_a_decision_superseding_or_a_handoff_citing_another_tenants_decision_fai
     assert len(problems) == 2
 
 
+def test_a_ref_to_another_tenants_record_or_event_fails(config: Config, memory: Memory) -> None:
+    """Only a decision's `supersedes` and a handoff's `decisions` were checked for their
+    tenant: an event line written by hand citing another tenant's event, decision, task,
+    summary or handoff, and a summary stating another tenant's decision, passed, though
+    a ref must be one of its own tenant's (docs/FORMATS.md)."""
+    evt = memory.record({"content": {"text": "why"}, "tenant_id": "acme"}).id
+    theirs = [evt, memory.decide("Use NATS", [evt], tenant_id="acme").content["decision_id"],
+              memory.task("acme's task", tenant_id="acme").content["task_id"],
+              memory.record({"kind": "summary", "refs": [evt], "tenant_id": "acme",
+                             "content": {"text": "acme's summary"}}).content["summary_id"],
+              memory.create_handoff("coder", "acme's", tenant_id="acme").id]
+    mine = memory.record({"content": {"text": "ours"}}).id
+    summary = memory.record({"kind": "summary", "refs": [mine],
+                             "content": {"text": "our summary"}}).content["summary_id"]
+    policies = load_policies(config.store)
+    assert verify_tree(config.store, policies, display="memory/") == []
+    _, line = event_line("s", "cites theirs", refs=[mine, *theirs])
+    append(config.store / "events" / "2026-03" / "2026-03-01.jsonl", line)  # its ts's
+    path = config.store / "summaries" / "session" / f"{summary}.md"
+    head, rest = path.read_text().split("\n", 1)
+    path.write_text(f"{head}\ndecisions:\n- {theirs[1]}\n{rest}")
+    problems = [str(p) for p in verify_tree(config.store, policies, display="memory/")]
+    for target, what in zip(theirs, ("an event", "a decision", "a task", "a summary",
+                                     "a handoff"), strict=True):
+        assert any(f"field 'refs': {target} is {what} of another tenant than 'default'" in p
+                   for p in problems), problems
+    assert any(f"summaries/session/{summary}.md:2: field 'decisions': {theirs[1]}" in p
+               for p in problems), problems
+    assert len(problems) == 7  # and the summary's own check: no such decision (its tenant's)
+
+
 def test_secrets_under_secret_names_and_in_keys_are_never_stored_and_verify_flags_them(
         cli: Cli, config: Config, memory: Memory) -> None:
     """The write path redacts a value under a key naming a secret, a secret used as a key
