@@ -22,7 +22,7 @@ ITEM_SEPARATOR_TOKENS = 2  # "\n\n" between items, plus a token of slack for BPE
 OMISSION_IDS_MAX = 200
 # Every reason an omission gives (docs/FORMATS.md, "The ACB's omissions").
 OMISSION_REASONS = ("budget", "privacy", "duplicate", "superseded", "conflict",
-                    "truncated_tool_output", "truncated_pinned")
+                    "truncated_tool_output", "truncated_pinned", "unknown")
 # Reasons an id may be left out for by one section and packed by another later: the
 # omissions list only those still left out ("conflict" names packed summaries).
 LEFT_OUT = frozenset({"budget", "duplicate"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1748,3 +1749,15 @@ def test_the_redaction_string_in_a_query_is_not_searched(memory: Memory) -> None
     assert not {"redact", "redacted"} & {t["term"].lower()
                                          for t in acb["provenance"]["query_terms"]}
     assert section(acb, "retrieved_evidence") == []
+
+
+def test_every_omission_reason_is_documented_and_known_to_scenarios() -> None:
+    """The reasons FORMATS.md's omissions table lists are the ones scenarios may assert
+    (`packing.OMISSION_REASONS`): `unknown` was given by bundles but refused by the
+    scenario checker."""
+    from gitmem.packing import OMISSION_REASONS
+
+    table = (Path(__file__).parent.parent / "docs" / "FORMATS.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", table.split(
+        "## The ACB's omissions", 1)[1].split("\n## ", 1)[0], re.MULTILINE))
+    assert documented == set(OMISSION_REASONS)
