@@ -468,12 +468,12 @@ class Checker:
         each replaced it, merged): the chain has no single latest. Settled, as
         docs/FORMATS.md says, once all but one are superseded (`status: superseded`, or
         a later decision's `supersedes`)."""
-        by_target: dict[str, list[_Ref]] = {}
-        for ref in self.refs:
+        by_target: dict[str, dict[str, _Ref]] = {}  # a decision -> its successors' files
+        for ref in self.refs:  # one entry a decision: one naming it twice is no fork
             if ref.field == "supersedes" and ref.path.startswith("decisions/"):
-                by_target.setdefault(ref.target, []).append(ref)
+                by_target.setdefault(ref.target, {}).setdefault(ref.path, ref)
         for target, refs in sorted(by_target.items()):
-            active = [r for r in refs if Path(r.path).stem not in by_target
+            active = [r for r in refs.values() if Path(r.path).stem not in by_target
                       and Path(r.path).stem not in self.retired]
             if len(active) < 2:
                 continue

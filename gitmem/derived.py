@@ -223,6 +223,11 @@ class RecordFiles:
         rel = f"decisions/{decision.id}.md"
         text = _valid(decision_to_text(decision), rel, full["tenant_id"], parse_decision,
                       "decision_id")
+        twice = next((d for n, d in enumerate(decision.supersedes)
+                      if d in decision.supersedes[:n]), None)
+        if twice is not None:  # verify would read the decision as a fork of itself
+            raise ValidationError(f"decision {twice} is named twice in supersedes; name it "
+                                  "once", field="content.supersedes")
         for dec in decision.supersedes:
             older = self.require_decision(dec, "content.supersedes", decision.tenant_id,
                                           staging)

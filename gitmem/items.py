@@ -50,11 +50,18 @@ def iso_utc(value: datetime) -> str:
 
 
 def task_item(row: Row) -> dict[str, Any]:
-    """The item of a task row (its text made by the task cache)."""
-    return item(row, lambda r: {
-        "type": "task", "id": r["task_id"], "text": r["item_text"],
-        "refs": list(dict.fromkeys([r["task_id"], *r["refs"]])),
-        "source": f"{r['path']}:1", "token_est": r["token_est"], "status": r["status"]})
+    """The item of a task row (its text, its chunk's: `Task [status] title (owner: X)`),
+    with its `owner` when it has one."""
+    return item(row, _task_template)
+
+
+def _task_template(r: Row) -> dict[str, Any]:
+    made = {"type": "task", "id": r["task_id"], "text": r["item_text"],
+            "refs": list(dict.fromkeys([r["task_id"], *r["refs"]])),
+            "source": f"{r['path']}:1", "token_est": r["token_est"], "status": r["status"]}
+    if r["owner"]:
+        made["owner"] = r["owner"]
+    return made
 
 
 def decision_item(row: Row, score: float | None) -> dict[str, Any]:

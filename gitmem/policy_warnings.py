@@ -6,6 +6,7 @@ likely do not do what the person who wrote them meant.
 - a view path in `suppress_views` (privacy.yaml) or `default_load_views`
   (channels.yaml) that matches no file in views/: the view meant is shown on that
   channel, or not loaded, with no word;
+- a view neither pinned nor in any channel's `default_load_views`: no bundle loads it;
 - a pinned view larger than its section's cap (budgets.yaml): every bundle shows it
   cut to fit;
 - a channel privacy.yaml gives no rule: it loads what an unlisted channel may;
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gitmem.documents import field_line
+from gitmem.documents import field_line, split_frontmatter
 from gitmem.errors import FormatError, UnreadableFileError
 from gitmem.items import cut_to_fit
 from gitmem.packing import ITEM_SEPARATOR_TOKENS
@@ -111,18 +112,27 @@ _UNMATCHED = {"suppress_views": "the view meant is not suppressed on this channe
 
 def views_missing(store: Path, paths: Iterable[str], display: str) -> list[FormatError]:
     """A warning at each view path of the channel policies that matches no file in
-    views/ (the ACB compares paths exactly: `views/plan.md` is not `views/plans.md`)."""
+    views/ (the ACB compares paths exactly: `views/plan.md` is not `views/plans.md`),
+    and at each view file that is neither pinned nor named by any channel's
+    `default_load_views`: no ACB ever loads it."""
     views = sorted(p for p in paths if classify(p) == "view")
     problems = []
+    listed: set[str] | None = set()  # None: channels.yaml does not read (its check says)
     for rel in (CHANNELS_FILE, PRIVACY):
         try:
             text = read_regular(store / rel).decode("utf-8")
             data = load_yaml(text, rel)
+        except FileNotFoundError:
+            continue  # no file: the defaults apply (no channel loads a view by default)
         except (OSError, UnreadableFileError, UnicodeDecodeError, FormatError):
-            continue  # no file: the defaults apply; a broken one: its own check says so
+            if rel == CHANNELS_FILE:
+                listed = None
+            continue  # a broken one: its own check says so
         for steps, name in _view_lists(rel, data):
             value = _at(data, steps)
             for number, path in enumerate(value if isinstance(value, list) else []):
+                if rel == CHANNELS_FILE and listed is not None and isinstance(path, str):
+                    listed.add(path)
                 if not isinstance(path, str) or path in views:
                     continue  # not a string: the file's own check says so
                 problems.append(FormatError(
@@ -130,6 +140,29 @@ def views_missing(store: Path, paths: Iterable[str], display: str) -> list[Forma
                     f"{_UNMATCHED[str(steps[-1])]}; name a view file, or remove the entry",
                     path=display + rel,
                     line=yaml_line(text, [*steps, number]), field=name, severity="warning"))
+    if listed is not None:
+        problems += _views_unloaded(store, [v for v in views if v not in listed], display)
+    return problems
+
+
+def _views_unloaded(store: Path, views: Iterable[str], display: str) -> list[FormatError]:
+    """A warning at each of these view files (named by no channel's default_load_views)
+    that is not pinned either: `build_acb` loads a view only so, and retrieval never
+    finds one, so what it says reaches no agent."""
+    problems = []
+    for rel in views:
+        try:
+            text = read_regular(store / rel).decode("utf-8")
+            meta, _, _ = split_frontmatter(text, rel)
+        except (OSError, UnreadableFileError, UnicodeDecodeError, FormatError):
+            continue  # its own check says so
+        if meta.get("pinned") is True:
+            continue
+        problems.append(FormatError(
+            f"{rel} is neither pinned nor in any channel's default_load_views "
+            f"({CHANNELS_FILE}): no ACB loads it; pin it (pinned: true) or list it",
+            path=display + rel, line=field_line(text, "pinned") or 1, field="pinned",
+            severity="warning"))
     return problems
 
 
@@ -204,12 +237,13 @@ def pinned_view_too_big(rows: FileRows, budgets: Budgets, text: str,
 
 
 def _loaded(sizes: list[int], max_tokens: int | None) -> list[int]:
-    """The sizes of the chunks of a view that build_acb loads (its `max_tokens` leaves
-    out each chunk that would go past it)."""
+    """The sizes of the chunks of a view that build_acb loads (its `max_tokens` keeps
+    the chunks before the first that would go past it)."""
     if max_tokens is None:
         return sizes
     kept: list[int] = []
     for size in sizes:
-        if sum(kept) + size <= max_tokens:
-            kept.append(size)
+        if sum(kept) + size > max_tokens:
+            break
+        kept.append(size)
     return kept

@@ -36,8 +36,12 @@ HEADER_TOKENS = {"identity": 3, "rules": 3, "task_state": 4, "relevant_decisions
 STAMP_TOKENS = 14
 TIME_TOKENS = 6
 # The note after a tool's output that was cut, once per result in a section; its
-# artifact's id costs at most a token a character (ASCII) on top.
+# artifact's id costs at most a token a character (ASCII) on top. Where the section
+# shows the output's chunks with a hole between (its head and its tail's end, the middle
+# left out for budget), the note stands at the hole instead (`GAP_NOTE`): after the
+# tail, it would read as if the output were cut after its end (after the error).
 ARTIFACT_NOTE = "[output cut here; the whole output is artifact {}]"
+GAP_NOTE = "[… output not shown from here to its next part; the whole output is artifact {}]"
 ARTIFACT_NOTE_TOKENS = 13
 
 
@@ -131,14 +135,39 @@ def render_text(acb: Mapping[str, Any]) -> str:
 
 def _items(items: Sequence[Mapping[str, Any]]) -> Iterator[str]:
     """Each item as its text shows it: its date, its text, its notes."""
-    last = {item["source_id"]: n for n, item in enumerate(items) if item.get("artifact_id")}
+    notes = _artifact_notes(items)
     for number, (stamp, item) in enumerate(zip(stamps(items), items, strict=True)):
         text = stamp + item["text"]
-        if item.get("artifact_id") and last[item["source_id"]] == number:
-            text += "\n" + ARTIFACT_NOTE.format(item["artifact_id"])
+        if number in notes:
+            text += "\n" + notes[number]
         if item.get("conflicts"):
             text += "\n" + conflict_note(item["conflicts"])
         yield text
+
+
+def _artifact_notes(items: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """Where the note of each cut tool output goes, by item index: after the chunk of it
+    before the first hole in its chunks (one not followed by the next), else after its
+    last one. Once per output, as packing counts it."""
+    prior: dict[str, tuple[int, int]] = {}  # source -> its last item so far, its chunk
+    gaps: dict[str, int] = {}
+    for number, item in enumerate(items):
+        source = item.get("source_id")
+        if not item.get("artifact_id") or source is None:
+            continue
+        part = int(item["id"].partition("#")[2] or 0)
+        before = prior.get(source)
+        if before is not None and part != before[1] + 1:
+            gaps.setdefault(source, before[0])
+        prior[source] = (number, part)
+    notes = {}
+    for source, (number, _) in prior.items():
+        artifact = items[number]["artifact_id"]
+        if source in gaps:
+            notes[gaps[source]] = GAP_NOTE.format(artifact)
+        else:
+            notes[number] = ARTIFACT_NOTE.format(artifact)
+    return notes
 
 
 def summarize(acb: Mapping[str, Any]) -> Iterator[str]:

@@ -25,8 +25,10 @@ from gitmem.policies import Policies
 # Hebrew's points, Arabic's vowel marks and a soft hyphen are folded away; 6: the ids the
 # write path minted stay whole in a chunk's text (`rows._redact_text`), and a view's
 # setext headings (`===`, `---` under a paragraph) cut it as `#` headings do; 7: a view is
-# cut at the top-level headings markdown-it-py finds (CommonMark, GFM tables).
-ROW_RULES = 7
+# cut at the top-level headings markdown-it-py finds (CommonMark, GFM tables); 8: a task's
+# chunk names its owner (`Task [doing] title (owner: alice)`), and a cancelled task
+# weighs in retrieval as little as a done one.
+ROW_RULES = 8
 
 
 def row_policies(policies: Policies) -> str:

@@ -555,11 +555,13 @@ def _markdown_rows(path: str, kind: str, text: str, tenant: str, out: FileRows,
         out.tables["tasks"].append((
             t.id, t.tenant_id, t.ts, t.status, t.title, t.details, t.owner, list(t.refs),
             t.session_id, t.sensitivity, list(t.tags), path))
-        body = f"Task [{t.status}] {t.title}" + (f"\n{t.details}" if t.details else "")
+        body = (f"Task [{t.status}] {t.title}" + (f" (owner: {t.owner})" if t.owner else "")
+                + (f"\n{t.details}" if t.details else ""))
+        finished = t.status in ("done", "cancelled")  # memory still, of less weight
         _record_chunk(out, chunk_id=t.id, tenant=t.tenant_id, source_type="task", path=path,
                       line=1, ts=t.ts, kind="task", session=t.session_id,
                       sensitivity=t.sensitivity, tags=t.tags, refs=t.refs, text=body,
-                      weight=importance("task", t.tags) if t.status != "done" else 0.2)
+                      weight=0.2 if finished else importance("task", t.tags))
     elif kind == "summary":
         s = _redacted(parse_summary(text, path, tenant), redact, "text", "tags")
         out.tables["summaries"].append((

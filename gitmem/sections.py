@@ -129,9 +129,12 @@ def _loadable_views(build: Build, section_name: str) -> list[ViewRow]:
 
 
 def views(build: Build, section: Section, section_name: str) -> None:
-    """The views that load into this section: pinned first, then the channel's defaults."""
+    """The views that load into this section: pinned first, then the channel's defaults.
+    A view's own `max_tokens` keeps its start: the first chunk over it and all after it
+    are left out (`budget`), never a chunk from its middle with a hole before it."""
     for view in _loadable_views(build, section_name):
         view_used = 0
+        over = False
         for chunk in view.chunks:
             anchor = f"{view.path}#{chunk.anchor}"
             item: dict[str, Any] = {"type": "view", "id": anchor,
@@ -139,7 +142,9 @@ def views(build: Build, section: Section, section_name: str) -> None:
                                     "token_est": chunk.token_est}
             if view.pinned:
                 item["pinned"] = True
-            if view.max_tokens is not None and view_used + chunk.token_est > view.max_tokens:
+            over = over or (view.max_tokens is not None
+                            and view_used + chunk.token_est > view.max_tokens)
+            if over:
                 build.packer.omit("budget", anchor)
                 continue
             digest = "view:" + hashlib.sha256(chunk.text.encode()).hexdigest()
@@ -343,14 +348,36 @@ def _recent(build: Build, section: Section) -> None:
     turn as a duplicate.
     """
     rows = _session_rows(build, "recent", build.policies.budgets.recent_window_events)
-    for number, row in enumerate(rows):  # newest first: they matter most when the cap bites
-        build.packer.add(section, items.chunk_item(row), row["hash"], turn=True)
-        if not build.packer.holds(section, row["chunk_id"]):
+    turns = [list(g) for _, g in itertools.groupby(rows, key=lambda row: row["source_id"])]
+    for number, turn in enumerate(turns):  # newest first: they matter most when the cap bites
+        made = [items.chunk_item(row) for row in turn]
+        if _fits_whole(build, section, made):
+            for row, item in zip(turn, made, strict=True):
+                build.packer.add(section, item, row["hash"], turn=True)
+        if not all(build.packer.holds(section, row["chunk_id"]) for row in turn):
             section.short = True  # out of budget: older turns would leave a gap
-            for older in rows[number + 1:]:
-                build.packer.omit("budget", older["chunk_id"])
+            for older in itertools.chain.from_iterable(turns[number:]):
+                if not build.packer.holds(section, older["chunk_id"]):
+                    build.packer.omit("budget", older["chunk_id"])
             break
     section.items.sort(key=_reading_order)
+
+
+def _fits_whole(build: Build, section: Section, made: Sequence[dict[str, Any]]) -> bool:
+    """Whether every chunk of a turn fits the window (a turn of several chunks is shown
+    whole or not at all: its start alone would read as the whole turn). What a chunk
+    packed elsewhere would give back when it moves here is not counted: a turn this
+    leaves out stays where it is."""
+    if len(made) == 1:
+        return True  # the packer says
+    new = [i for i in made if not build.packer.holds(section, i["id"])]
+    cost: int = sum(i["token_est"] + ITEM_SEPARATOR_TOKENS + prompt.overhead(i) for i in new)
+    cost += sum(prompt.artifact_note_tokens(a) for a in {i.get("artifact_id") for i in new}
+                if a)
+    if new and not section.items:
+        cost += prompt.header_tokens(section.name)
+    room = min(section.cap - section.used, build.packer.available - build.packer.used)
+    return cost <= room
 
 
 def _tools(build: Build, section: Section) -> None:
@@ -371,6 +398,23 @@ def _tools(build: Build, section: Section) -> None:
             else:
                 cut = not _placed(build, section, row)
     section.items.sort(key=_reading_order)
+    _mark_gaps(section.items)
+
+
+def _mark_gaps(packed: Sequence[dict[str, Any]]) -> None:
+    """Name, on a chunk shown after a hole in its output (its middle left out for
+    budget), the chunks not shown before it (`gap_before`); the text says so by the
+    note of the artifact of an output that was cut (`prompt.GAP_NOTE`)."""
+    prior: dict[str, int] = {}
+    for item in packed:
+        item.pop("gap_before", None)  # a second pass may have filled the hole
+        if "source_id" not in item:
+            continue  # a view
+        part = chunk_order(item["id"])[1]
+        before = prior.get(item["source_id"])
+        if before is not None and part > before + 1:
+            item["gap_before"] = [f"{item['source_id']}#{n}" for n in range(before + 1, part)]
+        prior[item["source_id"]] = part
 
 
 def _placed(build: Build, section: Section, row: Row) -> bool:

@@ -18,8 +18,9 @@ from gitmem.context import ContextCache, TenantDecisions, resolve_decisions
 from gitmem.errors import ValidationError
 from gitmem.memory import Memory
 from gitmem.packing import within_caps
-from gitmem.prompt import ARTIFACT_NOTE, render_text
+from gitmem.prompt import ARTIFACT_NOTE, GAP_NOTE, render_text
 from gitmem.records import content_hash
+from gitmem.rows import CHUNK_COLUMNS, parse_file
 from gitmem.sections import chunk_order
 from tests.conftest import Cli, git
 
@@ -710,15 +711,21 @@ def test_room_the_recent_window_takes_from_the_evidence_goes_to_what_it_left_out
         memory: Memory) -> None:
     """At the whole budget (no second pass), the window took this session's turns out of
     the evidence after it had filled, and the ~10,000 tokens they left stayed empty
-    while 36 pinned chunks were left out for budget."""
-    text = "\n\n".join(f"PARA{n:02d} " + " ".join(f"word{n * 1000 + j}" for j in range(300))
-                       for n in range(1, 51))
-    pinned = say(memory, text, tags=["pinned"], session_id="s1")
+    while 36 pinned chunks were left out for budget. (The window takes a turn whole: this
+    session's is one of a few chunks, another session's fills the evidence.)"""
+    def text(paragraphs: range) -> str:
+        return "\n\n".join(f"PARA{n:02d} " + " ".join(f"word{n * 1000 + j}" for j in range(300))
+                           for n in paragraphs)
+
+    pinned = say(memory, text(range(1, 5)), tags=["pinned"], session_id="s1",
+                 ts="2026-03-01T09:00:00+00:00")
+    say(memory, text(range(5, 55)), tags=["pinned"], session_id="s0")
     acb = memory.build_acb({"now": NOW, "session_id": "s1"})
     evidence = next(s for s in acb["sections"] if s["name"] == "retrieved_evidence")
     cap = memory.policies.budgets.sections["retrieved_evidence"].max_tokens
     window = [i["id"] for i in section(acb, "recent_window")]
-    assert window and all(i.startswith(pinned) for i in window)  # turns taken out of it
+    assert len(window) > 1 and all(i.startswith(pinned) for i in window)  # taken out of it
+    assert not [i for i in evidence["items"] if i["id"].startswith(pinned)]
     left_out = [c for o in acb["omissions"] if o["reason"] == "budget" for c in o["candidates"]]
     chunk = max(i["token_est"] for i in evidence["items"])
     assert left_out and cap - chunk - 20 < evidence["token_est"] <= cap
@@ -1001,7 +1008,7 @@ def test_a_finished_task_the_question_matches_is_retrieved_with_its_status(
     evidence = {i["id"]: i for i in section(acb, "retrieved_evidence")}
     assert set(evidence) == {done, dropped}
     assert evidence[done]["type"] == "task" and evidence[done]["text"] == (
-        "Task [done] Rotate the staging TLS certificates\n"
+        "Task [done] Rotate the staging TLS certificates (owner: bob)\n"
         "rotated on Nov 20, new expiry 2027-11-20")
     assert evidence[done]["source"] == f"tasks/{done}.md:1" and evidence[done]["score"] > 0
     assert evidence[dropped]["text"].startswith("Task [cancelled] ")
@@ -1252,8 +1259,13 @@ def test_tool_state_shows_a_cut_results_head_and_its_end(memory: Memory) -> None
     assert left == list(range(len(head) + 1, last))
     assert tools[0]["text"].startswith("[pytest result tests]")
     assert tools[-1]["text"].endswith("AssertionError: 13993 != 13994")
-    assert "13993 != 13994\n" + ARTIFACT_NOTE.format(big.content["artifact_id"]) in \
-        render_text(acb)
+    # the hole is marked where it is (not after the end, as if the output were cut after
+    # the error), in the text and in the JSON
+    text, artifact = render_text(acb), big.content["artifact_id"]
+    assert tools[len(head) - 1]["text"] + "\n" + GAP_NOTE.format(artifact) in text
+    assert ARTIFACT_NOTE.format(artifact) not in text and text.count(artifact) == 1
+    assert tools[-1]["gap_before"] == [f"{big.id}#{n}" for n in left]
+    assert all("gap_before" not in i for i in tools[:-1])
     assert within_caps(acb["sections"][-1], memory.policies.budgets.sections[
         "tool_state"].max_tokens)
 
@@ -1761,3 +1773,63 @@ def test_every_omission_reason_is_documented_and_known_to_scenarios() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", table.split(
         "## The ACB's omissions", 1)[1].split("\n## ", 1)[0], re.MULTILINE))
     assert documented == set(OMISSION_REASONS)
+
+
+def test_task_state_names_each_tasks_owner(memory: Memory) -> None:
+    """Seed 000 §6.2: task state tracks owners. The item's text says who owns the task,
+    as it is now, and the item carries `owner`; a task without one says none."""
+    owned = memory.task("Migrate cache to Valkey", owner="alice",
+                        session_id="s1").content["task_id"]
+    memory.task(task_id=owned, owner="carol", status="doing")
+    free = memory.task("Write the runbook", session_id="s1").content["task_id"]
+    items = {i["id"]: i for i in section(memory.build_acb({"session_id": "s1", "now": NOW}),
+                                         "task_state")}
+    assert items[owned]["text"] == "Task [doing] Migrate cache to Valkey (owner: carol)"
+    assert items[owned]["owner"] == "carol"
+    assert items[free]["text"] == "Task [open] Write the runbook" and "owner" not in items[free]
+
+
+def test_a_cancelled_task_weighs_as_little_as_a_done_one(memory: Memory) -> None:
+    """A finished task is memory still, but of less weight in retrieval than an open one:
+    cancelled as done."""
+    weights = {}
+    for status in ("open", "done", "cancelled"):
+        task = memory.task(f"Rotate the {status} certificates").content["task_id"]
+        if status != "open":
+            memory.task(task_id=task, status=status)
+        rel = f"tasks/{task}.md"
+        rows = parse_file(rel, "task", (memory.store / rel).read_bytes(), memory.policies)
+        [chunk] = rows.tables["chunks"]
+        weights[status] = chunk[CHUNK_COLUMNS.index("importance")]
+    assert weights["cancelled"] == weights["done"] == 0.2 < weights["open"]
+
+
+def test_a_views_max_tokens_keeps_its_start_with_no_hole(memory: Memory) -> None:
+    """A chunk over the view's own max_tokens ends it: a smaller chunk after it would
+    read as following the one before the hole."""
+    (memory.store / "views" / "runbook.md").write_text(
+        "---\nsection: rules\npinned: true\nmax_tokens: 120\n---\n# One\n\nStep one is short."
+        "\n\n# Two\n\n" + "Step two is long. " * 60 + "\n\n# Three\n\nStep three is short.\n")
+    acb = memory.build_acb({"now": NOW})
+    ids = [i["id"] for i in section(acb, "rules") if i["id"].startswith("views/runbook.md")]
+    assert ids == ["views/runbook.md#one"]
+    assert {"views/runbook.md#two", "views/runbook.md#three"} <= set(omitted(acb, "budget"))
+
+
+@pytest.mark.parametrize("budget", [1500, 3000, 4500, 6000])
+def test_the_recent_window_shows_a_turn_of_several_chunks_whole_or_not_at_all(
+        memory: Memory, budget: int) -> None:
+    """Its oldest turn was the start of a long message whose other chunks did not fit:
+    read as the whole of what was said."""
+    for n in range(12):
+        words = " ".join(["kubernetes cluster frankfurt"] * (300 if n % 3 == 0 else 10))
+        say(memory, f"Message {n}: {words}", session_id="sB", ts=f"2026-02-01T10:{n:02d}:00Z")
+    whole = {}
+    for item in section(memory.build_acb({"session_id": "sB", "now": NOW}), "recent_window"):
+        whole.setdefault(item["source_id"], []).append(item["id"])
+    assert max(len(ids) for ids in whole.values()) > 1
+    acb = memory.build_acb({"session_id": "sB", "now": NOW, "max_tokens": budget})
+    shown: dict[str, list[str]] = {}
+    for item in section(acb, "recent_window"):
+        shown.setdefault(item["source_id"], []).append(item["id"])
+    assert shown and all(ids == whole[source] for source, ids in shown.items())

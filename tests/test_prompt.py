@@ -39,9 +39,10 @@ def test_the_counts_made_ahead_bound_what_the_encoder_counts() -> None:
         assert tokens.count(full + text) - tokens.count(text) <= prompt.STAMP_TOKENS
         assert tokens.count(short + text) - tokens.count(text) <= prompt.TIME_TOKENS
         artifact = "art_" + hashlib.sha256(ts.encode()).hexdigest()
-        note = "\n" + prompt.ARTIFACT_NOTE.format(artifact)
-        assert (tokens.count(text + note) - tokens.count(text)
-                <= prompt.artifact_note_tokens(artifact))
+        for form in (prompt.ARTIFACT_NOTE, prompt.GAP_NOTE):  # at the end, at a hole
+            note = "\n" + form.format(artifact)
+            assert (tokens.count(text + note) - tokens.count(text)
+                    <= prompt.artifact_note_tokens(artifact))
 
 
 def test_an_item_of_another_day_is_dated_in_full_and_of_the_same_day_by_its_time() -> None:
@@ -108,9 +109,18 @@ def test_the_text_says_where_tool_output_was_cut_and_which_artifact_holds_it(
     chunks = [i for i in section(acb, "tool_state") if i["source_id"] == cut.id]
     assert len(chunks) > 1 and whole.id in [i["id"] for i in section(acb, "tool_state")]
     text = prompt.render_text(acb)
-    note = f"[output cut here; the whole output is artifact {cut.content['artifact_id']}]"
-    assert text.count(note) == 1 and text.count("[output cut here") == 1
-    assert text.index(note) > text.index(chunks[-1]["text"][-40:])  # after its last chunk
+    artifact = cut.content["artifact_id"]
+    assert text.count(artifact) == 1  # one note
+    parts = [int(i["id"].partition("#")[2]) for i in chunks]
+    if parts == list(range(1, len(parts) + 1)):  # no hole: after its last chunk
+        note = f"[output cut here; the whole output is artifact {artifact}]"
+        assert text.index(note) > text.index(chunks[-1]["text"][-40:])
+    else:  # at the hole between its head and its tail's end, not after that end
+        note = f"[… output not shown from here to its next part; the whole output is " \
+               f"artifact {artifact}]"
+        hole = next(n for n in range(1, len(parts)) if parts[n] != parts[n - 1] + 1)
+        assert chunks[hole - 1]["text"] + "\n" + note + "\n\n" in text
+        assert "[output cut here" not in text
     assert tokens.count(text) <= acb["token_used_est"]
 
 

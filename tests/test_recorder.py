@@ -416,6 +416,20 @@ def test_decision_with_dangling_supersedes_is_refused(recorder: Recorder, repo: 
     assert snapshot(repo) == before
 
 
+def test_a_decision_naming_one_it_supersedes_twice_is_refused(recorder: Recorder,
+                                                               repo: Path) -> None:
+    """`--supersedes A --supersedes A` was written as given, and verify then read the new
+    decision as a fork of A with itself."""
+    ref = recorder.record({"content": {"text": "x"}}).id
+    old = recorder.decide("Use Redis", [ref]).content["decision_id"]
+    before = snapshot(repo)
+    with pytest.raises(ValidationError, match=f"decision {old} is named twice in supersedes; "
+                       "name it once") as caught:
+        recorder.decide("Use Valkey", [ref], supersedes=[old, old])
+    assert caught.value.field == "content.supersedes"
+    assert snapshot(repo) == before
+
+
 def test_decision_without_refs_is_refused(recorder: Recorder, repo: Path) -> None:
     before = snapshot(repo)
     with pytest.raises(ValidationError) as caught:

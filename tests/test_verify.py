@@ -528,6 +528,45 @@ def test_a_fork_settled_either_way_docs_allow_is_not_warned_about(
     assert fork not in cli("verify").output
 
 
+def test_a_decision_naming_what_it_supersedes_twice_is_no_fork(
+        cli: Cli, memory: Memory, config: Config) -> None:
+    """A hand-written `supersedes: [A, A]` (the write path refuses it): one decision that
+    supersedes A, not two active ones."""
+    evt = memory.record({"content": {"text": "where to deploy"}}).id
+    old = memory.decide("Deploy from Frankfurt", [evt]).content["decision_id"]
+    new = memory.decide("Deploy from Berlin", [evt], supersedes=[old]).content["decision_id"]
+    path = config.store / "decisions" / f"{new}.md"
+    text = path.read_text()
+    assert f"supersedes:\n- {old}\n" in text
+    path.write_text(text.replace(f"supersedes:\n- {old}\n",
+                                 f"supersedes:\n- {old}\n- {old}\n"))
+    result = cli("verify")
+    assert "both are active" not in result.output
+    assert result.output.rstrip().endswith(": no problems")
+
+
+def test_a_view_no_bundle_loads_is_warned_about(cli: Cli, config: Config) -> None:
+    """Seed 000 §5: views are always candidates for the ACB. One neither pinned nor in
+    any channel's default_load_views is never loaded (retrieval does not search views):
+    verify says so, at the view; pinned or listed, it says nothing."""
+    view = config.store / "views" / "deploy.md"
+    body = "section: rules\ntitle: Deploy runbook\n---\n# Deploy runbook\n\nNever on Fridays.\n"
+    view.write_text("---\n" + body)
+    result = cli("verify")
+    assert result.exit_code == 0
+    assert ("warning: memory/views/deploy.md:1: field 'pinned': views/deploy.md is neither "
+            "pinned nor in any channel's default_load_views (policies/channels.yaml): no "
+            "ACB loads it; pin it (pinned: true) or list it") in result.output
+    view.write_text("---\npinned: true\n" + body)
+    assert cli("verify").output.rstrip().endswith(": no problems")
+    view.write_text("---\n" + body)
+    channels = config.store / "policies" / "channels.yaml"
+    channels.write_text(channels.read_text().replace("views/identity.md, views/rules.project.md]",
+                                                     "views/identity.md, views/rules.project.md,"
+                                                     " views/deploy.md]", 1))
+    assert cli("verify").output.rstrip().endswith(": no problems")
+
+
 def test_an_impossible_unquoted_date_is_named_and_skipped_and_the_rest_still_works(
         cli: Cli, memory: Memory, config: Config) -> None:
     """YAML reads an unquoted `ts: 2026-02-30T...` as a timestamp it cannot build: every
@@ -625,7 +664,7 @@ def test_a_policy_view_path_that_matches_no_view_file_gets_a_warning(cli: Cli,
                         "  - views/identity.md\n  - views/rules.md\n")
     privacy.write_text(text)
     [warning] = [line for line in cli("verify").output.splitlines()
-                 if line.startswith("warning:")]
+                 if line.startswith("warning:") and "matches no file" in line]
     assert warning.startswith("warning: memory/policies/channels.yaml:5: field 'channels.team."
                               "default_load_views': 'views/rules.md' matches no file")
 
