@@ -426,11 +426,12 @@ def link_on_way(store: Path, rel: str) -> str | None:
     """The folder on the way from the store to `rel` (its record folder, a month's
     folder, ...) that is a symbolic link, or None: what is behind one is never read nor
     written (`linked_folders`)."""
-    folders = rel.split("/")[:-1]
-    for depth in range(1, len(folders) + 1):
-        folder = "/".join(folders[:depth])
-        if os.path.islink(store / folder):
-            return folder
+    root, end = str(store), rel.rfind("/")  # strings, not paths: once per write
+    at = rel.find("/")
+    while 0 < at <= end:
+        if os.path.islink(f"{root}/{rel[:at]}"):
+            return rel[:at]
+        at = rel.find("/", at + 1) if at < end else -1
     return None
 
 
@@ -438,8 +439,11 @@ def refuse_linked(store: Path, paths: Iterable[Path]) -> None:
     """A StoreError naming the link when a file to be written in the store (a day file,
     a record file) is behind a symbolic link to a folder: it would be written outside
     the repository, where git keeps only the link and no sync reads it."""
+    root = f"{store}/"
     for path in paths:
-        folder = link_on_way(store, path.relative_to(store).as_posix())
+        text = str(path)
+        folder = link_on_way(store, text[len(root):] if text.startswith(root)
+                             else path.relative_to(store).as_posix())
         if folder is not None:
             raise StoreError(f"cannot write {path}: {_behind(store, folder)}: nothing was "
                              f"written; {_unlink_hint(store, folder)}")
