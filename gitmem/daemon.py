@@ -533,8 +533,9 @@ def _log_tail(log: Path, offset: int) -> str:
         with open(log, "ab") as handle:  # whether the log takes a write at all
             handle.write(b"(gitmem daemon start: the daemon ended, logging nothing)\n")
     except OSError as exc:
-        return (f"(nothing logged: {log} cannot be written: {exc.strerror or exc}, so "
-                "the daemon could not say why; free space there, then start again)")
+        return (f"(the log {log} cannot be written: {exc.strerror or exc}, so the daemon "
+                "could not say why it ended; free space there (or raise the quota or the "
+                "`ulimit -f` limit), then start again)")
     return "(nothing logged)"
 
 

@@ -15,6 +15,7 @@ are given back once the bundle is packed (`shortened`).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -146,27 +147,23 @@ def _items(items: Sequence[Mapping[str, Any]]) -> Iterator[str]:
 
 
 def _artifact_notes(items: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-    """Where the note of each cut tool output goes, by item index: after the chunk of it
-    before the first hole in its chunks (one not followed by the next), else after its
-    last one. Once per output, as packing counts it."""
-    prior: dict[str, tuple[int, int]] = {}  # source -> its last item so far, its chunk
-    gaps: dict[str, int] = {}
+    """Where the note of each cut tool output goes, by item index: after its shown chunk
+    whose next part is not shown (the first such hole, by part: retrieved evidence lists
+    chunks by score, not in order), else after its last item. Once per output, as
+    packing counts it."""
+    shown: dict[str, dict[int, int]] = {}  # source -> its parts shown -> their item
     for number, item in enumerate(items):
         source = item.get("source_id")
-        if not item.get("artifact_id") or source is None:
-            continue
-        part = int(item["id"].partition("#")[2] or 0)
-        before = prior.get(source)
-        if before is not None and part != before[1] + 1:
-            gaps.setdefault(source, before[0])
-        prior[source] = (number, part)
+        if item.get("artifact_id") and source is not None:
+            shown.setdefault(source, {})[int(item["id"].partition("#")[2] or 0)] = number
     notes = {}
-    for source, (number, _) in prior.items():
-        artifact = items[number]["artifact_id"]
-        if source in gaps:
-            notes[gaps[source]] = GAP_NOTE.format(artifact)
-        else:
-            notes[number] = ARTIFACT_NOTE.format(artifact)
+    for parts in shown.values():
+        ordered = sorted(parts)
+        hole = next((part for part, after in itertools.pairwise(ordered)
+                     if after != part + 1), None)
+        at = parts[hole] if hole is not None else max(parts.values())
+        artifact = items[at]["artifact_id"]
+        notes[at] = (GAP_NOTE if hole is not None else ARTIFACT_NOTE).format(artifact)
     return notes
 
 

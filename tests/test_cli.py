@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -426,8 +427,9 @@ def test_decide_names_a_confidence_out_of_range(cli: Cli, value: str) -> None:
     option."""
     result = cli("decide", "conf", "--ref", "evt_x", "--confidence", value, ok=False)
     assert result.exit_code == 2
-    assert f"Invalid value for '--confidence': {float(value)} is not in the range 0<=x<=1" in (
-        result.output)
+    said = (f"{float(value)} is not" if math.isfinite(float(value))
+            else f"{value!r} is not a finite number")
+    assert f"Invalid value for '--confidence': {said} in the range 0<=x<=1" in result.output
     assert not list(cli.config.store.glob("decisions/*.md"))
 
 

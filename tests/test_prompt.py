@@ -138,3 +138,16 @@ def test_the_text_never_costs_more_than_the_bundle_counts(memory: Memory, budget
     assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d UTC\] ", text, re.MULTILINE)
     assert tokens.count(text) <= acb["token_used_est"] <= acb["provenance"]["budget"][
         "available"]
+
+
+def test_a_cut_outputs_note_says_gap_only_where_a_part_is_missing() -> None:
+    """Retrieved evidence lists an output's chunks by score: all four shown as #4, #2, #1,
+    #3 put the gap note after #4 (its end), telling the model a part was missing."""
+    def chunk(part: int) -> dict[str, Any]:
+        return {"id": f"evt_A#{part}", "source_id": "evt_A", "artifact_id": "art_x",
+                "text": f"part {part}"}
+
+    every = [chunk(4), chunk(2), chunk(1), chunk(3)]
+    assert prompt._artifact_notes(every) == {3: prompt.ARTIFACT_NOTE.format("art_x")}
+    holed = [chunk(4), chunk(1), chunk(2)]  # #3 not shown: the hole is after #2
+    assert prompt._artifact_notes(holed) == {2: prompt.GAP_NOTE.format("art_x")}

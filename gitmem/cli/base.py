@@ -37,10 +37,11 @@ class FiniteRange(click.FloatRange):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
+        number = click.FLOAT.convert(value, param, ctx)  # finite first: inf > 1 says less
         if not math.isfinite(number):
-            self.fail(f"{number} is not in the range {self._describe_range()}.", param, ctx)
-        return number
+            self.fail(f"{value!r} is not a finite number in the range "
+                      f"{self._describe_range()}.", param, ctx)
+        return super().convert(number, param, ctx)
 
 
 class Context:
