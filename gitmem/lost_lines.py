@@ -16,21 +16,25 @@ Each file's message says how to have them again:
   `git stash show -p`, the editor's backup, `git log --all -S ID`.
 
 An id still written in the file (a line that no longer parses, named as skipped) or in
-a day file of the date its id carries (moved there, read by a later sync) is not named.
+a day file of the date its id carries (moved there, read by a later sync) is not named;
+nor one that a local branch's tip or the previous HEAD (`HEAD@{1}`) holds in its version
+of the file, and HEAD's does not: a checkout of another branch, a reset or a rebase took
+it out, and git has it (a `git stash` is no branch: its lines are named).
 A deleted day file is not either (a checkout of a commit without it, or a person's
 `rm`: `git status` says so). Only a rewrite or a truncation costs anything here: an
 append never asks.
 
 The daemon logs each as a WARNING and lists it among its problems (`gitmem daemon
-status`, gitmem/problems.py: a file's newest, until 20 newer problems push it out or
-the daemon restarts); `gitmem sync` prints those its own sync found.
+status`, gitmem/problems.py: a file's newest, until a later batch finds its ids back,
+20 newer problems push it out or the daemon restarts); `gitmem sync` prints those its
+own sync found.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,21 +69,47 @@ class Homes(set[str]):
 
 def named(db: Database, store: Path, left: dict[str, set[str]]) -> list[dict[str, Any]]:
     """The day files that lost event lines no file holds now: for each, its path, the
-    ids (sorted), those of them in HEAD's version of the file, and the message."""
+    ids (sorted), those of them in HEAD's version of the file, and the message. Ids
+    that only a local branch's tip or the previous HEAD (`HEAD@{1}`) holds in its
+    version of the file are not named: a checkout, reset or rebase moved them, and git
+    has them."""
+    present = still_present(db, left)
+    read: dict[str, set[str]] = {}
+    gone_by_file = {rel: sorted(i for i in ids - present if not _on_disk(store, rel, i, read))
+                    for rel, ids in sorted(left.items())}
+    gone_by_file = {rel: gone for rel, gone in gone_by_file.items() if gone}
+    if not gone_by_file:
+        return []
+    found: list[dict[str, Any]] = []
+    prefix, in_head, in_git = _in_git(store, sorted(gone_by_file))
+    for rel, ids in gone_by_file.items():
+        committed = [i for i in ids if i in in_head.get(rel, set())]
+        if committed:  # read again after HEAD: a checkout back puts them in the file first
+            now = written_in(store, rel)
+            ids, committed = ([i for i in ids if i not in now],
+                              [i for i in committed if i not in now])
+        gone = [i for i in ids if i in committed or i not in in_git.get(rel, set())]
+        if gone:
+            found.append({"path": rel, "ids": gone, "committed": committed,
+                          "message": message(rel, prefix + rel, gone, committed)})
+    return found
+
+
+def still_present(db: Database, left: Mapping[str, Iterable[str]]) -> set[str]:
+    """Those of the ids in `left` that the index holds now (from some file's line)."""
     wanted = sorted(set().union(*left.values())) if left else []
     if not wanted:
-        return []
-    present = {r["event_id"] for r in db.fetchall("events_present", {"ids": wanted})}
-    found: list[dict[str, Any]] = []
-    read: dict[str, set[str]] = {}
-    for rel, ids in sorted(left.items()):
-        gone = sorted(i for i in ids - present if not _on_disk(store, rel, i, read))
-        if not gone:
-            continue
-        prefix, committed = _committed(store, rel, gone)
-        found.append({"path": rel, "ids": gone, "committed": committed,
-                      "message": message(rel, prefix + rel, gone, committed)})
-    return found
+        return set()
+    return {r["event_id"] for r in db.fetchall("events_present", {"ids": wanted})}
+
+
+def written_in(store: Path, rel: str) -> set[str]:
+    """The ids the lines of `rel` give (parsing or not; none if it is gone)."""
+    try:
+        data = read_regular(store / rel)
+    except (OSError, UnreadableFileError):  # gone, or no file: holds no line
+        data = b""
+    return {m.decode("utf-8", "replace") for m in _GIVEN_ID.findall(data)}
 
 
 def add_handed_over(db: Database, store: Path, report: SyncReport,
@@ -141,25 +171,45 @@ def _on_disk(store: Path, rel: str, event_id: str, read: dict[str, set[str]]) ->
     homes = [f"events/{date[:7]}/{date}.jsonl" for date in home_dates(event_id)]
     for path in dict.fromkeys([rel, *homes]):
         if path not in read:
-            try:
-                data = read_regular(store / path)
-            except (OSError, UnreadableFileError):  # gone, or no file: holds no line
-                data = b""
-            read[path] = {m.decode("utf-8", "replace") for m in _GIVEN_ID.findall(data)}
+            read[path] = written_in(store, path)
         if event_id in read[path]:
             return True
     return False
 
 
-def _committed(store: Path, rel: str, ids: list[str]) -> tuple[str, list[str]]:
+def _in_git(store: Path, rels: list[str]) -> tuple[str, dict[str, set[str]],
+                                                  dict[str, set[str]]]:
     """The store's path from the repository's root (with its slash; '' outside git), and
-    those of `ids` that HEAD's version of `rel` holds."""
+    by file of `rels`, the ids HEAD's version of it gives, and those any local branch
+    tip's, the previous HEAD's (`HEAD@{1}`) or HEAD's version gives. One `git cat-file
+    --batch` reads every version, whatever the number of branches."""
     git = ["git", "-C", str(store)]
     where = subprocess.run([*git, "rev-parse", "--show-prefix"], capture_output=True)
     if where.returncode != 0:
-        return "", []
+        return "", {}, {}
     prefix = where.stdout.decode("utf-8", "replace").strip()
-    blob = subprocess.run([*git, "cat-file", "blob", f"HEAD:./{rel}"], capture_output=True)
-    given = {m.decode("utf-8", "replace")
-             for m in _GIVEN_ID.findall(blob.stdout if blob.returncode == 0 else b"")}
-    return prefix, [i for i in ids if i in given]
+    refs = subprocess.run([*git, "for-each-ref", "--format=%(objectname)", "refs/heads"],
+                          capture_output=True)
+    tips = refs.stdout.decode("ascii", "replace").split() if refs.returncode == 0 else []
+    revs = ["HEAD", "HEAD@{1}", *dict.fromkeys(tips)]
+    asked = [(rev, rel) for rel in rels for rev in revs]
+    batch = subprocess.run([*git, "cat-file", "--batch"], capture_output=True,
+                           input="".join(f"{rev}:{prefix}{rel}\n" for rev, rel in asked)
+                           .encode("utf-8", "surrogateescape"))
+    in_head: dict[str, set[str]] = {}
+    in_git: dict[str, set[str]] = {}
+    out, at = batch.stdout, 0
+    for rev, rel in asked:
+        end = out.find(b"\n", at)
+        if end < 0:  # git failed part way: what it gave so far
+            break
+        header, at = out[at:end].split(), end + 1
+        if len(header) != 3 or not header[2].isdigit():  # missing, ambiguous
+            continue
+        size = int(header[2])
+        ids = {m.decode("utf-8", "replace") for m in _GIVEN_ID.findall(out[at:at + size])}
+        at += size + 1
+        in_git.setdefault(rel, set()).update(ids)
+        if rev == "HEAD":
+            in_head.setdefault(rel, set()).update(ids)
+    return prefix, in_head, in_git

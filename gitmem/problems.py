@@ -6,7 +6,8 @@ Each problem is logged once, when first met, and listed (the newest 20) until it
 mended: a file read again without it, the policies loaded again. A policy edit's last
 problem alone is listed (an editor's saves one after the other would fill the list).
 Event lines gone from a day file (gitmem/lost_lines.py) are listed too, each file's
-newest, as information: a removal may be meant, so nothing mends them.
+newest, as information (a removal may be meant), until a later batch finds every id it
+names back: held by the index, or given by a line of the file synced again.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gitmem import lost_lines
 from gitmem.errors import FormatError
 from gitmem.lost_lines import LEFT
 from gitmem.store import StatKey, file_stat
 
 if TYPE_CHECKING:
+    from gitmem.db import Database
     from gitmem.memory import Memory
 
 logger = logging.getLogger("gitmem.watcher")
@@ -40,6 +43,7 @@ class Problems:
         self._lock = threading.RLock()
         self._logged: dict[str, set[str]] = {}  # a file's problems as last indexed
         self._policy: str | None = None  # the problem of the policies not applied
+        self._left: dict[str, tuple[str, set[str]]] = {}  # lines gone: file -> text, ids
 
     def files_indexed(self, states: Iterable[tuple[str, Mapping[str, Any] | None]]) -> None:
         """Files just indexed, each with its index state (its `errors`): log each new
@@ -57,16 +61,38 @@ class Problems:
                     self.listed[:] = [t for t in self.listed if t not in fixed]
                 self._logged[rel] = found
 
-    def lines_left(self, found: Iterable[Mapping[str, Any]]) -> None:
+    def lines_left(self, found: Iterable[Mapping[str, Any]], db: Database, store: Path,
+                   synced: Iterable[str] = ()) -> None:
         """Event lines a rewrite or truncation took out of a day file that no file holds
         now (`lost_lines.named`): logged, and listed as information with the way back (a
-        file's newest replaces its earlier; nothing mends it, as a removal may be meant)."""
+        file's newest replaces its earlier). A file listed before is mended once every
+        id it names is back: in the index, or given by a line of the file when it is
+        among the files just `synced` (a checkout back, a `git stash pop`)."""
         for item in found:
             logger.warning("%s", item["message"])
             with self._lock:
-                start = f"{LEFT}{item['path']}: "
-                self.listed[:] = [t for t in self.listed if not t.startswith(start)]
+                self._drop_left(item["path"])
+                self._left[item["path"]] = (item["message"], set(item["ids"]))
                 self._add(item["message"])
+        named = {item["path"] for item in found}
+        with self._lock:
+            for rel in [r for r, (text, _) in self._left.items() if text not in self.listed]:
+                del self._left[rel]  # pushed out by newer problems: nothing to mend
+            earlier = {rel: ids for rel, (_, ids) in self._left.items() if rel not in named}
+        if not earlier:
+            return
+        present = lost_lines.still_present(db, earlier)
+        synced = set(synced)
+        for rel, ids in earlier.items():
+            back = present | (lost_lines.written_in(store, rel) if rel in synced else set())
+            if ids <= back:
+                with self._lock:
+                    self._drop_left(rel)
+
+    def _drop_left(self, rel: str) -> None:
+        start = f"{LEFT}{rel}: "
+        self.listed[:] = [t for t in self.listed if not t.startswith(start)]
+        self._left.pop(rel, None)
 
     def policy_failed(self, exc: Exception) -> None:
         """A policy edit that could not be applied (the last good policies stay)."""

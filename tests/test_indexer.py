@@ -1740,3 +1740,47 @@ def test_a_removal_of_committed_lines_says_git_diff_head(
     assert f"`git diff HEAD -- memory/{DAY}` shows them" in said
     assert "(committed): 2" in said and "never committed, or only in a commit HEAD has left): 1"\
         in said and f"git log --all -S {ids_of(4)[0]}" in said
+
+
+def commit_all(repo: Path, subject: str) -> None:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", subject)
+
+
+def test_lines_a_checkout_or_reset_took_out_that_git_holds_are_not_named(
+        memory: Memory, store: Path, repo: Path) -> None:
+    """A checkout of another branch, or a reset, takes out of a day file lines a local
+    branch's tip or the previous HEAD (`HEAD@{1}`) holds: git has them, nothing is named."""
+    write(store, DAY, line(1))
+    commit_all(repo, "base")
+    memory.sync()
+    git(repo, "checkout", "-qb", "feature")
+    write(store, DAY, line(1) + line(2))
+    commit_all(repo, "feature")
+    memory.sync()
+    git(repo, "checkout", "-q", "-")  # back to the first branch: line 2 is on `feature`
+    report = memory.sync()
+    assert changed(report) == {DAY: "truncate"} and report.left == []
+    git(repo, "checkout", "-q", "feature")
+    write(store, DAY, line(1) + line(2) + line(3))
+    commit_all(repo, "three")
+    memory.sync()
+    git(repo, "reset", "-q", "--hard", "HEAD~1")  # line 3: only in HEAD@{1}
+    report = memory.sync()
+    assert changed(report) == {DAY: "truncate"} and report.left == []
+
+
+def test_lines_a_stash_took_out_are_still_named(
+        memory: Memory, store: Path, repo: Path) -> None:
+    """A `git stash` is no branch: the lines it took out of a day file are named, with
+    the stash to look in."""
+    write(store, DAY, line(1))
+    commit_all(repo, "base")
+    git(repo, "branch", "other")
+    write(store, DAY, line(1) + line(2))
+    memory.sync()
+    git(repo, "stash", "-q")
+    report = memory.sync()
+    [found] = report.left
+    assert found["ids"] == ids_of(2) and found["committed"] == []
+    assert "git stash list" in found["message"]

@@ -945,3 +945,44 @@ def test_an_editor_save_that_drops_acknowledged_events_is_named(daemon: Daemon) 
     assert f"  {said}" in listed and "skipped" not in listed, listed
     assert f"WARNING gitmem.watcher: {said}" in daemon.log()
     assert daemon.call("record_event", {"session_id": "ed", "content": {"text": "on"}})
+
+
+def test_a_checkout_names_nothing_and_a_stash_popped_back_clears_its_listing(
+        daemon: Daemon, index: Index) -> None:
+    """A checkout away from a branch and back takes its committed lines out of a day file
+    and puts them back: git has them, nothing is logged nor listed. A `git stash` takes
+    out lines no branch holds: named and listed, until `git stash pop` brings them back."""
+    root = daemon.config.root
+
+    def record(text: str) -> str:
+        return str(daemon.call("record_event", {"session_id": "co", "ts": "2026-03-01T09:00:00"
+                                                "+00:00", "content": {"text": text}})["event_id"])
+
+    def listed() -> list[str]:
+        return [p for p in daemon.call("daemon_status")["watcher"]["problems"]
+                if p.startswith("event lines gone from ")]
+
+    record("base line")
+    git(root, "add", "memory")
+    git(root, "commit", "-q", "-m", "base")
+    main = git(root, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    git(root, "checkout", "-q", "-b", "feature")
+    feature = record("feature only")
+    git(root, "add", "memory")
+    git(root, "commit", "-q", "-m", "feature")
+    wait_for(lambda: index.has_event(feature))
+    git(root, "checkout", "-q", main)
+    wait_for(lambda: not index.has_event(feature), timeout=10)
+    git(root, "checkout", "-q", "feature")
+    wait_for(lambda: index.has_event(feature), timeout=10)
+    daemon.call("sync", {})
+    assert listed() == [] and "event lines gone from" not in daemon.log()
+    kept = record("not committed")
+    wait_for(lambda: index.has_event(kept))
+    git(root, "stash", "-q")
+    wait_for(lambda: bool(listed()), timeout=10)
+    [problem] = listed()
+    assert kept in problem and "git stash list" in problem and feature not in problem
+    git(root, "stash", "pop", "-q")
+    wait_for(lambda: index.has_event(kept), timeout=10)
+    wait_for(lambda: listed() == [], timeout=10)
