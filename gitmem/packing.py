@@ -229,6 +229,10 @@ class Packer:
                 item[key] = old[key]
         return self._place(target, item, digest)
 
+    def release(self, item_id: str) -> None:
+        """Take a packed item out, to be packed anew (a turn shown cut by a first pass)."""
+        self._take(item_id)
+
     def _take(self, item_id: str) -> str:
         """Take a packed item out of its section, giving back what it cost; its hash."""
         name, digest = self.packed.pop(item_id)

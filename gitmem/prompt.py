@@ -7,7 +7,8 @@ output was cut and which artifact holds it all. Those parts cost tokens, counted
 into their section as the items are packed (`overhead`, `ARTIFACT_NOTE_TOKENS`), so
 that the text never takes more tokens than the bundle says it uses. The counts are
 made ahead, as upper bounds that a test holds to tiktoken's counts: packing a bundle
-never loads the encoder, but to count the note of a summary in conflict (rare). A
+never loads the encoder, but to count the note of a summary in conflict (rare) and to
+cut an item to fit (a pinned one, the newest turn's first chunk). A
 date is counted in full for every item; a section's dates shortened when rendered
 are given back once the bundle is packed (`shortened`).
 """
@@ -44,6 +45,12 @@ TIME_TOKENS = 6
 ARTIFACT_NOTE = "[output cut here; the whole output is artifact {}]"
 GAP_NOTE = "[… output not shown from here to its next part; the whole output is artifact {}]"
 ARTIFACT_NOTE_TOKENS = 13
+# The note ending the head of the newest turn of the recent window where the rest of it
+# did not fit (the turn's chunks shown, marked `truncated`): it is part of the last one's
+# text and `token_est`, its numbers counted at most a token a digit, a token of slack for
+# the join.
+TURN_NOTE = "\n[turn cut: {} of {} tokens shown]"
+TURN_NOTE_TOKENS = 12
 
 
 def header(name: str) -> str:
@@ -67,6 +74,11 @@ def overhead(item: Mapping[str, Any]) -> int:
 def artifact_note_tokens(artifact_id: str) -> int:
     """Tokens the note of a cut tool output costs, at most (once per result and section)."""
     return ARTIFACT_NOTE_TOKENS + len(artifact_id)
+
+
+def turn_note_tokens(shown: int, full: int) -> int:
+    """Tokens the note of a cut turn costs, at most."""
+    return TURN_NOTE_TOKENS + len(str(shown)) + len(str(full))
 
 
 @functools.lru_cache(maxsize=1024)

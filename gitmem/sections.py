@@ -346,14 +346,22 @@ def _recent(build: Build, section: Section) -> None:
     its place, so that the transcript reads whole; where it does not fit, it stays
     evidence. Another event retrieved with a turn's very content gives way to the
     turn as a duplicate.
+
+    A turn of several chunks is shown whole or not at all, but for the newest: what
+    was said last is never gone while its start fits, and is shown cut (`_cut_head`).
+    Nothing older than a turn left out or cut is shown: the window has no hole.
     """
     rows = _session_rows(build, "recent", build.policies.budgets.recent_window_events)
     turns = [list(g) for _, g in itertools.groupby(rows, key=lambda row: row["source_id"])]
     for number, turn in enumerate(turns):  # newest first: they matter most when the cap bites
         made = [items.chunk_item(row) for row in turn]
+        if number == 0:
+            _uncut(build, section, turn)  # a first pass's cut head: the second has more room
         if _fits_whole(build, section, made):
             for row, item in zip(turn, made, strict=True):
                 build.packer.add(section, item, row["hash"], turn=True)
+        elif number == 0:
+            _cut_head(build, section, turn, made)
         if not all(build.packer.holds(section, row["chunk_id"]) for row in turn):
             section.short = True  # out of budget: older turns would leave a gap
             for older in itertools.chain.from_iterable(turns[number:]):
@@ -361,6 +369,50 @@ def _recent(build: Build, section: Section) -> None:
                     build.packer.omit("budget", older["chunk_id"])
             break
     section.items.sort(key=_reading_order)
+
+
+def _cut_head(build: Build, section: Section, turn: Sequence[Row],
+              made: Sequence[dict[str, Any]]) -> None:
+    """Pack the most leading chunks of the newest turn that fit with a note ending them
+    (`prompt.TURN_NOTE`, counted in), else the start of its first chunk cut to fit (not
+    when that chunk is shown whole elsewhere): each marked `truncated`, with the whole
+    turn's `full_token_est`, as a pinned item cut to fit is. The rest is left out
+    (`budget`)."""
+    full: int = sum(i["token_est"] for i in made)
+    for count in range(len(made) - 1, 0, -1):
+        head = [{**i, "truncated": True, "full_token_est": full} for i in made[:count]]
+        shown: int = sum(i["token_est"] for i in head)
+        head[-1]["text"] += prompt.TURN_NOTE.format(shown, full)
+        head[-1]["token_est"] += prompt.turn_note_tokens(shown, full)
+        if _fits_whole(build, section, head):
+            for row, item in zip(turn, head, strict=False):
+                build.packer.add(section, item, row["hash"], turn=True)
+            if build.packer.holds(section, made[0]["id"]):
+                return
+    if made[0]["id"] in build.packer.packed:
+        return
+    first = made[0]
+    room = min(section.cap - section.used, build.packer.available - build.packer.used)
+    room -= ITEM_SEPARATOR_TOKENS + prompt.overhead(first) + (
+        0 if section.items else prompt.header_tokens(section.name))
+    limit = room - prompt.turn_note_tokens(room, full)
+    if limit < items.CUT_MIN_TOKENS:
+        return
+    text = items.cut_text(first["text"], limit)
+    shown = tokens.count(text)
+    if shown >= items.CUT_MIN_TOKENS:
+        build.packer.add(section, {
+            **first, "text": text + prompt.TURN_NOTE.format(shown, full), "truncated": True,
+            "token_est": shown + prompt.turn_note_tokens(shown, full), "full_token_est": full,
+        }, turn[0]["hash"], turn=True)
+
+
+def _uncut(build: Build, section: Section, turn: Sequence[Row]) -> None:
+    """Take out the head of `turn` a first pass packed cut, so that it is packed anew:
+    whole, or cut after more of it."""
+    ids = {row["chunk_id"] for row in turn}
+    for item in [i for i in section.items if i["id"] in ids and i.get("truncated")]:
+        build.packer.release(item["id"])
 
 
 def _fits_whole(build: Build, section: Section, made: Sequence[dict[str, Any]]) -> bool:

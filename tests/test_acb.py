@@ -1833,3 +1833,39 @@ def test_the_recent_window_shows_a_turn_of_several_chunks_whole_or_not_at_all(
     for item in section(acb, "recent_window"):
         shown.setdefault(item["source_id"], []).append(item["id"])
     assert shown and all(ids == whole[source] for source, ids in shown.items())
+
+
+@pytest.mark.parametrize("budget", [600, 1000, 1500, 2100])
+def test_the_newest_turn_too_long_for_the_window_shows_its_head_marked_cut(
+        memory: Memory, budget: int) -> None:
+    """The user's latest message is never gone while its start fits: its leading chunks
+    (else its first chunk's start) are shown, marked cut with the whole turn's tokens,
+    the rest left out for budget (or shown where retrieval put it); the older turns are
+    not shown (they would follow a hole)."""
+    for n in range(3):
+        say(memory, f"Earlier note {n}: the deployment is fine", session_id="s2",
+            ts=f"2026-02-01T10:0{n}:00Z")
+    words = " ".join(["the deployment failure of the payments cluster in frankfurt"] * 180)
+    latest = say(memory, f"Latest: {words}", session_id="s2", ts="2026-02-01T10:09:00Z")
+    whole = [i for i in section(memory.build_acb({"session_id": "s2", "now": NOW}),
+                                "recent_window") if i["source_id"] == latest]
+    assert len(whole) > 2 and "truncated" not in whole[-1]
+    full = sum(i["token_est"] for i in whole)
+    acb = memory.build_acb({"session_id": "s2", "now": NOW, "max_tokens": budget,
+                            "query_text": "deployment failure"})
+    shown = section(acb, "recent_window")
+    assert shown and {i["source_id"] for i in shown} == {latest}
+    assert [i["id"] for i in shown] == [i["id"] for i in whole[:len(shown)]]
+    assert all(i["truncated"] is True and i["full_token_est"] == full for i in shown)
+    note = re.search(r"\n\[turn cut: (\d+) of (\d+) tokens shown\]$", shown[-1]["text"])
+    assert note and int(note[2]) == full
+    if len(shown) > 1 or shown[0]["text"].startswith(whole[0]["text"]):
+        assert int(note[1]) == sum(i["token_est"] for i in whole[:len(shown)])
+    else:  # the start of its first chunk
+        assert whole[0]["text"].startswith(shown[0]["text"][:note.start()])
+        assert 16 <= int(note[1]) < whole[0]["token_est"]
+    elsewhere = {i["id"] for s in acb["sections"] if s["name"] != "recent_window"
+                 for i in s["items"]}
+    assert {i["id"] for i in whole[len(shown):]} <= set(omitted(acb, "budget")) | elsewhere
+    assert sum(i["token_est"] for s in acb["sections"] for i in s["items"]) <= acb[
+        "token_used_est"] <= acb["provenance"]["budget"]["available"]

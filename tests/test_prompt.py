@@ -43,6 +43,9 @@ def test_the_counts_made_ahead_bound_what_the_encoder_counts() -> None:
             note = "\n" + form.format(artifact)
             assert (tokens.count(text + note) - tokens.count(text)
                     <= prompt.artifact_note_tokens(artifact))
+        shown, full = rng.randint(0, 10 ** rng.randint(1, 6)), rng.randint(1, 10 ** 6)
+        assert (tokens.count(text + prompt.TURN_NOTE.format(shown, full)) - tokens.count(text)
+                <= prompt.turn_note_tokens(shown, full))
 
 
 def test_an_item_of_another_day_is_dated_in_full_and_of_the_same_day_by_its_time() -> None:
@@ -151,3 +154,19 @@ def test_a_cut_outputs_note_says_gap_only_where_a_part_is_missing() -> None:
     assert prompt._artifact_notes(every) == {3: prompt.ARTIFACT_NOTE.format("art_x")}
     holed = [chunk(4), chunk(1), chunk(2)]  # #3 not shown: the hole is after #2
     assert prompt._artifact_notes(holed) == {2: prompt.GAP_NOTE.format("art_x")}
+
+
+@pytest.mark.parametrize("budget", [600, 1500, 2100])
+def test_the_text_of_a_cut_newest_turn_costs_no_more_than_the_bundle_counts(
+        memory: Memory, budget: int) -> None:
+    for n in range(3):
+        record(memory, f"note {n}: the deployment is fine", f"2026-11-2{n}T10:00:00Z", "s2")
+    words = " ".join(["the deployment failure of the payments cluster in frankfurt"] * 180)
+    latest = record(memory, f"Latest: {words}", "2026-11-26T10:00:00Z", "s2")
+    acb = memory.build_acb({"session_id": "s2", "now": NOW, "max_tokens": budget,
+                            "query_text": "deployment failure"})
+    shown = section(acb, "recent_window")
+    assert shown and all(i["source_id"] == latest and i["truncated"] for i in shown)
+    text = prompt.render_text(acb)
+    assert re.search(r"\[turn cut: \d+ of \d+ tokens shown\]\n", text)
+    assert tokens.count(text) <= acb["token_used_est"]
