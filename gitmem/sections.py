@@ -360,8 +360,8 @@ def _recent(build: Build, section: Section) -> None:
         if _fits_whole(build, section, made):
             for row, item in zip(turn, made, strict=True):
                 build.packer.add(section, item, row["hash"], turn=True)
-        elif number == 0:
-            _cut_head(build, section, turn, made)
+        if number == 0 and not build.packer.holds(section, turn[0]["chunk_id"]):
+            _cut_head(build, section, turn, made)  # one chunk too: what was said last
         if not all(build.packer.holds(section, row["chunk_id"]) for row in turn):
             section.short = True  # out of budget: older turns would leave a gap
             for older in itertools.chain.from_iterable(turns[number:]):

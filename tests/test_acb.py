@@ -1869,3 +1869,18 @@ def test_the_newest_turn_too_long_for_the_window_shows_its_head_marked_cut(
     assert {i["id"] for i in whole[len(shown):]} <= set(omitted(acb, "budget")) | elsewhere
     assert sum(i["token_est"] for s in acb["sections"] for i in s["items"]) <= acb[
         "token_used_est"] <= acb["provenance"]["budget"]["available"]
+
+
+def test_the_newest_turn_of_one_chunk_too_long_for_the_window_shows_its_start(
+        memory: Memory) -> None:
+    say(memory, "Earlier: the deployment is fine", session_id="s3", ts="2026-02-01T10:00:00Z")
+    latest = say(memory, "Latest: " + "the deployment failure in frankfurt. " * 60,
+                 session_id="s3", ts="2026-02-01T10:09:00Z")
+    [whole] = [i for i in section(memory.build_acb({"session_id": "s3", "now": NOW}),
+                                  "recent_window") if i["source_id"] == latest]
+    acb = memory.build_acb({"session_id": "s3", "now": NOW, "max_tokens": 300})
+    [shown] = section(acb, "recent_window")
+    assert shown["id"] == whole["id"] and shown["full_token_est"] == whole["token_est"]
+    head, _, note = shown["text"].rpartition("\n[turn cut: ")
+    assert shown["truncated"] and whole["text"].startswith(head) and len(head) < len(
+        whole["text"]) and note.endswith(f" of {whole['token_est']} tokens shown]")
