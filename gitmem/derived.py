@@ -153,10 +153,11 @@ class RecordFiles:
               unread: str, field_name: str) -> Any:
         """The record `text` holds if it is `tenant`'s, else None: the tenant is read
         before the file is parsed, so another tenant's broken file is never quoted to
-        this one (nor one whose tenant cannot be read); a problem of the tenant's own
-        file is raised, as `unread: <problem>` naming `field_name`."""
+        this one; a problem of the tenant's own file is raised, as `unread: <problem>`
+        naming `field_name`, and so is a tenant that cannot be read (to everyone alike,
+        the file unquoted)."""
         default = self.policies.manifest.default_tenant
-        if _named_tenant(text, rel, default) != tenant:
+        if _tenant_of(text, rel, default, unread, field_name) != tenant:
             return None
         try:
             found = parse(text, rel, default)
@@ -242,7 +243,12 @@ class RecordFiles:
                                   field="content.decision_id")
         return Staged(self.store / rel, text.encode(), tenant=decision.tenant_id)
 
-    def task(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
+    def task(self, full: dict[str, Any], when: datetime, staging: Staging, *,
+             minted: bool = False) -> Staged:
+        """The task file a `task_update` leaves: a new task only under an id the write
+        path minted (`minted`); a `task_id` named must be one of the tenant's tasks,
+        else it is not found, as an id nobody holds (another tenant's id is never
+        told apart, nor taken)."""
         content = full["content"]
         task_id = content["task_id"]
         existing: Task | None = None
@@ -251,13 +257,14 @@ class RecordFiles:
         current = self.current(rel, staging)
         if current is not None:  # another tenant's task is as none at all: its tenant
             default = self.policies.manifest.default_tenant  # read first, its file unquoted
-            if _named_tenant(current, rel, default) != full["tenant_id"]:
+            if _tenant_of(current, rel, default, f"task {task_id} cannot be read",
+                          "content.task_id") != full["tenant_id"]:
                 self._no_task(task_id)
             existing = parse_task(current, rel, default)  # the tenant's own: problems named
             if existing.tenant_id != full["tenant_id"]:
                 self._no_task(task_id)
         if existing is None:
-            if not content.get("title"):  # an id named without a title: nothing to update
+            if not minted:  # an id named is a task to update, never one to create
                 self._no_task(task_id)
             task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
                         status=content.get("status", "open"), title=content["title"],
@@ -341,6 +348,16 @@ def _named_tenant(text: str, rel: str, default: str) -> str | None:
         meta = {"tenant_id": named.pop()} if len(named) == 1 else {} if not named else None
     owner = meta.get("tenant_id", default) if isinstance(meta, dict) else None
     return owner if isinstance(owner, str) else None
+
+
+def _tenant_of(text: str, rel: str, default: str, unread: str, field_name: str) -> str:
+    """`_named_tenant`, raised as `unread` (naming `field_name`) when there is no telling:
+    the same to every tenant, the file's owner too, and never quoting the file."""
+    owner = _named_tenant(text, rel, default)
+    if owner is None:
+        raise ValidationError(f"{unread}: {rel} does not name one tenant (its tenant_id "
+                              "is not a single string); mend the file", field=field_name)
+    return owner
 
 
 def _valid(text: str, rel: str, tenant: str, parse: Callable[[str, str, str], object],

@@ -568,6 +568,57 @@ def test_another_tenants_task_or_decision_is_never_written_through(
     recorder.decide("Use Kafka", [ref], supersedes=[dec_id], tenant_id="acme")
 
 
+@pytest.mark.parametrize("title", [None, "x"])
+def test_a_task_id_named_is_an_update_whose_tenant_holds_it_or_not_found(
+        recorder: Recorder, repo: Path, store: Path, title: str | None) -> None:
+    """A `task_update` naming a `task_id` with a title created a task under an id nobody
+    held, and was refused for another tenant's: telling a tenant which ids another one
+    holds. Another tenant's id and an unknown one now give one answer, with a title or
+    without; a new task is only ever under an id the write path mints."""
+    theirs = recorder.task("B secret task", tenant_id="bob").content["task_id"]
+    unknown = ids.new_id("tsk", datetime.now(UTC))
+    before = snapshot(repo)
+    said = []
+    for task_id in (theirs, unknown):
+        content = {"task_id": task_id, **({} if title is None else {"title": title})}
+        with pytest.raises(NotFoundError) as caught:
+            recorder.record({"kind": "task_update", "tenant_id": "alice", "content": content})
+        said.append(str(caught.value).replace(task_id, "<id>"))
+    assert said[0] == said[1] and "no task <id> to update" in said[0]
+    assert snapshot(repo) == before
+    assert not (store / "tasks" / f"{unknown}.md").exists()
+
+
+def test_a_record_whose_tenant_cannot_be_read_is_said_so_to_every_tenant(
+        recorder: Recorder, repo: Path, store: Path) -> None:
+    """A decision or task file whose `tenant_id` is no string was named to every tenant,
+    its owner included, as one that does not exist: now each is told it cannot be read
+    (the file's content unquoted), alike."""
+    said: dict[str, list[str]] = {}
+    refs = {t: recorder.record({"content": {"text": "x"}, "tenant_id": t}).id
+            for t in ("alice", "bob")}
+    dec = recorder.decide("Use X", [refs["alice"]], tenant_id="alice").content["decision_id"]
+    task = recorder.task("Secret 42", tenant_id="alice").content["task_id"]
+    for rel in (f"decisions/{dec}.md", f"tasks/{task}.md"):
+        path = store / rel
+        path.write_text(path.read_text().replace("tenant_id: alice", "tenant_id: 7"))
+    before = snapshot(repo)
+    for tenant in ("alice", "bob"):
+        writes = [
+            lambda t: recorder.decide("Use Y", [refs[t]], supersedes=[dec], tenant_id=t),
+            lambda t: recorder.record({"content": {"text": "y"}, "refs": [dec, task],
+                                       "tenant_id": t}),
+            lambda t: recorder.task(task_id=task, status="done", tenant_id=t)]
+        for write in writes:
+            with pytest.raises(ValidationError) as caught:
+                write(tenant)
+            said.setdefault(tenant, []).append(str(caught.value))
+    assert said["alice"] == said["bob"]
+    assert all("cannot be read" in m and "no decision" not in m and "42" not in m
+               for m in said["alice"]), said
+    assert snapshot(repo) == before
+
+
 @pytest.mark.parametrize("breaking", ["\x85", "\u2028", "\u2029"])
 def test_a_line_break_yaml_knows_and_json_does_not_is_kept_in_a_record_file(
         recorder: Recorder, store: Path, breaking: str) -> None:
@@ -773,12 +824,12 @@ def test_a_write_repeating_an_id_names_the_line(recorder: Recorder, repo: Path) 
 
 
 def test_records_of_one_write_build_on_each_other(recorder: Recorder, store: Path) -> None:
-    task_id, dec = "tsk_01JKZ3N4Q5R6S7T8V9W0X1Y2Z4", "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z5"
+    dec = "dec_01JKZ3N4Q5R6S7T8V9W0X1Y2Z5"  # a task is created under a minted id only
+    task_id = recorder.task("Ship it", owner="alice", details="the details").content["task_id"]
     placed: list[Placed] = []
     recorder.on_place = placed.extend
     events = recorder.record_many([
-        {"kind": "task_update", "content": {"task_id": task_id, "title": "Ship it",
-                                            "owner": "alice", "text": "the details"}},
+        {"kind": "task_update", "content": {"task_id": task_id, "status": "open"}},
         {"kind": "task_update", "content": {"task_id": task_id, "status": "blocked"}},
         {"kind": "task_update", "content": {"task_id": task_id, "owner": "bob"}},
         {"kind": "decision", "refs": [EVT], "content": {"decision_id": dec, "text": "One"}},
