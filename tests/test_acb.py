@@ -378,7 +378,7 @@ def test_a_bundle_with_a_summary_is_packed_again_after_any_task_write(memory: Me
     """A packed summary's conflicts cite records of any status: a task written done
     (not among the open tasks) still changes them."""
     from gitmem import ids
-    from gitmem.documents import Summary, summary_to_text
+    from gitmem.documents import Summary, Task, summary_to_text, task_to_text
     done = ids.new_id("tsk", datetime(2026, 3, 1, 9, tzinfo=UTC))
     summary_id = ids.new_id("sum", datetime(2026, 3, 1, 10, tzinfo=UTC))
     # written by hand: the write path refuses a ref to a record that does not exist
@@ -393,7 +393,11 @@ def test_a_bundle_with_a_summary_is_packed_again_after_any_task_write(memory: Me
         [item] = [i for i in all_items(memory.build_acb(request)) if i["id"] == summary_id]
         return list(item.get("conflicts", []))
     assert conflicts() == [{"kind": "missing_ref", "ref": done}]
-    memory.task("Finish the rollout checklist", task_id=done, status="done")
+    # by hand: the write path creates a task under a minted id only
+    (memory.store / "tasks").mkdir(exist_ok=True)
+    (memory.store / "tasks" / f"{done}.md").write_text(task_to_text(Task(
+        id=done, ts="2026-03-01T09:00:00+00:00", tenant_id="default", status="done",
+        title="Finish the rollout checklist")))
     assert conflicts() == []
 
 
@@ -401,7 +405,7 @@ def test_a_retrieved_summary_carries_its_conflicts(memory: Memory) -> None:
     """A summary that retrieval finds (not pinned) is checked as a pinned one is: its
     conflicts are those of the index, and change with it."""
     from gitmem import ids
-    from gitmem.documents import Summary, summary_to_text
+    from gitmem.documents import Summary, Task, summary_to_text, task_to_text
     done = ids.new_id("tsk", datetime(2026, 3, 1, 9, tzinfo=UTC))
     summary_id = ids.new_id("sum", datetime(2026, 3, 1, 10, tzinfo=UTC))
     evt = say(memory, "The zeppelin hangar needs a new roof", session_id="s1")
@@ -417,7 +421,11 @@ def test_a_retrieved_summary_carries_its_conflicts(memory: Memory) -> None:
         [item] = [i for i in section(acb, "retrieved_evidence") if i["id"] == summary_id]
         return list(item.get("conflicts", [])), omitted(acb, "conflict")
     assert conflicts() == ([{"kind": "missing_ref", "ref": done}], [summary_id])
-    memory.task("Replace the hangar roof", task_id=done, status="done")
+    # by hand: the write path creates a task under a minted id only
+    (memory.store / "tasks").mkdir(exist_ok=True)
+    (memory.store / "tasks" / f"{done}.md").write_text(task_to_text(Task(
+        id=done, ts="2026-03-01T09:00:00+00:00", tenant_id="default", status="done",
+        title="Replace the hangar roof")))
     assert conflicts() == ([], [])
 
 
