@@ -74,18 +74,19 @@ def named(db: Database, store: Path, left: dict[str, set[str]]) -> list[dict[str
     version of the file are not named: a checkout, reset or rebase moved them, and git
     has them."""
     present = still_present(db, left)
-    read: dict[str, set[str]] = {}
+    read: dict[str, bytes] = {}  # the files read, for this call only
     gone_by_file = {rel: sorted(i for i in ids - present if not _on_disk(store, rel, i, read))
                     for rel, ids in sorted(left.items())}
     gone_by_file = {rel: gone for rel, gone in gone_by_file.items() if gone}
+    read.clear()
     if not gone_by_file:
         return []
     found: list[dict[str, Any]] = []
-    prefix, in_head, in_git = _in_git(store, sorted(gone_by_file))
+    prefix, in_head, in_git = _in_git(store, gone_by_file)
     for rel, ids in gone_by_file.items():
         committed = [i for i in ids if i in in_head.get(rel, set())]
         if committed:  # read again after HEAD: a checkout back puts them in the file first
-            now = written_in(store, rel)
+            now = written_in(store, rel, ids)
             ids, committed = ([i for i in ids if i not in now],
                               [i for i in committed if i not in now])
         gone = [i for i in ids if i in committed or i not in in_git.get(rel, set())]
@@ -103,13 +104,35 @@ def still_present(db: Database, left: Mapping[str, Iterable[str]]) -> set[str]:
     return {r["event_id"] for r in db.fetchall("events_present", {"ids": wanted})}
 
 
-def written_in(store: Path, rel: str) -> set[str]:
-    """The ids the lines of `rel` give (parsing or not; none if it is gone)."""
+def written_in(store: Path, rel: str, wanted: Iterable[str]) -> set[str]:
+    """Those of the ids `wanted` that a line of `rel` gives as its id (parsing or not;
+    none if it is gone)."""
+    return given(_read(store, rel), wanted)
+
+
+def _read(store: Path, rel: str) -> bytes:
     try:
-        data = read_regular(store / rel)
+        return read_regular(store / rel)
     except (OSError, UnreadableFileError):  # gone, or no file: holds no line
-        data = b""
-    return {m.decode("utf-8", "replace") for m in _GIVEN_ID.findall(data)}
+        return b""
+
+
+def given(data: bytes, wanted: Iterable[str]) -> set[str]:
+    """Those of the ids `wanted` that a line of `data` gives as its id (`"id": "…"`, a
+    line that parses or not). Each id is looked for by itself: a set of every id of a
+    day file of a million-event store (tens of MB of small strings, made at each
+    rewrite) stayed in the daemon's memory as 30 MB more."""
+    found = set()
+    for event_id in wanted:
+        needle = event_id.encode("utf-8", "surrogateescape")
+        at = data.find(needle)
+        while at >= 0:
+            end = at + len(needle)
+            if data[end:end + 1] == b'"' and _ID_BEFORE.search(data, max(0, at - 64), at):
+                found.add(event_id)
+                break
+            at = data.find(needle, end)
+    return found
 
 
 def add_handed_over(db: Database, store: Path, report: SyncReport,
@@ -161,26 +184,26 @@ def message(rel: str, in_repo: str, gone: list[str], committed: list[str]) -> st
     return said.rstrip()
 
 
-_GIVEN_ID = re.compile(rb'"id"\s*:\s*"([^"\\\n]{1,200})"')
+_ID_BEFORE = re.compile(rb'"id"\s*:\s*"$')  # what stands before an id a line gives
 
 
-def _on_disk(store: Path, rel: str, event_id: str, read: dict[str, set[str]]) -> bool:
+def _on_disk(store: Path, rel: str, event_id: str, read: dict[str, bytes]) -> bool:
     """Whether a line gives `event_id` as its id in `rel` (a line that no longer parses)
     or in a day file of the date the id carries (moved there, and not read yet); `read`:
-    the ids given in each file read so far."""
+    the files read so far."""
     homes = [f"events/{date[:7]}/{date}.jsonl" for date in home_dates(event_id)]
     for path in dict.fromkeys([rel, *homes]):
         if path not in read:
-            read[path] = written_in(store, path)
-        if event_id in read[path]:
+            read[path] = _read(store, path)
+        if given(read[path], [event_id]):
             return True
     return False
 
 
-def _in_git(store: Path, rels: list[str]) -> tuple[str, dict[str, set[str]],
-                                                  dict[str, set[str]]]:
+def _in_git(store: Path, wanted: Mapping[str, list[str]]) -> tuple[str, dict[str, set[str]],
+                                                                  dict[str, set[str]]]:
     """The store's path from the repository's root (with its slash; '' outside git), and
-    by file of `rels`, the ids HEAD's version of it gives, and those any local branch
+    by file of `wanted`, those of its ids HEAD's version of it gives, and those any local branch
     tip's, the previous HEAD's (`HEAD@{1}`) or HEAD's version gives. One `git cat-file
     --batch` reads every version, whatever the number of branches."""
     git = ["git", "-C", str(store)]
@@ -192,7 +215,7 @@ def _in_git(store: Path, rels: list[str]) -> tuple[str, dict[str, set[str]],
                           capture_output=True)
     tips = refs.stdout.decode("ascii", "replace").split() if refs.returncode == 0 else []
     revs = ["HEAD", "HEAD@{1}", *dict.fromkeys(tips)]
-    asked = [(rev, rel) for rel in rels for rev in revs]
+    asked = [(rev, rel) for rel in sorted(wanted) for rev in revs]
     batch = subprocess.run([*git, "cat-file", "--batch"], capture_output=True,
                            input="".join(f"{rev}:{prefix}{rel}\n" for rev, rel in asked)
                            .encode("utf-8", "surrogateescape"))
@@ -207,7 +230,7 @@ def _in_git(store: Path, rels: list[str]) -> tuple[str, dict[str, set[str]],
         if len(header) != 3 or not header[2].isdigit():  # missing, ambiguous
             continue
         size = int(header[2])
-        ids = {m.decode("utf-8", "replace") for m in _GIVEN_ID.findall(out[at:at + size])}
+        ids = given(out[at:at + size], wanted[rel])
         at += size + 1
         in_git.setdefault(rel, set()).update(ids)
         if rev == "HEAD":

@@ -84,7 +84,8 @@ class Problems:
         present = lost_lines.still_present(db, earlier)
         synced = set(synced)
         for rel, ids in earlier.items():
-            back = present | (lost_lines.written_in(store, rel) if rel in synced else set())
+            back = present | (lost_lines.written_in(store, rel, ids - present) if rel in synced
+                              else set())
             if ids <= back:
                 with self._lock:
                     self._drop_left(rel)

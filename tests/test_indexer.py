@@ -1784,3 +1784,15 @@ def test_lines_a_stash_took_out_are_still_named(
     [found] = report.left
     assert found["ids"] == ids_of(2) and found["committed"] == []
     assert "git stash list" in found["message"]
+
+
+def test_the_ids_a_day_file_gives_are_told_from_those_it_cites() -> None:
+    """lost_lines looks for each wanted id by itself (a set of every id of a large day
+    file, made at each rewrite, stayed in the daemon's memory): an id a line gives counts,
+    one it only cites, or one that is a prefix of another's, does not."""
+    from gitmem.lost_lines import given
+
+    data = (b'{"id":"evt_A","refs":["evt_B"]}\n{ "id" : "evt_C" }\n'
+            b'{"id":"evt_AB"}\n{"id":"evt_D\n')
+    assert given(data, ["evt_A", "evt_B", "evt_C", "evt_AB", "evt_X", "evt_D"]) == {
+        "evt_A", "evt_C", "evt_AB"}
