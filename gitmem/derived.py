@@ -243,12 +243,10 @@ class RecordFiles:
                                   field="content.decision_id")
         return Staged(self.store / rel, text.encode(), tenant=decision.tenant_id)
 
-    def task(self, full: dict[str, Any], when: datetime, staging: Staging, *,
-             minted: bool = False) -> Staged:
-        """The task file a `task_update` leaves: a new task only under an id the write
-        path minted (`minted`); a `task_id` named must be one of the tenant's tasks,
-        else it is not found, as an id nobody holds (another tenant's id is never
-        told apart, nor taken)."""
+    def task(self, full: dict[str, Any], when: datetime, staging: Staging) -> Staged:
+        """The task file a `task_update` leaves: a new task (its id minted, or named with
+        a title), or the tenant's task updated; another tenant's id is not found, as an
+        id nobody holds without a title."""
         content = full["content"]
         task_id = content["task_id"]
         existing: Task | None = None
@@ -264,7 +262,7 @@ class RecordFiles:
             if existing.tenant_id != full["tenant_id"]:
                 self._no_task(task_id)
         if existing is None:
-            if not minted:  # an id named is a task to update, never one to create
+            if not content.get("title"):  # an id named without a title: nothing to update
                 self._no_task(task_id)
             task = Task(id=task_id, ts=full["ts"], tenant_id=full["tenant_id"],
                         status=content.get("status", "open"), title=content["title"],

@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -279,7 +278,7 @@ class Recorder:
     def task(self, title: str | None = None, *, status: str | None = None,
              task_id: str | None = None, details: str | None = None,
              owner: str | None = None, **event_fields: Any) -> Event:
-        """Create or update a task (`task_id`: an existing task of the tenant's): a
+        """Create or update a task (`task_id`: the task's, new or existing): a
         `task_update` event plus `tasks/tsk_*.md`. What an update does not give (None:
         the title too) stays as it was, and "" clears details or owner; a new task needs
         a title, and its `status` is open. An update that changes nothing is refused: its
@@ -443,10 +442,8 @@ class Recorder:
         event = parse_event(full)  # every type and enum checked before files are derived
         require_cited_links(self.store, event.refs, staging)
         self.files.require_records(event.refs, staging, event.tenant_id)
-        derives: dict[str, Callable[..., Staged]] = {  # a task is new under a minted id only
-            "decision": self.files.decision, "summary": self.files.summary,
-            "task_update": partial(self.files.task, minted=minted)}
-        derive = derives.get(kind)
+        derive = {"decision": self.files.decision, "task_update": self.files.task,
+                  "summary": self.files.summary}.get(kind)
         if derive is not None and retried(obj, event, known.get(event.id),
                                            digest := content_hash(kind, full["content"])):
             # the same event written again (a retry): its file is there already, and
