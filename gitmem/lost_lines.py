@@ -119,19 +119,19 @@ def _read(store: Path, rel: str) -> bytes:
 
 def given(data: bytes, wanted: Iterable[str]) -> set[str]:
     """Those of the ids `wanted` that a line of `data` gives as its id (`"id": "…"`, a
-    line that parses or not). Each id is looked for by itself: a set of every id of a
-    day file of a million-event store (tens of MB of small strings, made at each
-    rewrite) stayed in the daemon's memory as 30 MB more."""
-    found = set()
-    for event_id in wanted:
-        needle = event_id.encode("utf-8", "surrogateescape")
-        at = data.find(needle)
-        while at >= 0:
-            end = at + len(needle)
-            if data[end:end + 1] == b'"' and _ID_BEFORE.search(data, max(0, at - 64), at):
-                found.add(event_id)
+    line that parses or not): one pass over `data`, keeping only the wanted ids (a set
+    of every id of a day file of a million-event store, made at each rewrite, stayed in
+    the daemon's memory as 30 MB more; a search per id cost a pass each)."""
+    want = {event_id.encode("utf-8", "surrogateescape"): event_id for event_id in wanted}
+    found: set[str] = set()
+    if not want:
+        return found
+    for match in _GIVEN_ID.finditer(data):
+        event_id = want.get(match.group(1))
+        if event_id is not None:
+            found.add(event_id)
+            if len(found) == len(want):
                 break
-            at = data.find(needle, end)
     return found
 
 
@@ -184,7 +184,7 @@ def message(rel: str, in_repo: str, gone: list[str], committed: list[str]) -> st
     return said.rstrip()
 
 
-_ID_BEFORE = re.compile(rb'"id"\s*:\s*"$')  # what stands before an id a line gives
+_GIVEN_ID = re.compile(rb'"id"\s*:\s*"([^"\\\n]{1,200})"')  # an id a line gives
 
 
 def _on_disk(store: Path, rel: str, event_id: str, read: dict[str, bytes]) -> bool:

@@ -61,13 +61,13 @@ class Problems:
                     self.listed[:] = [t for t in self.listed if t not in fixed]
                 self._logged[rel] = found
 
-    def lines_left(self, found: Iterable[Mapping[str, Any]], db: Database, store: Path,
-                   synced: Iterable[str] = ()) -> None:
+    def lines_left(self, found: Iterable[Mapping[str, Any]], db: Database) -> None:
         """Event lines a rewrite or truncation took out of a day file that no file holds
         now (`lost_lines.named`): logged, and listed as information with the way back (a
-        file's newest replaces its earlier). A file listed before is mended once every
-        id it names is back: in the index, or given by a line of the file when it is
-        among the files just `synced` (a checkout back, a `git stash pop`)."""
+        file's newest replaces its earlier). A file listed before is mended once the
+        index holds every id it names again (a checkout back, a `git stash pop`): one
+        query per batch while a listing stands, never a read of the file (a day file of
+        a large store is megabytes, and the fast path waits on no such read)."""
         for item in found:
             logger.warning("%s", item["message"])
             with self._lock:
@@ -82,11 +82,8 @@ class Problems:
         if not earlier:
             return
         present = lost_lines.still_present(db, earlier)
-        synced = set(synced)
         for rel, ids in earlier.items():
-            back = present | (lost_lines.written_in(store, rel, ids - present) if rel in synced
-                              else set())
-            if ids <= back:
+            if ids <= present:
                 with self._lock:
                     self._drop_left(rel)
 

@@ -491,7 +491,7 @@ class Watcher:
             with self._cond:
                 self.handover.synced(report.changed)
             lost_lines.add_handed_over(self.memory.db, self.store, report, appended)
-            self.problems.lines_left(report.left, self.memory.db, self.store, changed)
+            self.problems.lines_left(report.left, self.memory.db)
         self.note_problems(changed)
         self.stats["batches"] += 1
         self.stats["files_synced"] += len(changed)
