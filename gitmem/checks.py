@@ -36,11 +36,9 @@ import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from itertools import accumulate
 from pathlib import Path
 
-from gitmem import ids
 from gitmem.copies import Copy, EventLines, why_original
 from gitmem.documents import (
     Decision,
@@ -66,7 +64,7 @@ from gitmem.recovery import BATCH_PREFIX, PREFIX, torn_hint
 from gitmem.ref_owners import Owners, cited
 from gitmem.regular_files import DIRECTORY
 from gitmem.rows import parse_file
-from gitmem.store import classify, day_file_rel, misnamed, record_paths
+from gitmem.store import classify, day_file_rel, day_files_near, misnamed, record_paths
 from gitmem.supersession import Link, closing_entry, supersede_loops
 from gitmem.trees import GitTree, Tree, WorkTree
 
@@ -455,13 +453,11 @@ class Checker:
         """The work tree's day file that may hold event `ref` (its own date, or a day
         either side, as the write path looks) but could not be read, and what is there: a
         link to nothing, a loop of links, a FIFO (None: no such file, or not an event)."""
-        when = ids.time_of(ref) if ref.startswith("evt_") else None
-        if when is None or not isinstance(self.tree, WorkTree):
+        if not ref.startswith("evt_") or not isinstance(self.tree, WorkTree):
             return None
         unread = self.tree.unread
-        days = (day_file_rel(when + timedelta(days=offset)) for offset in (0, -1, 1))
-        return next((f"{rel}: cannot be read: {unread[rel]}" for rel in days if rel in unread),
-                    None)
+        return next((f"{rel}: cannot be read: {unread[rel]}" for rel in day_files_near(ref)
+                     if rel in unread), None)
 
     def _check_forks(self) -> None:
         """A warning where two active decisions supersede the same one (two branches that

@@ -5,10 +5,11 @@ exist and are its tenant's. Each sees the files the same write staged before it.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,7 +31,13 @@ from gitmem.errors import FormatError, UnreadableFileError, ValidationError, sho
 from gitmem.policies import Policies
 from gitmem.records import SENSITIVITIES, find_event, parse_ts
 from gitmem.regular_files import read_regular
-from gitmem.store import artifact_path, classify, day_file_rel, record_paths, require_task
+from gitmem.store import (
+    artifact_path,
+    classify,
+    day_files_near,
+    record_paths,
+    require_task,
+)
 from gitmem.task_edits import edited_task
 from gitmem.yamlio import load_yaml
 
@@ -130,15 +137,19 @@ class RecordFiles:
 
     def require_records(self, refs: Iterable[str], staging: Staging, tenant: str) -> None:
         """Every record an event cites (a decision, task, summary, handoff, artifact) is in
-        the store or in this write, and (but for an artifact, content-addressed) one of
-        the tenant's: a line is never rewritten, so a typo in a ref would be a dangling
-        reference for good. (Events cited: `Recorder._require_events`.)"""
+        the store or in this write, a file (something else at its path is named, never
+        called missing nor taken for the record), and (but for an artifact,
+        content-addressed) one of the tenant's: a line is never rewritten, so a typo in a
+        ref would be a dangling reference for good. (Events cited: `Recorder._require_events`.)"""
         for ref in refs:
             paths = record_paths(ref)
-            rels = [rel for rel in paths
-                    if self.store / rel in staging or (self.store / rel).exists()]
+            rels = [rel for rel in paths  # a link to nothing is there, and named below
+                    if self.store / rel in staging or os.path.lexists(self.store / rel)]
             parse = _PARSERS.get(classify(rels[0]) or "") if rels else None
             try:
+                if rels and self.store / rels[0] not in staging \
+                        and not (self.store / rels[0]).is_file():
+                    read_regular(self.store / rels[0])  # a FIFO, a directory, a dangling link
                 text = self.current(rels[0], staging) if parse is not None else None
             except UnreadableFileError as exc:
                 raise ValidationError(f"{ref} cannot be cited: {exc}; mend the file",
@@ -169,12 +180,8 @@ class RecordFiles:
         """The tenant of event `event_id` if a day file holds it (None: none does), looked
         for where its event would be: the days around the time its id carries (for an
         event written elsewhere a moment ago, which the index does not hold yet)."""
-        when = ids.time_of(event_id)
-        if when is None:
-            return None
         unread: UnreadableFileError | None = None
-        for offset in (0, -1, 1):  # an event's file is its own date, at its own offset
-            rel = day_file_rel(when + timedelta(days=offset))
+        for rel in day_files_near(event_id):
             try:
                 found = find_event(read_regular(self.store / rel), event_id, rel)
             except (FileNotFoundError, NotADirectoryError):

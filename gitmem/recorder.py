@@ -58,7 +58,6 @@ from gitmem.store import (
     exclusive,
     file_stat,
     refuse_linked,
-    require_cited_links,
 )
 
 DEFAULT_ACTOR = {"type": "human", "id": "user"}
@@ -342,7 +341,6 @@ class Recorder:
         for dec in packet.decisions:
             self.files.require_decision(dec, "decisions", packet.tenant_id, {})
         # what it cites is there, and its tenant's: as for an event's refs
-        require_cited_links(self.store, packet.refs, ())
         self.files.require_records(packet.refs, {}, packet.tenant_id)
         self._require_events(packet.refs, packet.tenant_id, {}, {})
         self._publish([Staged(self.store / rel, text.encode())])
@@ -440,7 +438,6 @@ class Recorder:
         elif kind == "task_update" and not full["content"].get("task_id"):
             full["content"]["task_id"] = self.files.new_task_id(full)  # given a title
         event = parse_event(full)  # every type and enum checked before files are derived
-        require_cited_links(self.store, event.refs, staging)
         self.files.require_records(event.refs, staging, event.tenant_id)
         derive = {"decision": self.files.decision, "task_update": self.files.task,
                   "summary": self.files.summary}.get(kind)

@@ -5,14 +5,13 @@ cites only its own tenant's records and events (an artifact is anyone's)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from gitmem import ids
 from gitmem.documents import parse_decision, parse_handoff, parse_summary, parse_task
 from gitmem.errors import FormatError
 from gitmem.records import iter_events
-from gitmem.store import classify, day_file_rel, record_paths
+from gitmem.store import classify, day_files_near, record_paths
 from gitmem.trees import Tree
 
 _PARSERS: dict[str, Callable[[str, str, str], Any]] = {
@@ -62,11 +61,7 @@ class Owners:
         return None
 
     def _event(self, target: str) -> str | None:
-        when = ids.time_of(target)
-        if when is None:
-            return None
-        for offset in (0, -1, 1):  # an event's file is its own date, at its own offset
-            rel = day_file_rel(when + timedelta(days=offset))
+        for rel in day_files_near(target):
             if rel not in self._days:
                 self._days[rel] = _Day.read(self.tree.read(rel))
             day = self._days[rel]

@@ -253,6 +253,16 @@ def day_file_rel(ts: datetime) -> str:
     return f"events/{ts:%Y-%m}/{ts:%Y-%m-%d}.jsonl"
 
 
+def day_files_near(event_id: str) -> list[str]:
+    """The day files an event of `event_id` is looked for in: the date of the time its id
+    carries, then the day before and the day after (an event's file is its own date, at
+    its own offset); [] when the id carries no time."""
+    when = ids.time_of(event_id)
+    if when is None:
+        return []
+    return [day_file_rel(when + timedelta(days=offset)) for offset in (0, -1, 1)]
+
+
 def at_home(event_id: str, rel: str, ts: str) -> bool:
     """Whether a line of `event_id` whose ts is `ts` (the line's text of it) is at home in
     file `rel`: its ts is the time the id carries (every id gitmem mints carries its
@@ -566,24 +576,6 @@ def record_paths(record_id: str) -> list[str]:
     if prefix == "sum":
         return [f"summaries/session/{record_id}.md", f"summaries/episode/{record_id}.md"]
     return []
-
-
-def require_cited_links(store: Path, refs: Iterable[str], staged: Iterable[Path]) -> None:
-    """Raise where a record an event cites is no file but something else at its path (a
-    symbolic link to nothing or a loop of them, a directory, a FIFO): named, as every
-    reader names it, never called missing nor taken for the record
-    (`derived.RecordFiles.require_records` checks the rest)."""
-    written = set(staged)
-    for ref in refs:
-        paths = [store / rel for rel in record_paths(ref)]
-        if any(path in written or path.is_file() for path in paths):
-            continue  # there
-        for path in filter(os.path.lexists, paths):
-            try:
-                read_regular(path)
-            except UnreadableFileError as exc:
-                raise ValidationError(f"{ref} cannot be cited: {exc}; mend the file",
-                                      field="refs") from None
 
 
 def require_task(store: Path, task_id: str, *, missing: bool = False) -> None:
