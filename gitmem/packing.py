@@ -114,11 +114,27 @@ class Packer:
         self.omitted_all.setdefault(reason, []).append(
             _Many(ids, members, frozenset(but), section.name))
 
+    def room(self, section: Section) -> int:
+        """What `section` may still take: the rest of its cap, within the bundle's."""
+        return min(section.cap - section.used, self.available - self.used)
+
     def full(self, section: Section) -> bool:
         """True when not even the smallest item would fit any more."""
-        room = min(section.cap - section.used, self.available - self.used)
-        return room <= ITEM_SEPARATOR_TOKENS + (0 if section.items
-                                                else header_tokens(section.name))
+        return self.room(section) <= ITEM_SEPARATOR_TOKENS + (
+            0 if section.items else header_tokens(section.name))
+
+    def fits(self, section: Section, items: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether `items` fit `section` all together (those it holds already cost
+        nothing): their text, separators and overhead, the section's heading if it has
+        no item yet, the note of each cut output among them (as `_cost` counts one)."""
+        new = [i for i in items if not self.holds(section, i["id"])]
+        cost: int = sum(i["token_est"] + ITEM_SEPARATOR_TOKENS + prompt.overhead(i)
+                        for i in new)
+        cost += sum(prompt.artifact_note_tokens(a) for a in {i.get("artifact_id") for i in new}
+                    if a)
+        if new and not section.items:
+            cost += header_tokens(section.name)
+        return cost <= self.room(section)
 
     def spent(self) -> bool:
         """True when not even the smallest item would fit in any section any more."""

@@ -392,7 +392,7 @@ def _cut_head(build: Build, section: Section, turn: Sequence[Row],
     if made[0]["id"] in build.packer.packed:
         return
     first = made[0]
-    room = min(section.cap - section.used, build.packer.available - build.packer.used)
+    room = build.packer.room(section)
     room -= ITEM_SEPARATOR_TOKENS + prompt.overhead(first) + (
         0 if section.items else prompt.header_tokens(section.name))
     limit = room - prompt.turn_note_tokens(room, full)
@@ -420,16 +420,7 @@ def _fits_whole(build: Build, section: Section, made: Sequence[dict[str, Any]]) 
     whole or not at all: its start alone would read as the whole turn). What a chunk
     packed elsewhere would give back when it moves here is not counted: a turn this
     leaves out stays where it is."""
-    if len(made) == 1:
-        return True  # the packer says
-    new = [i for i in made if not build.packer.holds(section, i["id"])]
-    cost: int = sum(i["token_est"] + ITEM_SEPARATOR_TOKENS + prompt.overhead(i) for i in new)
-    cost += sum(prompt.artifact_note_tokens(a) for a in {i.get("artifact_id") for i in new}
-                if a)
-    if new and not section.items:
-        cost += prompt.header_tokens(section.name)
-    room = min(section.cap - section.used, build.packer.available - build.packer.used)
-    return cost <= room
+    return len(made) == 1 or build.packer.fits(section, made)  # one: the packer says
 
 
 def _tools(build: Build, section: Section) -> None:
